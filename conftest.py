@@ -1,0 +1,1 @@
+"""Our own test wiring only (pytester); no plugin logic lives here."""

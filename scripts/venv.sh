@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create or reuse .venv/ at the repo root with the default SGLang (0.5.23) and the dev tools.
+# Idempotent: a stamp records the hash of every input list; a matching stamp means nothing to do.
+# sglang's own dependency set pulls CUDA-only packages, so it goes in with --no-deps plus the pinned
+# list in constraints/ (see docs/sglang-versions.md). torch 2.14.1 is the CUDA build; it runs on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt pyproject.toml scripts/venv.sh"
+stamp=$(cat $inputs | sha256sum | cut -c1-16)
+if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ]; then
+  exit 0
+fi
+echo "specparity: preparing $VENV (first time: a few minutes; pip's cache makes later runs fast)" >&2
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip "$@"; }
+pip install -q --disable-pip-version-check -r constraints/torch-0.5.23.txt
+pip install -q --disable-pip-version-check --no-deps -r constraints/sglang-0.5.23.txt
+pip install -q --disable-pip-version-check --no-deps -r constraints/dev.txt
+pip install -q --disable-pip-version-check --no-deps -e .
+echo "$stamp" > "$VENV/.stamp"
