@@ -1,1 +1,58 @@
+"""What training promised: the contract schema, id conventions, probe packs, load/save/hash/schema."""
 
+from specparity.contract.io import (
+    content_hash,
+    dump_contract,
+    json_schema,
+    json_schema_text,
+    load_contract,
+    parse_contract,
+    probe_pack_path,
+    save_contract,
+)
+from specparity.contract.model import (
+    SCHEMA_VERSION,
+    Contract,
+    DrafterSpec,
+    FcInputLayout,
+    IdConvention,
+    ProbePackRef,
+    Provenance,
+    RawLayerIds,
+    SpecConfig,
+    TargetSpec,
+    Tolerance,
+    Tolerances,
+    TrainingOutcome,
+    VocabMap,
+)
+from specparity.contract.probes import ProbePack, ProbeSample, read_probe_pack, write_probe_pack
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Contract",
+    "DrafterSpec",
+    "FcInputLayout",
+    "IdConvention",
+    "ProbePack",
+    "ProbePackRef",
+    "ProbeSample",
+    "Provenance",
+    "RawLayerIds",
+    "SpecConfig",
+    "TargetSpec",
+    "Tolerance",
+    "Tolerances",
+    "TrainingOutcome",
+    "VocabMap",
+    "content_hash",
+    "dump_contract",
+    "json_schema",
+    "json_schema_text",
+    "load_contract",
+    "parse_contract",
+    "probe_pack_path",
+    "read_probe_pack",
+    "save_contract",
+    "write_probe_pack",
+]

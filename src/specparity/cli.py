@@ -1,0 +1,155 @@
+"""The ``specparity`` command: the gate and the contract tools.
+
+Exit codes: 0 pass, 1 parity failure, 2 bad input or usage, 3 environment error
+(:mod:`specparity.errors`). Errors print one short line naming the file and field; never a traceback
+(set ``SPECPARITY_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specparity import __version__
+from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, InputError, SpecparityError
+
+
+class _Group(click.Group):
+    """Maps our exceptions to exit codes and one-line messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SpecparityError as e:
+            if os.environ.get("SPECPARITY_DEBUG"):
+                raise
+            click.echo(f"specparity: error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # an internal bug must still not end in a raw traceback
+            if os.environ.get("SPECPARITY_DEBUG"):
+                raise
+            click.echo(
+                f"specparity: internal error: {type(e).__name__}: {e} (set SPECPARITY_DEBUG=1 for the traceback)",
+                err=True,
+            )
+            ctx.exit(EXIT_ENVIRONMENT)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specparity")
+def main() -> None:
+    """Train/serve parity gate for EAGLE-3 drafters.
+
+    A contract, written at training time, says which target hidden states the drafter's fc layer was
+    trained on. The gate checks what SGLang really feeds fc against it.
+    """
+
+
+@main.group(cls=_Group)
+def contract() -> None:
+    """Write, inspect and validate contracts."""
+
+
+def _parse_created_at(value: str | None) -> datetime | None:
+    if value is None:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if epoch is None:
+            return None
+        from datetime import timezone
+
+        return datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"not an ISO 8601 timestamp: {value!r}", field="--created-at") from None
+
+
+@contract.command("from-specforge")
+@click.option("--hidden-states", "hidden_states", required=True, type=click.Path(path_type=Path),
+              help="SpecForge offline output dir (rows_*/data_N.ckpt[.gz]).")
+@click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft export dir or its config.json.")
+@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target model dir (config.json, tokenizer).")
+@click.option("--vocab-mapping", type=click.Path(path_type=Path), default=None, help="vocab_mapping.pt (d2t/t2d).")
+@click.option("--probes", default=4, show_default=True, type=click.IntRange(min=1), help="Samples in the probe pack.")
+@click.option("--max-probe-tokens", default=128, show_default=True, type=click.IntRange(min=1),
+              help="Tokens kept per probe sample.")
+@click.option("--name", default=None, help="Contract name (default: from the output file name).")
+@click.option("--created-at", default=None, help="ISO timestamp for provenance (default: now, or SOURCE_DATE_EPOCH).")
+@click.option("--run-id", default=None, help="Training run id for provenance.")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Contract JSON to write.")
+def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping: Path | None, probes: int,
+                   max_probe_tokens: int, name: str | None, created_at: str | None, run_id: str | None,
+                   output: Path) -> None:
+    """Write a contract (and its probe pack beside it) from SpecForge's offline hidden states."""
+    from specparity.training.specforge import contract_from_specforge
+
+    c, path = contract_from_specforge(
+        hidden_states, draft, target, out=output, vocab_mapping=vocab_mapping, name=name, probes=probes,
+        max_probe_tokens=max_probe_tokens, created_at=_parse_created_at(created_at), run_id=run_id,
+    )
+    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes, "
+               f"{c.probes.num_tokens} tokens in {c.probes.file})")
+
+
+@contract.command("show")
+@click.argument("file", type=click.Path(path_type=Path))
+def show(file: Path) -> None:
+    """Print a contract in words."""
+    from specparity.contract import load_contract
+
+    c = load_contract(file)
+    t, d, lay = c.target, c.drafter, c.fc_input
+    ids = "none (tool default)" if c.layer_ids.ids is None else str(c.layer_ids.ids)
+    lines = [
+        f"contract {c.name} (schema v{c.schema_version}, hash {(c.content_hash or '')[:12]})",
+        f"  target   {t.architecture}: {t.num_hidden_layers} layers, hidden {t.hidden_size}, vocab {t.vocab_size}, {t.dtype}",
+        f"  fc input {', '.join(lay.sources)}  ({len(lay.sources)} x {lay.chunk_widths[0]} = {lay.total_width}, {lay.dtype})",
+        f"  ids      {ids} as {c.layer_ids.convention.value} ({c.layer_ids.tool}, from {c.layer_ids.origin})",
+        f"  drafter  {d.architecture}: fc {d.fc_in_features} -> {d.fc_out_features}, bias {d.fc_bias}, "
+        f"norm_before_fc {d.norm_before_fc}, fc_norm {d.fc_norm}, norm_output {d.norm_output}, "
+        f"draft vocab {d.draft_vocab_size}",
+        f"  serving  steps {c.serving.num_steps}, topk {c.serving.eagle_topk}, draft tokens {c.serving.num_draft_tokens}",
+        f"  probes   {c.probes.num_samples} samples, {c.probes.num_tokens} tokens in {c.probes.file}",
+        f"  made by  {c.provenance.tool} at {c.provenance.created_at.isoformat()}",
+    ]
+    if c.training_outcome and c.training_outcome.acceptance_per_position:
+        acc = ", ".join(f"{a:.2f}" for a in c.training_outcome.acceptance_per_position)
+        lines.append(f"  outcome  acceptance per position {acc}")
+    click.echo("\n".join(lines))
+
+
+@contract.command("validate")
+@click.argument("file", type=click.Path(path_type=Path))
+def validate(file: Path) -> None:
+    """Exit 0 when FILE is a valid contract whose probe pack is present and unaltered; 2 otherwise."""
+    from specparity.contract import load_contract, probe_pack_path, read_probe_pack
+
+    c = load_contract(file)
+    pack = read_probe_pack(probe_pack_path(c, file), expected_sha256=c.probes.sha256)
+    if pack.sources != c.fc_input.sources:
+        raise InputError(f"probe pack sources {pack.sources} differ from fc_input.sources", path=file,
+                         field="fc_input.sources")
+    click.echo(f"{file}: valid contract {c.name} ({', '.join(c.fc_input.sources)}; {len(pack.samples)} probes)")
+
+
+@contract.command("schema")
+def schema() -> None:
+    """Print the contract's JSON Schema."""
+    from specparity.contract import json_schema_text
+
+    click.echo(json_schema_text(), nl=False)
+
+
+def run() -> None:  # pragma: no cover - console entry for `python -m specparity`
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,120 @@
+"""Load, save, hash and describe contracts.
+
+The content hash is sha256 over the canonical JSON of the contract without ``content_hash``
+(keys sorted, no whitespace), so it is stable across key order and formatting of the file.
+Loading never modifies the file it reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from specparity.contract.model import SCHEMA_VERSION, Contract
+from specparity.errors import InputError
+
+SCHEMA_FILENAME = f"contract.v{SCHEMA_VERSION}.schema.json"
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(contract: Contract) -> str:
+    """sha256 of the canonical JSON of ``contract`` without its ``content_hash`` field."""
+    body = contract.model_dump(mode="json", exclude={"content_hash"})
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def with_hash(contract: Contract) -> Contract:
+    return contract.model_copy(update={"content_hash": content_hash(contract)})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def validation_error(err: ValidationError, path: str | Path) -> InputError:
+    """Turn pydantic's report into a short message that names the file and the first bad field."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    field = _field_path(tuple(first["loc"]))
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field (not in contract schema v1)"
+    elif first["type"] == "literal_error" and field == "schema_version":
+        msg = f"unsupported schema_version {first.get('input')!r}; this specparity reads schema_version {SCHEMA_VERSION}"
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return InputError(msg + more, path=path, field=field)
+
+
+def parse_contract(data: Any, *, path: str | Path = "<contract>") -> Contract:
+    if not isinstance(data, dict):
+        raise InputError("a contract is a JSON object", path=path)
+    try:
+        contract = Contract.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(e, path) from None
+    if contract.content_hash is not None:
+        actual = content_hash(contract)
+        if actual != contract.content_hash:
+            raise InputError(
+                f"content_hash does not match the contract's content (computed {actual[:12]}…); "
+                "the file was edited after it was written: re-run `specparity contract rehash` if that was intended",
+                path=path,
+                field="content_hash",
+            )
+    return contract
+
+
+def load_contract(path: str | Path) -> Contract:
+    """Read and validate a contract file. Raises :class:`InputError` naming the file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", path=p) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read: {e}", path=p) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", path=p) from None
+    return parse_contract(data, path=p)
+
+
+def dump_contract(contract: Contract) -> str:
+    """The contract as pretty JSON (with its content hash), ending in a newline."""
+    return json.dumps(with_hash(contract).model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def save_contract(contract: Contract, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(dump_contract(contract), encoding="utf-8")
+    return p
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Contract.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://specparity.dev/schema/{SCHEMA_FILENAME}"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def probe_pack_path(contract: Contract, contract_path: str | Path) -> Path:
+    return Path(contract_path).resolve().parent / contract.probes.file

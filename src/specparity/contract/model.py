@@ -1,0 +1,243 @@
+"""Contract schema v1: what the drafter's ``fc`` was trained on, in tool-independent terms.
+
+A contract is written at training time and checked at serving time. It names the hidden-state
+sources in the canonical vocabulary of :mod:`specparity.sources` and keeps the raw ids only as
+provenance, together with the convention that gives them meaning (domain.md §2, rule 1).
+
+Every model forbids unknown keys, so a typo in a hand-edited contract is an error that names the
+field instead of a silently ignored key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from specparity import sources as src
+
+SCHEMA_VERSION = 1
+
+DType = Literal["float32", "bfloat16", "float16"]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _check_source(name: str) -> str:
+    if not src.is_source(name):
+        raise ValueError(f"{name!r} is not a canonical source (embedding, layer:<i>, final_norm)")
+    return name
+
+
+SourceName = Annotated[str, AfterValidator(_check_source)]
+
+
+class IdConvention(str, Enum):
+    """How a tool's integer layer ids are to be read (domain.md §3.1)."""
+
+    SPECFORGE = "specforge_eagle"
+    SGLANG = "sglang_draft_config"
+    VLLM = "vllm_speculators"
+    HF = "hf_hidden_states"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class TargetSpec(_Strict):
+    """The target model the hidden states were taken from."""
+
+    architecture: str = Field(min_length=1, description="HF architectures[0], e.g. LlamaForCausalLM")
+    num_hidden_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    dtype: DType
+    name_or_path: str | None = None
+    config_fingerprint: Sha256 = Field(description="sha256 of the config fields listed in fingerprint_fields")
+    fingerprint_fields: list[str]
+    tokenizer_fingerprint: Sha256 | None = None
+    chat_template_fingerprint: Sha256 | None = None
+
+
+class RawLayerIds(_Strict):
+    """The ids exactly as the training tool wrote them, and who interprets them."""
+
+    ids: list[int] | None = Field(description="as written; null when the tool wrote none and used its default")
+    convention: IdConvention
+    origin: Literal["draft_config", "run_config", "tool_default"]
+    tool: str
+    tool_version: str | None = None
+    resolver_version: str | None = Field(
+        default=None, description="version of the engine whose rule turned the ids into sources (SpecForge: its SGLang)"
+    )
+    architecture: str = Field(description="target architecture that interprets the ids")
+
+
+class FcInputLayout(_Strict):
+    """The layout of ``fc``'s input: concatenated chunks, one per source, in fc-chunk order."""
+
+    sources: list[SourceName] = Field(min_length=1)
+    chunk_widths: list[int]
+    total_width: int = Field(ge=1)
+    capture_point: Literal["residual_stream_pre_final_norm"] = "residual_stream_pre_final_norm"
+    dtype: DType
+
+    @model_validator(mode="after")
+    def _widths(self) -> FcInputLayout:
+        if len(set(self.sources)) != len(self.sources):
+            dup = sorted({s for s in self.sources if self.sources.count(s) > 1})
+            raise ValueError(f"sources must be distinct; repeated: {dup}")
+        if len(self.chunk_widths) != len(self.sources):
+            raise ValueError(f"chunk_widths has {len(self.chunk_widths)} entries for {len(self.sources)} sources")
+        if any(w < 1 for w in self.chunk_widths):
+            raise ValueError("chunk_widths must be positive")
+        if sum(self.chunk_widths) != self.total_width:
+            raise ValueError(f"total_width {self.total_width} != sum(chunk_widths) {sum(self.chunk_widths)}")
+        return self
+
+
+class VocabMap(_Strict):
+    """Fingerprint of the draft-to-target vocabulary mapping (SpecForge ``d2t``/``t2d``)."""
+
+    draft_vocab_size: int = Field(ge=1)
+    d2t_sha256: Sha256
+    t2d_sha256: Sha256 | None = None
+    d2t_semantics: Literal["offset"] = Field(
+        default="offset", description="target_id = draft_id + d2t[draft_id] (SGLang llama_eagle3.py hot_token_id)"
+    )
+
+
+class DrafterSpec(_Strict):
+    architecture: str = "LlamaForCausalLMEagle3"
+    hidden_size: int = Field(ge=1)
+    fc_in_features: int = Field(ge=1)
+    fc_out_features: int = Field(ge=1)
+    fc_bias: bool = False
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    draft_vocab_size: int = Field(ge=1)
+    vocab_map: VocabMap | None = None
+    checkpoint_keys: list[str] | None = Field(default=None, description="weight names training produced")
+
+    @model_validator(mode="after")
+    def _norms(self) -> DrafterSpec:
+        if self.norm_before_fc and self.fc_norm:
+            raise ValueError("norm_before_fc and fc_norm are mutually exclusive")
+        if self.vocab_map is not None and self.vocab_map.draft_vocab_size != self.draft_vocab_size:
+            raise ValueError("vocab_map.draft_vocab_size differs from draft_vocab_size")
+        return self
+
+
+class TokenAlignment(_Strict):
+    """Recorded row t belongs to token t; the drafter pairs aux row t with the embedding of token t+1."""
+
+    recorded_row: Literal["token_t"] = "token_t"
+    drafter_pairs: Literal["aux_t_with_token_t_plus_1"] = "aux_t_with_token_t_plus_1"
+
+
+class SpecConfig(_Strict):
+    """The speculative settings the drafter is meant to be served with."""
+
+    num_steps: int | None = Field(default=None, ge=1)
+    eagle_topk: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=1)
+
+
+class TrainingOutcome(_Strict):
+    accuracy_per_position: list[float] | None = None
+    acceptance_per_position: list[float] | None = None
+    expected_acceptance_length: float | None = Field(default=None, ge=0)
+
+
+class Tolerance(_Strict):
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+
+
+def _default_per_dtype() -> dict[str, Tolerance]:
+    # fp32 CPU capture equals HF to 0.0 (sglang-cpu.md §2); bf16: same-layer HF vs engine differences
+    # reach ~3e-2 while wrong layers differ by >= 0.06 (domain.md §4, numeric notes).
+    return {
+        "float32": Tolerance(atol=1e-4, rtol=1e-4),
+        "bfloat16": Tolerance(atol=5e-2, rtol=2e-2),
+        "float16": Tolerance(atol=1e-2, rtol=5e-3),
+    }
+
+
+class Tolerances(_Strict):
+    per_dtype: dict[DType, Tolerance] = Field(default_factory=_default_per_dtype)
+    per_chunk: dict[int, Tolerance] = Field(default_factory=dict, description="chunk index -> override")
+    cosine_floor: float = Field(default=0.99, gt=0, le=1)
+    min_margin: float = Field(default=0.001, ge=0, description="best minus second-best cosine needed to attribute")
+
+
+class ProbePackRef(_Strict):
+    """The probe pack: a safetensors file beside the contract with a few samples' ids and fc inputs."""
+
+    file: str = Field(min_length=1, description="path relative to the contract file")
+    sha256: Sha256
+    num_samples: int = Field(ge=1)
+    num_tokens: int = Field(ge=1)
+
+
+class Provenance(_Strict):
+    run_id: str | None = None
+    tool: str
+    tool_version: str | None = None
+    data_location: str | None = None
+    created_at: datetime
+    specparity_version: str
+
+
+class Contract(_Strict):
+    """What training promised. Serialized as JSON beside its probe pack."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)
+    content_hash: Sha256 | None = Field(default=None, description="sha256 of the canonical JSON without this field")
+    target: TargetSpec
+    fc_input: FcInputLayout
+    layer_ids: RawLayerIds
+    drafter: DrafterSpec
+    alignment: TokenAlignment = Field(default_factory=TokenAlignment)
+    serving: SpecConfig = Field(default_factory=SpecConfig)
+    training_outcome: TrainingOutcome | None = None
+    tolerances: Tolerances = Field(default_factory=Tolerances)
+    probes: ProbePackRef
+    provenance: Provenance
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Contract:
+        n = self.target.num_hidden_layers
+        for i, name in enumerate(self.fc_input.sources):
+            try:
+                src.check_in_range(name, n)
+            except ValueError as e:
+                raise ValueError(f"fc_input.sources[{i}]: {e}") from None
+        for i, w in enumerate(self.fc_input.chunk_widths):
+            if w != self.target.hidden_size:
+                raise ValueError(
+                    f"fc_input.chunk_widths[{i}] = {w}, but every residual-stream chunk is "
+                    f"target.hidden_size = {self.target.hidden_size} wide"
+                )
+        if self.fc_input.total_width != self.drafter.fc_in_features:
+            raise ValueError(
+                f"fc_input.total_width {self.fc_input.total_width} != drafter.fc_in_features {self.drafter.fc_in_features}"
+            )
+        if self.layer_ids.ids is not None:
+            bad = [v for v in self.layer_ids.ids if v < -1 or v > n]
+            if bad:
+                raise ValueError(f"layer_ids.ids {bad} out of range for a {n}-layer target (-1..{n})")
+        for k in self.tolerances.per_chunk:
+            if not 0 <= k < len(self.fc_input.sources):
+                raise ValueError(f"tolerances.per_chunk key {k} is not a chunk index (0..{len(self.fc_input.sources) - 1})")
+        return self
+
+    def tolerance_for(self, chunk: int) -> Tolerance:
+        """The tolerance that applies to ``chunk``: its override, else the default for the layout's dtype."""
+        if chunk in self.tolerances.per_chunk:
+            return self.tolerances.per_chunk[chunk]
+        return self.tolerances.per_dtype.get(self.fc_input.dtype) or _default_per_dtype()[self.fc_input.dtype]

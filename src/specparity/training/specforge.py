@@ -1,0 +1,255 @@
+"""SpecForge offline hidden states -> contract + probe pack.
+
+SpecForge's ``scripts/prepare_hidden_states.py`` (SF a6b6b02, ``HiddenStatesGenerator``) writes one
+``torch.save(dict)`` per sample at ``{out}/rows_{g}-{g+G}/data_{idx}.ckpt`` (``.ckpt.gz`` with
+``--compress``; some forks write ``data_{idx}.pt``) with keys ``input_ids [S]``, ``loss_mask [S]``,
+``aux_hidden_state [1, S, k*H]`` and ``hidden_state [1, S, H]`` (final norm). Row t belongs to
+token t: no shift on disk (domain.md §4). Files are streamed one at a time and safe-loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+import specparity
+from specparity.contract import conventions
+from specparity.contract.model import (
+    Contract,
+    DrafterSpec,
+    FcInputLayout,
+    IdConvention,
+    ProbePackRef,
+    Provenance,
+    RawLayerIds,
+    TargetSpec,
+)
+from specparity.contract.probes import ProbePack, ProbeSample, write_probe_pack
+from specparity.errors import InputError
+from specparity.training.drafts import DraftInfo, read_specforge_draft, read_vocab_mapping
+from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo, read_target, safe_torch_load
+
+REQUIRED_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
+_NAME = re.compile(r"^data_(\d+)\.(ckpt|ckpt\.gz|pt)$")
+SPECFORGE_SGLANG = "0.5.14"  # specforge 0.2.0 pins sglang 0.5.14, whose setter realises the ids
+
+
+@dataclass(frozen=True)
+class SpecForgeRecord:
+    index: int
+    path: Path
+    input_ids: torch.Tensor  # int64 [S]
+    loss_mask: torch.Tensor  # int64 [S]
+    aux_hidden_state: torch.Tensor  # [S, k*H]
+    hidden_state: torch.Tensor  # [S, H]
+
+
+def list_hidden_state_files(directory: str | Path) -> list[tuple[int, Path]]:
+    """Every SpecForge sample file under ``directory`` (``rows_*/`` or flat), sorted by sample index."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError("hidden-states directory not found", path=d)
+    found: list[tuple[int, Path]] = []
+    for p in [*d.glob("rows_*/*"), *d.glob("*")]:
+        m = _NAME.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1)), p))
+    if not found:
+        raise InputError("no SpecForge hidden-state files (rows_*/data_N.ckpt, .ckpt.gz or data_N.pt)", path=d)
+    found.sort()
+    dup = [i for (i, _), (j, _) in zip(found, found[1:]) if i == j]
+    if dup:
+        raise InputError(f"sample index {dup[0]} appears in more than one file", path=d)
+    return found
+
+
+def load_record(path: Path, index: int, *, hidden_size: int | None = None) -> SpecForgeRecord:
+    data = safe_torch_load(path)
+    if not isinstance(data, dict):
+        raise InputError(f"expected a dict of tensors, got {type(data).__name__}", path=path)
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise InputError(f"missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}", path=path, field=missing[0])
+    for k in REQUIRED_KEYS:
+        if not isinstance(data[k], torch.Tensor):
+            raise InputError(f"expected a tensor, got {type(data[k]).__name__}", path=path, field=k)
+    ids, mask = data["input_ids"].reshape(-1), data["loss_mask"].reshape(-1)
+    aux, hid = data["aux_hidden_state"], data["hidden_state"]
+    if aux.dim() == 3 and aux.shape[0] == 1:
+        aux = aux[0]
+    if hid.dim() == 3 and hid.shape[0] == 1:
+        hid = hid[0]
+    s = ids.shape[0]
+    if mask.shape[0] != s:
+        raise InputError(f"length {mask.shape[0]} != input_ids length {s}", path=path, field="loss_mask")
+    if aux.dim() != 2 or aux.shape[0] != s:
+        raise InputError(f"shape {tuple(data['aux_hidden_state'].shape)}, expected [1, {s}, k*H]", path=path, field="aux_hidden_state")
+    if hid.dim() != 2 or hid.shape[0] != s:
+        raise InputError(f"shape {tuple(data['hidden_state'].shape)}, expected [1, {s}, H]", path=path, field="hidden_state")
+    if hidden_size is not None:
+        if hid.shape[1] != hidden_size:
+            raise InputError(f"width {hid.shape[1]} != target hidden_size {hidden_size}", path=path, field="hidden_state")
+        if aux.shape[1] % hidden_size:
+            raise InputError(
+                f"width {aux.shape[1]} is not a multiple of target hidden_size {hidden_size}", path=path, field="aux_hidden_state"
+            )
+    for k, t in (("aux_hidden_state", aux), ("hidden_state", hid)):
+        if not torch.isfinite(t.float()).all():
+            raise InputError("holds NaN or Inf", path=path, field=k)
+    return SpecForgeRecord(index, path, ids.to(torch.int64), mask.to(torch.int64), aux, hid)
+
+
+def iter_records(directory: str | Path, *, hidden_size: int | None = None) -> Iterator[SpecForgeRecord]:
+    """Stream the records, one file in memory at a time."""
+    for index, path in list_hidden_state_files(directory):
+        yield load_record(path, index, hidden_size=hidden_size)
+
+
+def strip_padding(rec: SpecForgeRecord, pad_token_id: int | None) -> int:
+    """Length without SpecForge's trailing batch padding (pad tokens with loss_mask 0)."""
+    n = rec.input_ids.shape[0]
+    if pad_token_id is None:
+        return n
+    while n > 1 and int(rec.input_ids[n - 1]) == pad_token_id and int(rec.loss_mask[n - 1]) == 0:
+        n -= 1
+    return n
+
+
+def _sources_for(draft: DraftInfo, target: TargetInfo) -> tuple[list[str], RawLayerIds]:
+    origin = "draft_config" if draft.ids is not None else "tool_default"
+    try:
+        sources = conventions.specforge_ids_to_sources(
+            draft.ids, num_layers=target.num_layers, architecture=target.architecture, sglang_version=SPECFORGE_SGLANG
+        )
+    except ValueError as e:
+        raise InputError(str(e), path=draft.config_path, field=draft.ids_field or "eagle_config") from None
+    raw = RawLayerIds(
+        ids=draft.ids,
+        convention=IdConvention.SPECFORGE,
+        origin=origin,
+        tool="specforge",
+        resolver_version=SPECFORGE_SGLANG,
+        architecture=target.architecture,
+    )
+    return sources, raw
+
+
+def contract_from_specforge(
+    hidden_states: str | Path,
+    draft: str | Path,
+    target: str | Path,
+    *,
+    out: str | Path,
+    vocab_mapping: str | Path | None = None,
+    name: str | None = None,
+    probes: int = 4,
+    max_probe_tokens: int = 128,
+    created_at: datetime | None = None,
+    run_id: str | None = None,
+) -> tuple[Contract, Path]:
+    """Build a contract from SpecForge artifacts; write it to ``out`` and its probe pack beside it.
+
+    Returns the contract and the path written. Raises :class:`InputError` on any inconsistency
+    (widths that disagree with ``fc.weight``, malformed files, ids out of range, no samples).
+    """
+    from specparity.contract.io import save_contract
+
+    if probes < 1:
+        raise InputError("must be at least 1", field="--probes")
+    tgt = read_target(target)
+    dft = read_specforge_draft(draft)
+    sources, raw = _sources_for(dft, tgt)
+    h_t = dft.target_hidden_size or tgt.hidden_size
+    if h_t != tgt.hidden_size:
+        raise InputError(
+            f"target_hidden_size {h_t} != target hidden_size {tgt.hidden_size}", path=dft.config_path, field="target_hidden_size"
+        )
+    width = len(sources) * h_t
+    if dft.fc_weight_shape is not None and dft.fc_weight_shape[-1] != width:
+        raise InputError(
+            f"fc.weight is {list(dft.fc_weight_shape)}: in_features {dft.fc_weight_shape[-1]} != "
+            f"{len(sources)} sources ({', '.join(sources)}) x {h_t} = {width}",
+            path=dft.config_path.parent,
+            field="fc.weight",
+        )
+    pad = tgt.pad_token_id
+    samples: list[ProbeSample] = []
+    dtype: torch.dtype | None = None
+    for rec in iter_records(hidden_states, hidden_size=tgt.hidden_size):
+        if rec.aux_hidden_state.shape[1] != width:
+            raise InputError(
+                f"width {rec.aux_hidden_state.shape[1]} != {len(sources)} sources x {h_t} = {width} "
+                f"(layout {', '.join(sources)} from {dft.config_path})",
+                path=rec.path,
+                field="aux_hidden_state",
+            )
+        dtype = dtype or rec.aux_hidden_state.dtype
+        if len(samples) < probes:
+            n = min(strip_padding(rec, pad), max_probe_tokens)
+            samples.append(
+                ProbeSample(
+                    input_ids=rec.input_ids[:n].clone(),
+                    fc_input=rec.aux_hidden_state[:n].clone(),
+                    loss_mask=rec.loss_mask[:n].clone(),
+                    final_norm=rec.hidden_state[:n].clone(),
+                )
+            )
+    assert dtype is not None
+    dtype_name = str(dtype).removeprefix("torch.")
+    if dtype_name not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"unsupported dtype {dtype_name}", path=hidden_states, field="aux_hidden_state")
+    vm = read_vocab_mapping(vocab_mapping) if vocab_mapping is not None else dft.vocab_map
+    out_path = Path(out)
+    contract_name = name or out_path.name.removesuffix(".json").removesuffix(".contract")
+    pack_name = f"{contract_name}.probes.safetensors"
+    pack = ProbePack(samples=samples, sources=list(sources), hidden_size=h_t)
+    sha = write_probe_pack(pack, out_path.parent / pack_name)
+    fc_out = dft.fc_weight_shape[0] if dft.fc_weight_shape is not None else dft.hidden_size
+    contract = Contract(
+        name=contract_name,
+        target=TargetSpec(
+            architecture=tgt.architecture,
+            num_hidden_layers=tgt.num_layers,
+            hidden_size=tgt.hidden_size,
+            vocab_size=tgt.vocab_size,
+            dtype=tgt.dtype,  # type: ignore[arg-type]
+            name_or_path=tgt.config.get("_name_or_path") or None,
+            config_fingerprint=tgt.config_fingerprint,
+            fingerprint_fields=list(FINGERPRINT_FIELDS),
+            tokenizer_fingerprint=tgt.tokenizer_fingerprint,
+            chat_template_fingerprint=tgt.chat_template_fingerprint,
+        ),
+        fc_input=FcInputLayout(
+            sources=list(sources), chunk_widths=[h_t] * len(sources), total_width=width, dtype=dtype_name  # type: ignore[arg-type]
+        ),
+        layer_ids=raw,
+        drafter=DrafterSpec(
+            architecture=dft.architecture,
+            hidden_size=dft.hidden_size,
+            fc_in_features=width,
+            fc_out_features=fc_out,
+            fc_bias=dft.fc_bias_present,
+            norm_before_fc=dft.norm_before_fc,
+            fc_norm=dft.fc_norm,
+            norm_output=dft.norm_output,
+            draft_vocab_size=vm.draft_vocab_size if vm else (dft.draft_vocab_size or tgt.vocab_size),
+            vocab_map=vm,
+            checkpoint_keys=dft.checkpoint_keys,
+        ),
+        probes=ProbePackRef(file=pack_name, sha256=sha, num_samples=len(samples), num_tokens=pack.num_tokens),
+        provenance=Provenance(
+            run_id=run_id,
+            tool="specforge",
+            data_location=str(hidden_states),
+            created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
+            specparity_version=specparity.__version__,
+        ),
+    )
+    save_contract(contract, out_path)
+    return contract, out_path
+
