@@ -1,0 +1,140 @@
+"""The gate's result: one object that every face renders (terminal, JSON, HTML, JUnit, pytest).
+
+A :class:`Verdict` is true when the deployment passes. Its JSON form (``to_dict``) is the
+documented report format; keys are stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from specparity.compare.findings import Finding, Severity
+from specparity.errors import EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS
+
+Status = Literal["pass", "fail", "error"]
+Level = Literal["static", "capture", "outcome", "all"]
+
+
+@dataclass(frozen=True)
+class ChunkReport:
+    """One fc-input chunk: what the contract expects there and what SGLang really served."""
+
+    index: int
+    expected: str | None
+    served: str | None  # attributed source; None = unknown (no atlas boundary matched)
+    cosine: float | None = None  # served vs recorded chunk, mean per-token cosine
+    max_abs_err: float | None = None  # served vs recorded chunk
+    recorded: str | None = None  # what the recorded training chunk attributes to
+    min_passing_atol: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "expected": self.expected,
+            "served": self.served,
+            "recorded": self.recorded,
+            "cosine": self.cosine,
+            "max_abs_err": self.max_abs_err,
+            "min_passing_atol": self.min_passing_atol,
+        }
+
+
+@dataclass(frozen=True)
+class FixSuggestion:
+    """The change that makes SGLang serve the contract's layout (or settings)."""
+
+    summary: str  # one line, e.g. "set eagle_config.eagle_aux_hidden_state_layer_ids = [1, 3, 5] in d/config.json"
+    file: str | None = None
+    json_patch: Sequence[Mapping[str, Any]] = ()  # RFC 6902 ops on ``file``
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "file": self.file, "json_patch": [dict(op) for op in self.json_patch]}
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """Mean cosine of each chunk (rows) against each atlas boundary (columns)."""
+
+    rows: Sequence[str]  # e.g. "served 0", "recorded 0"
+    columns: Sequence[str]  # canonical sources
+    values: Sequence[Sequence[float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": list(self.rows), "columns": list(self.columns), "values": [list(r) for r in self.values]}
+
+
+@dataclass(frozen=True)
+class OutcomeSummary:
+    """Drafter acceptance on recorded vs captured fc inputs (filled by the outcome level)."""
+
+    recorded_acceptance: Sequence[float]  # per draft position
+    served_acceptance: Sequence[float]
+    recorded_acceptance_length: float
+    served_acceptance_length: float
+    expected_acceptance: Sequence[float] | None
+    diagnosis: Literal["healthy", "wiring", "model_quality"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recorded_acceptance": list(self.recorded_acceptance),
+            "served_acceptance": list(self.served_acceptance),
+            "recorded_acceptance_length": self.recorded_acceptance_length,
+            "served_acceptance_length": self.served_acceptance_length,
+            "expected_acceptance": list(self.expected_acceptance) if self.expected_acceptance is not None else None,
+            "diagnosis": self.diagnosis,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    contract_name: str
+    contract_hash: str | None
+    level: Level
+    status: Status
+    sglang_version: str | None
+    target_architecture: str | None
+    draft_path: str | None
+    expected_layout: Sequence[str]
+    served_layout: Sequence[str | None] | None
+    chunks: Sequence[ChunkReport] = ()
+    findings: Sequence[Finding] = ()
+    fix: FixSuggestion | None = None
+    resolved_spec_config: Mapping[str, Any] | None = None
+    outcome: OutcomeSummary | None = None
+    heatmap: Heatmap | None = None
+    probes: Sequence[Mapping[str, Any]] = ()  # per probe sample: {"index", "tokens", "status", "max_abs_err"}
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return {"pass": EXIT_PASS, "fail": EXIT_PARITY_FAILURE, "error": EXIT_ENVIRONMENT}[self.status]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity is Severity.ERROR]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.status,
+            "contract": self.contract_name,
+            "contract_hash": self.contract_hash,
+            "level": self.level,
+            "sglang_version": self.sglang_version,
+            "target_architecture": self.target_architecture,
+            "draft_path": self.draft_path,
+            "expected_layout": list(self.expected_layout),
+            "served_layout": list(self.served_layout) if self.served_layout is not None else None,
+            "chunks": [c.to_dict() for c in self.chunks],
+            "findings": [f.to_dict() for f in self.findings],
+            "fix": self.fix.to_dict() if self.fix else None,
+            "resolved_spec_config": dict(self.resolved_spec_config) if self.resolved_spec_config is not None else None,
+            "outcome": self.outcome.to_dict() if self.outcome else None,
+            "heatmap": self.heatmap.to_dict() if self.heatmap else None,
+            "probes": [dict(p) for p in self.probes],
+            "timings": dict(self.timings),
+        }
