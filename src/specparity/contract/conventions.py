@@ -1,0 +1,271 @@
+"""Layer-id conventions: each tool's layer ids to and from canonical sources (domain.md §2-3, §6-7).
+
+Four conventions are in use (:class:`IdConvention`):
+
+- SpecForge eagle ids (run config / draft ``eagle_config``): SpecForge hands them unchanged to the target's
+  own SGLang ``set_eagle3_layers_to_capture`` (SF ``specforge/offline_capture/sglang_backend/capture.py:89-113``),
+  so their meaning is whatever that SGLang version does on that architecture; on llama-style targets id ``v``
+  is ``layer:v``.
+- SGLang draft-config ids: version- and architecture-dependent, see :mod:`specparity.contract.sglang_capture`.
+- vLLM / speculators ids: boundary indices, no ``+1`` (``vllm/model_executor/models/llama.py:426-441``).
+- HF ``output_hidden_states`` indices: boundary indices except that ``L`` is ``final_norm``.
+
+Every function returns canonical sources (``embedding``, ``layer:<i>``, ``final_norm``) in fc-chunk order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+# One enum for the whole package: the contract's RawLayerIds.convention field uses the same class, so
+# `is` comparisons hold for values read from a contract. Members: SPECFORGE = "specforge_eagle" (SpecForge run
+# config / draft eagle_config ids), SGLANG = "sglang_draft_config" (SGLang draft config.json
+# eagle_config.eagle_aux_hidden_state_layer_ids), VLLM = "vllm_speculators" (boundary ids, no +1),
+# HF = "hf_hidden_states" (transformers output_hidden_states index).
+from specparity.contract.model import IdConvention
+from specparity.contract.sglang_capture import (
+    ArchFamily,
+    SGLangCapturePlan,
+    arch_family,
+    parse_version,
+    sglang_capture_plan,
+    sglang_default_boundaries,
+    sglang_ids_for_sources,
+)
+from specparity.sources import (
+    EMBEDDING,
+    FINAL_NORM,
+    boundary_to_source,
+    check_in_range,
+    layer,
+    layer_index,
+    source_to_boundary,
+)
+
+__all__ = [
+    "SPECFORGE_SGLANG_VERSION",
+    "ArchFamily",
+    "IdConvention",
+    "SGLangCapturePlan",
+    "arch_family",
+    "hf_index_to_source",
+    "ids_to_sources",
+    "parse_version",
+    "sglang_capture_plan",
+    "sglang_default_boundaries",
+    "sglang_ids_for_sources",
+    "source_to_hf_index",
+    "sources_to_ids",
+    "sources_to_specforge_ids",
+    "sources_to_vllm_ids",
+    "specforge_default_ids",
+    "specforge_ids_to_sources",
+    "vllm_default_ids",
+    "vllm_ids_to_sources",
+]
+
+# specforge 0.2.0 pins sglang 0.5.14 (domain.md §3.1), whose setters SpecForge's capture calls.
+SPECFORGE_SGLANG_VERSION = "0.5.14"
+
+
+# --- SpecForge ------------------------------------------------------------------------------------------
+
+
+def specforge_default_ids(num_layers: int) -> list[int]:
+    """SpecForge's ids when neither the run nor the draft config names any: ``[1, L//2 - 1, L - 4]``.
+
+    SF ``specforge/algorithms/model_providers.py:188-211`` (a6b6b02). For ``L = 4`` this is ``[1, 1, 0]``,
+    which SpecForge accepts although it yields only two distinct states (domain.md §3.3).
+    """
+    return [1, num_layers // 2 - 1, num_layers - 4]
+
+
+def _validate_specforge_ids(ids: Sequence[int]) -> list[int]:
+    # SF model_providers.py:201-206 rejects anything but non-negative ints. It also demands exactly three;
+    # we do not, because drafters with k != 3 exist (SGLang >= 0.5.12 sizes fc from num_aux_hidden_states).
+    out: list[int] = []
+    for pos, i in enumerate(ids):
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ValueError(
+                f"SpecForge layer id {i!r} (position {pos}) is invalid: SpecForge accepts only non-negative "
+                "integers (specforge/algorithms/model_providers.py:201-206)"
+            )
+        out.append(i)
+    return out
+
+
+def specforge_ids_to_sources(
+    ids: Sequence[int] | None,
+    *,
+    num_layers: int,
+    architecture: str = "LlamaForCausalLM",
+    sglang_version: str = SPECFORGE_SGLANG_VERSION,
+) -> list[str]:
+    """The sources SpecForge recorded for ``ids`` (None -> :func:`specforge_default_ids`).
+
+    SpecForge passes the ids explicitly (defaults included) to the target's SGLang setter, so this is the
+    served layout of :func:`sglang_capture_plan` for ``sglang_version``/``architecture``. Raises ValueError
+    naming the bad id for a negative or non-integer id, and ValueError when that SGLang capture crashes.
+    """
+    resolved = specforge_default_ids(num_layers) if ids is None else _validate_specforge_ids(ids)
+    plan = sglang_capture_plan(
+        resolved, num_layers=num_layers, architecture=architecture, version=sglang_version
+    )
+    if plan.crash is not None:
+        raise ValueError(
+            f"SpecForge capture with ids {resolved} on {architecture} (sglang {sglang_version}) "
+            f"does not complete: {plan.crash}"
+        )
+    return list(plan.served_sources)
+
+
+def sources_to_specforge_ids(
+    sources: Sequence[str],
+    *,
+    num_layers: int,
+    architecture: str = "LlamaForCausalLM",
+    sglang_version: str = SPECFORGE_SGLANG_VERSION,
+) -> list[int]:
+    """The SpecForge ids that record exactly ``sources`` (strictly ascending), or ValueError if none do.
+
+    Inverse of :func:`specforge_ids_to_sources`. ``embedding`` is only expressible where the target's
+    setter reads a raw 0 (DeepSeek family, first id not 1, sglang >= 0.5.13), since SpecForge rejects -1.
+    """
+    ids = sglang_ids_for_sources(
+        sources, num_layers=num_layers, architecture=architecture, version=sglang_version
+    )
+    if ids is None or any(i < 0 for i in ids):
+        raise ValueError(
+            f"no SpecForge layer ids record {list(sources)} on {architecture} with sglang {sglang_version}"
+            + ("" if ids is None else f" (it would need {ids}, and SpecForge rejects negative ids)")
+        )
+    return ids
+
+
+# --- vLLM / speculators ---------------------------------------------------------------------------------
+
+
+def vllm_default_ids(num_layers: int) -> list[int]:
+    """vLLM's and speculators' ids when none are configured: ``(2, L//2, L-3)``.
+
+    vllm 0.33 ``model_executor/models/llama.py:426-441``; speculators 0.9 ``models/utils.py:99-140``.
+    """
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def vllm_ids_to_sources(ids: Sequence[int] | None, *, num_layers: int) -> list[str]:
+    """vLLM / speculators ids to sources: boundary ``b = v``, sorted and deduplicated.
+
+    vLLM sorts and dedupes (``vllm/model_executor/models/interfaces.py:1616-1617``); speculators instead
+    rejects duplicates. ``0`` is ``embedding`` and ``L`` is ``layer:L-1`` (pre-norm). Ids outside
+    ``0..L`` raise ValueError (speculators rejects them too).
+    """
+    resolved = vllm_default_ids(num_layers) if ids is None else list(ids)
+    for i in resolved:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= num_layers:
+            raise ValueError(
+                f"vLLM/speculators layer id {i!r} is outside 0..{num_layers} for a {num_layers}-layer target "
+                "(speculators/models/utils.py:99-140 rejects it)"
+            )
+    return [boundary_to_source(b, num_layers) for b in sorted(set(resolved))]
+
+
+def sources_to_vllm_ids(sources: Sequence[str], *, num_layers: int) -> list[int]:
+    """Sources (strictly ascending) to vLLM / speculators ids. ``final_norm`` has none (ValueError)."""
+    ids = [source_to_boundary(s, num_layers) for s in sources]
+    if any(a >= b for a, b in pairwise(ids)):
+        raise ValueError(f"{list(sources)} is not strictly ascending; vLLM would serve it sorted and deduplicated")
+    return ids
+
+
+# --- HF output_hidden_states ----------------------------------------------------------------------------
+
+
+def hf_index_to_source(index: int, *, num_layers: int) -> str:
+    """transformers ``output_hidden_states[index]`` as a source: ``0`` -> ``embedding``,
+    ``i`` -> ``layer:i-1`` for ``1 <= i < L``, ``L`` -> ``final_norm`` (HF's last entry is post-norm)."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= num_layers:
+        raise ValueError(f"HF hidden-state index {index!r} is outside 0..{num_layers}")
+    if index == num_layers:
+        return FINAL_NORM
+    return EMBEDDING if index == 0 else layer(index - 1)
+
+
+def source_to_hf_index(source: str, *, num_layers: int) -> int:
+    """The ``output_hidden_states`` index of a source. ``layer:L-1`` (pre-norm) has none: ValueError."""
+    if source == FINAL_NORM:
+        return num_layers
+    check_in_range(source, num_layers)
+    i = layer_index(source)
+    if i is None:
+        return 0
+    if i == num_layers - 1:
+        raise ValueError(
+            f"{source} has no HF hidden-state index: HF's entry {num_layers} is final_norm (post-norm)"
+        )
+    return i + 1
+
+
+# --- dispatch -------------------------------------------------------------------------------------------
+
+
+def ids_to_sources(
+    ids: Sequence[int] | None,
+    convention: IdConvention,
+    *,
+    num_layers: int,
+    architecture: str = "LlamaForCausalLM",
+    version: str | None = None,
+) -> list[str]:
+    """Raw ids in ``convention`` to canonical sources in fc-chunk order.
+
+    ``version`` is the SGLang version: required for :attr:`IdConvention.SGLANG`; for SpecForge it is the
+    SGLang version SpecForge captured with (default 0.5.14); ignored otherwise. HF indices keep their
+    given order (HF-based training concatenates in list order); None is an error there (HF has no default).
+    """
+    convention = IdConvention(convention)  # also accepts the plain string value
+    if convention is IdConvention.SPECFORGE:
+        return specforge_ids_to_sources(
+            ids, num_layers=num_layers, architecture=architecture,
+            sglang_version=version or SPECFORGE_SGLANG_VERSION,
+        )
+    if convention is IdConvention.SGLANG:
+        if version is None:
+            raise ValueError("SGLang draft-config ids need the SGLang version that reads them")
+        plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
+        if plan.crash is not None:
+            raise ValueError(f"sglang {version} on {architecture} does not serve ids {ids}: {plan.crash}")
+        return list(plan.served_sources)
+    if convention is IdConvention.VLLM:
+        return vllm_ids_to_sources(ids, num_layers=num_layers)
+    if ids is None:
+        raise ValueError("HF hidden-state indices have no default")
+    return [hf_index_to_source(i, num_layers=num_layers) for i in ids]
+
+
+def sources_to_ids(
+    sources: Sequence[str],
+    convention: IdConvention,
+    *,
+    num_layers: int,
+    architecture: str = "LlamaForCausalLM",
+    version: str | None = None,
+) -> list[int]:
+    """Inverse of :func:`ids_to_sources`: ids in ``convention`` that yield ``sources``; ValueError if none."""
+    convention = IdConvention(convention)  # also accepts the plain string value
+    if convention is IdConvention.SPECFORGE:
+        return sources_to_specforge_ids(
+            sources, num_layers=num_layers, architecture=architecture,
+            sglang_version=version or SPECFORGE_SGLANG_VERSION,
+        )
+    if convention is IdConvention.SGLANG:
+        if version is None:
+            raise ValueError("SGLang draft-config ids need the SGLang version that reads them")
+        ids = sglang_ids_for_sources(sources, num_layers=num_layers, architecture=architecture, version=version)
+        if ids is None:
+            raise ValueError(f"no draft-config ids make sglang {version} on {architecture} serve {list(sources)}")
+        return ids
+    if convention is IdConvention.VLLM:
+        return sources_to_vllm_ids(sources, num_layers=num_layers)
+    return [source_to_hf_index(s, num_layers=num_layers) for s in sources]
