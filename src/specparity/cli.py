@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from specparity import __version__
-from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, InputError, SpecparityError
+from specparity.errors import EXIT_ENVIRONMENT, InputError, SpecparityError
 
 
 class _Group(click.Group):
@@ -96,6 +96,26 @@ def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping
     )
     click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes, "
                f"{c.probes.num_tokens} tokens in {c.probes.file})")
+
+
+@contract.command("from-speculators")
+@click.option("--hidden-states", "hidden_states", required=True, type=click.Path(path_type=Path),
+              help="speculators data dir (hs_N.safetensors).")
+@click.option("--draft", required=True, type=click.Path(path_type=Path), help="speculators eagle3 dir or config.json.")
+@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target (verifier) model dir.")
+@click.option("--probes", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-probe-tokens", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--name", default=None)
+@click.option("--created-at", default=None)
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path))
+def from_speculators(hidden_states: Path, draft: Path, target: Path, probes: int, max_probe_tokens: int,
+                     name: str | None, created_at: str | None, output: Path) -> None:
+    """Write a contract from a speculators eagle3 config and its hs_N.safetensors data."""
+    from specparity.training.speculators import contract_from_speculators
+
+    c, path = contract_from_speculators(hidden_states, draft, target, out=output, name=name, probes=probes,
+                                        max_probe_tokens=max_probe_tokens, created_at=_parse_created_at(created_at))
+    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes)")
 
 
 @contract.command("show")

@@ -76,7 +76,7 @@ def test_hash_is_stable_across_key_order_and_whitespace(rnd, indent):
 
 def test_edited_contract_fails_its_hash(tmp_path):
     data = json.loads(dump_contract(parse_contract(good())))
-    data["fc_input"]["sources"] = ["layer:1", "layer:3", "layer:4"]
+    data["drafter"]["fc_bias"] = True
     assert bad(tmp_path, data).field == "content_hash"
 
 
@@ -152,3 +152,10 @@ def test_cli_schema_validate_and_exit_codes(tmp_path):
     assert res.exit_code == 2 and "nonsense: unknown field" in res.output and "Traceback" not in res.output
     res = r.invoke(main, ["contract", "validate", str(tmp_path / "absent.json")])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_sources_must_follow_from_the_raw_ids(tmp_path):
+    d = good()
+    d["layer_ids"]["ids"] = [2, 4, 6]  # SpecForge ids 2,4,6 are layer:2,4,6, not the stated layer:1,3,5
+    e = bad(tmp_path, d)
+    assert "disagree with layer_ids.ids [2, 4, 6] read as specforge_eagle" in str(e)

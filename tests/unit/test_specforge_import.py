@@ -7,15 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import torch
 from click.testing import CliRunner
-
 from sf_builders import write_record
 
 from specparity.cli import main
 from specparity.contract import load_contract, probe_pack_path, read_probe_pack
-from specparity.errors import InputError
 from specparity.training.specforge import contract_from_specforge, list_hidden_state_files
 
 

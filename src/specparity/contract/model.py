@@ -157,7 +157,7 @@ class Tolerance(_Strict):
     rtol: float = Field(ge=0)
 
 
-def _default_per_dtype() -> dict[str, Tolerance]:
+def _default_per_dtype() -> dict[DType, Tolerance]:
     # fp32 CPU capture equals HF to 0.0 (sglang-cpu.md §2); bf16: same-layer HF vs engine differences
     # reach ~3e-2 while wrong layers differ by >= 0.06 (domain.md §4, numeric notes).
     return {
@@ -195,7 +195,7 @@ class Provenance(_Strict):
 class Contract(_Strict):
     """What training promised. Serialized as JSON beside its probe pack."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)
     content_hash: Sha256 | None = Field(default=None, description="sha256 of the canonical JSON without this field")
     target: TargetSpec
@@ -231,10 +231,28 @@ class Contract(_Strict):
             bad = [v for v in self.layer_ids.ids if v < -1 or v > n]
             if bad:
                 raise ValueError(f"layer_ids.ids {bad} out of range for a {n}-layer target (-1..{n})")
+        self._check_ids_derive_sources()
         for k in self.tolerances.per_chunk:
             if not 0 <= k < len(self.fc_input.sources):
                 raise ValueError(f"tolerances.per_chunk key {k} is not a chunk index (0..{len(self.fc_input.sources) - 1})")
         return self
+
+    def _check_ids_derive_sources(self) -> None:
+        from specparity.contract import conventions  # conventions imports this module
+
+        ids = self.layer_ids
+        try:
+            derived = conventions.ids_to_sources(
+                ids.ids, ids.convention, num_layers=self.target.num_hidden_layers,
+                architecture=ids.architecture, version=ids.resolver_version,
+            )
+        except ValueError as e:
+            raise ValueError(f"layer_ids: {e}") from None
+        if derived != list(self.fc_input.sources):
+            raise ValueError(
+                f"fc_input.sources {list(self.fc_input.sources)} disagree with layer_ids.ids {ids.ids} read as "
+                f"{ids.convention.value}, which give {derived}"
+            )
 
     def tolerance_for(self, chunk: int) -> Tolerance:
         """The tolerance that applies to ``chunk``: its override, else the default for the layout's dtype."""

@@ -9,34 +9,25 @@ token t: no shift on disk (domain.md §4). Files are streamed one at a time and 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import torch
 
-import specparity
 from specparity.contract import conventions
-from specparity.contract.model import (
-    Contract,
-    DrafterSpec,
-    FcInputLayout,
-    IdConvention,
-    ProbePackRef,
-    Provenance,
-    RawLayerIds,
-    TargetSpec,
-)
-from specparity.contract.probes import ProbePack, ProbeSample, write_probe_pack
+from specparity.contract.model import Contract, IdConvention, RawLayerIds
+from specparity.contract.probes import ProbeSample
 from specparity.errors import InputError
+from specparity.training.builder import check_fc_width, dtype_name, write_contract
 from specparity.training.drafts import DraftInfo, read_specforge_draft, read_vocab_mapping
-from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo, read_target, safe_torch_load
+from specparity.training.hfdir import TargetInfo, read_target, safe_torch_load
 
 REQUIRED_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
 _NAME = re.compile(r"^data_(\d+)\.(ckpt|ckpt\.gz|pt)$")
-SPECFORGE_SGLANG = "0.5.14"  # specforge 0.2.0 pins sglang 0.5.14, whose setter realises the ids
 
 
 @dataclass(frozen=True)
@@ -62,7 +53,7 @@ def list_hidden_state_files(directory: str | Path) -> list[tuple[int, Path]]:
     if not found:
         raise InputError("no SpecForge hidden-state files (rows_*/data_N.ckpt, .ckpt.gz or data_N.pt)", path=d)
     found.sort()
-    dup = [i for (i, _), (j, _) in zip(found, found[1:]) if i == j]
+    dup = [i for (i, _), (j, _) in itertools.pairwise(found) if i == j]
     if dup:
         raise InputError(f"sample index {dup[0]} appears in more than one file", path=d)
     return found
@@ -122,18 +113,32 @@ def strip_padding(rec: SpecForgeRecord, pad_token_id: int | None) -> int:
 
 def _sources_for(draft: DraftInfo, target: TargetInfo) -> tuple[list[str], RawLayerIds]:
     origin = "draft_config" if draft.ids is not None else "tool_default"
+    field = draft.ids_field or "eagle_config"
+    if draft.ids is not None:
+        # SpecForge hands the ids to its SGLang's setter; a boundary the layer loop never reaches is
+        # silently not captured there, so it can only be a mistake here.
+        plan = conventions.sglang_capture_plan(
+            draft.ids, num_layers=target.num_layers, architecture=target.architecture,
+            version=conventions.SPECFORGE_SGLANG_VERSION,
+        )
+        if plan.unreachable:
+            raise InputError(
+                f"ids {draft.ids} reach boundaries {list(plan.unreachable)} that a {target.num_layers}-layer "
+                f"{target.architecture} never captures (one state fewer than fc expects)",
+                path=draft.config_path, field=field,
+            )
     try:
         sources = conventions.specforge_ids_to_sources(
-            draft.ids, num_layers=target.num_layers, architecture=target.architecture, sglang_version=SPECFORGE_SGLANG
+            draft.ids, num_layers=target.num_layers, architecture=target.architecture, sglang_version=conventions.SPECFORGE_SGLANG_VERSION
         )
     except ValueError as e:
-        raise InputError(str(e), path=draft.config_path, field=draft.ids_field or "eagle_config") from None
+        raise InputError(str(e), path=draft.config_path, field=field) from None
     raw = RawLayerIds(
         ids=draft.ids,
         convention=IdConvention.SPECFORGE,
         origin=origin,
         tool="specforge",
-        resolver_version=SPECFORGE_SGLANG,
+        resolver_version=conventions.SPECFORGE_SGLANG_VERSION,
         architecture=target.architecture,
     )
     return sources, raw
@@ -157,8 +162,6 @@ def contract_from_specforge(
     Returns the contract and the path written. Raises :class:`InputError` on any inconsistency
     (widths that disagree with ``fc.weight``, malformed files, ids out of range, no samples).
     """
-    from specparity.contract.io import save_contract
-
     if probes < 1:
         raise InputError("must be at least 1", field="--probes")
     tgt = read_target(target)
@@ -169,14 +172,7 @@ def contract_from_specforge(
         raise InputError(
             f"target_hidden_size {h_t} != target hidden_size {tgt.hidden_size}", path=dft.config_path, field="target_hidden_size"
         )
-    width = len(sources) * h_t
-    if dft.fc_weight_shape is not None and dft.fc_weight_shape[-1] != width:
-        raise InputError(
-            f"fc.weight is {list(dft.fc_weight_shape)}: in_features {dft.fc_weight_shape[-1]} != "
-            f"{len(sources)} sources ({', '.join(sources)}) x {h_t} = {width}",
-            path=dft.config_path.parent,
-            field="fc.weight",
-        )
+    width = check_fc_width(dft, sources, h_t)
     pad = tgt.pad_token_id
     samples: list[ProbeSample] = []
     dtype: torch.dtype | None = None
@@ -199,57 +195,11 @@ def contract_from_specforge(
                     final_norm=rec.hidden_state[:n].clone(),
                 )
             )
-    assert dtype is not None
-    dtype_name = str(dtype).removeprefix("torch.")
-    if dtype_name not in ("float32", "bfloat16", "float16"):
-        raise InputError(f"unsupported dtype {dtype_name}", path=hidden_states, field="aux_hidden_state")
+    assert dtype is not None  # list_hidden_state_files raised if there were no records
     vm = read_vocab_mapping(vocab_mapping) if vocab_mapping is not None else dft.vocab_map
-    out_path = Path(out)
-    contract_name = name or out_path.name.removesuffix(".json").removesuffix(".contract")
-    pack_name = f"{contract_name}.probes.safetensors"
-    pack = ProbePack(samples=samples, sources=list(sources), hidden_size=h_t)
-    sha = write_probe_pack(pack, out_path.parent / pack_name)
-    fc_out = dft.fc_weight_shape[0] if dft.fc_weight_shape is not None else dft.hidden_size
-    contract = Contract(
-        name=contract_name,
-        target=TargetSpec(
-            architecture=tgt.architecture,
-            num_hidden_layers=tgt.num_layers,
-            hidden_size=tgt.hidden_size,
-            vocab_size=tgt.vocab_size,
-            dtype=tgt.dtype,  # type: ignore[arg-type]
-            name_or_path=tgt.config.get("_name_or_path") or None,
-            config_fingerprint=tgt.config_fingerprint,
-            fingerprint_fields=list(FINGERPRINT_FIELDS),
-            tokenizer_fingerprint=tgt.tokenizer_fingerprint,
-            chat_template_fingerprint=tgt.chat_template_fingerprint,
-        ),
-        fc_input=FcInputLayout(
-            sources=list(sources), chunk_widths=[h_t] * len(sources), total_width=width, dtype=dtype_name  # type: ignore[arg-type]
-        ),
-        layer_ids=raw,
-        drafter=DrafterSpec(
-            architecture=dft.architecture,
-            hidden_size=dft.hidden_size,
-            fc_in_features=width,
-            fc_out_features=fc_out,
-            fc_bias=dft.fc_bias_present,
-            norm_before_fc=dft.norm_before_fc,
-            fc_norm=dft.fc_norm,
-            norm_output=dft.norm_output,
-            draft_vocab_size=vm.draft_vocab_size if vm else (dft.draft_vocab_size or tgt.vocab_size),
-            vocab_map=vm,
-            checkpoint_keys=dft.checkpoint_keys,
-        ),
-        probes=ProbePackRef(file=pack_name, sha256=sha, num_samples=len(samples), num_tokens=pack.num_tokens),
-        provenance=Provenance(
-            run_id=run_id,
-            tool="specforge",
-            data_location=str(hidden_states),
-            created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
-            specparity_version=specparity.__version__,
-        ),
+    return write_contract(
+        target=tgt, draft=dft, sources=sources, raw_ids=raw, samples=samples, dtype=dtype_name(dtype, path=hidden_states, field="aux_hidden_state"), vocab_map=vm,
+        out=Path(out), name=name, tool="specforge", data_location=str(hidden_states), created_at=created_at,
+        run_id=run_id,
     )
-    save_contract(contract, out_path)
-    return contract, out_path
 
