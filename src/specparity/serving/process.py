@@ -1,0 +1,116 @@
+"""Run one SGLang job in a child process: JSON request in, ``result.json`` + safetensors out.
+
+The child runs in its own session (process group); a timeout kills the whole group, so neither the
+interpreter nor anything SGLang spawned is left behind. A child that dies without writing a result
+becomes a ``child_crashed`` failure carrying the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import specparity
+from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
+from specparity.serving.sglang.adapter import WorkerRequest
+from specparity.serving.transport import ChildOutcome, read_result
+
+WORKER_MODULE = "specparity.serving.sglang.worker"
+PROGRESS_PREFIX = "@@specparity-progress"
+STDERR_TAIL_LINES = 25
+
+
+def _package_root() -> str:
+    # .../src for an editable install; site-packages otherwise. Prepended to the child's PYTHONPATH so
+    # a deploy repo's interpreter (python=) can run the worker without specparity installed there.
+    return str(Path(specparity.__file__).resolve().parent.parent)
+
+
+def _pump(stream: IO[str], sink: Callable[[str], None]) -> None:
+    for line in stream:
+        sink(line.rstrip("\n"))
+    stream.close()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _tail(lines: collections.deque[str]) -> str:
+    text = "\n".join(list(lines)[-STDERR_TAIL_LINES:])
+    return text[-3000:]
+
+
+def run_child(request: WorkerRequest, *, python: str | None = None, timeout_s: float = 600,
+              progress: Callable[[int, int], None] | None = None) -> ChildOutcome | ServingFailure:
+    """Run ``request`` in ``python -m specparity.serving.sglang.worker``; always returns, never hangs."""
+    interpreter = python or sys.executable
+    work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
+    try:
+        req_path, out_dir = work / "request.json", work / "out"
+        req_path.write_text(json.dumps(request.to_dict()))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            proc = subprocess.Popen(
+                [interpreter, "-m", WORKER_MODULE, str(req_path), str(out_dir)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=env, start_new_session=True)
+        except OSError as exc:
+            return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
+        stderr: collections.deque[str] = collections.deque(maxlen=400)
+        events: queue.Queue[tuple[int, int]] = queue.Queue()
+
+        def on_stdout(line: str) -> None:
+            if line.startswith(PROGRESS_PREFIX):
+                done, total = line.split()[1:3]
+                events.put((int(done), int(total)))
+
+        threads = [threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
+                   threading.Thread(target=_pump, args=(proc.stderr, stderr.append), daemon=True)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout_s
+        timed_out = False
+        while True:
+            try:
+                proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+            finally:
+                while progress is not None and not events.empty():
+                    progress(*events.get_nowait())
+        _kill_group(proc)  # also reaps anything the child left in its group
+        proc.wait()
+        for t in threads:
+            t.join(timeout=5)
+        while progress is not None and not events.empty():
+            progress(*events.get_nowait())
+        if timed_out:
+            return ServingFailure(TIMEOUT, f"the SGLang child did not finish within {timeout_s:g} s; its "
+                                           "process group was killed")
+        outcome = read_result(out_dir)
+        if outcome is None:
+            return ServingFailure(CHILD_CRASHED, f"the SGLang child exited with code {proc.returncode} "
+                                                 f"without a result; stderr tail:\n{_tail(stderr)}")
+        return outcome
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,230 @@
+"""What the serving adapter hands back: plain frozen records, JSON-(de)serialisable.
+
+The JSON parts (:class:`SpecSettings`, :class:`ResolvedDeployment`, :class:`ServingFailure`) hold no
+torch objects; they travel from the SGLang child process as JSON. Tensors (:class:`FcCapture`,
+:class:`LayerAtlas`) travel separately as safetensors files (see ``serving/process.py``).
+
+Sources are always named in the canonical vocabulary (``embedding``, ``layer:<i>``, ``final_norm``;
+domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# Stable failure kinds. Reports, the pytest plugin and CI scripts key on these strings.
+FC_NOT_CALLED = "fc_not_called"
+CAPTURE_COUNT_SHORT = "capture_count_short"
+CAPTURE_SHAPE = "capture_shape"
+SGLANG_EXCEPTION = "sglang_exception"
+NONFINITE = "nonfinite"
+TIMEOUT = "timeout"
+SGLANG_MISSING = "sglang_missing"
+UNSUPPORTED_VERSION = "unsupported_version"
+BAD_DEPLOYMENT = "bad_deployment"
+CHILD_CRASHED = "child_crashed"
+FAILURE_KINDS = (
+    FC_NOT_CALLED,
+    CAPTURE_COUNT_SHORT,
+    CAPTURE_SHAPE,
+    SGLANG_EXCEPTION,
+    NONFINITE,
+    TIMEOUT,
+    SGLANG_MISSING,
+    UNSUPPORTED_VERSION,
+    BAD_DEPLOYMENT,
+    CHILD_CRASHED,
+)
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """The speculative-decoding triple; ``None`` where unset."""
+
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_steps": self.num_steps, "eagle_topk": self.eagle_topk,
+                "num_draft_tokens": self.num_draft_tokens}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpecSettings:
+        return cls(num_steps=d.get("num_steps"), eagle_topk=d.get("eagle_topk"),
+                   num_draft_tokens=d.get("num_draft_tokens"))
+
+
+@dataclass(frozen=True)
+class ResolvedDeployment:
+    """What SGLang resolved for one (target, draft, server args) deployment, read from SGLang itself.
+
+    ``layers_to_capture`` are SGLang boundary indices (provenance); ``served_sources`` are the same
+    positions in canonical names, in fc-chunk order (ascending, deduplicated, reachable only).
+    ``resolved_spec`` comes from ``resolved_view()`` (sglang >= 0.5.19 keeps the user's value on the
+    ServerArgs attribute, domain.md §5). ``draft_config_ids`` is ``None`` when SGLang took its default
+    path; ``ids_fallback_reason`` then says why.
+    """
+
+    sglang_version: str
+    adapter: str
+    target_path: str
+    draft_path: str
+    device: str
+    target_architecture: str
+    num_layers: int
+    target_hidden_size: int
+    target_vocab_size: int
+    target_dtype: str
+    draft_architecture: str
+    draft_hidden_size: int
+    draft_vocab_size: int | None
+    requested_spec: SpecSettings
+    resolved_spec: SpecSettings
+    spec_warnings: tuple[str, ...]
+    draft_config_ids: tuple[int, ...] | None
+    ids_fallback_reason: str | None
+    layers_to_capture: tuple[int, ...]
+    served_sources: tuple[str, ...]
+    fc_in_features: int
+    fc_out_features: int
+    fc_bias: bool
+    num_aux_hidden_states: int
+    fc_applied: bool
+    norm_before_fc: bool
+    fc_norm: bool
+    norm_output: bool
+    fc_bias_in_config: bool
+    server_args: dict[str, object]
+    timings: dict[str, float]
+    unreachable_boundaries: tuple[int, ...] = ()  # in layers_to_capture but never reached by the layer loop
+    fc_source: str = "checkpoint"  # "checkpoint" (static resolve) or "sglang_module" (live drafter)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, SpecSettings):
+                out[f.name] = v.to_dict()
+            elif isinstance(v, tuple):
+                out[f.name] = list(v)
+            elif isinstance(v, dict):
+                out[f.name] = dict(v)
+            else:
+                out[f.name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ResolvedDeployment:
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in d:
+                continue  # optional fields with defaults
+            v = d[f.name]
+            if f.name in ("requested_spec", "resolved_spec"):
+                v = SpecSettings.from_dict(v)
+            elif f.name == "draft_config_ids":
+                v = None if v is None else tuple(int(x) for x in v)
+            elif f.name in ("layers_to_capture", "unreachable_boundaries"):
+                v = tuple(int(x) for x in v)
+            elif f.name in ("spec_warnings", "served_sources"):
+                v = tuple(str(x) for x in v)
+            elif f.name in ("server_args", "timings"):
+                v = dict(v)
+            kw[f.name] = v
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ServingFailure:
+    """A typed reason why the adapter could not produce (a trustworthy) capture.
+
+    ``kind`` is one of :data:`FAILURE_KINDS`. For ``sglang_exception`` the message quotes SGLang's
+    exception type and message and the innermost sglang ``file:line`` of the traceback.
+    """
+
+    kind: str
+    message: str
+    sample: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "sample": self.sample}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServingFailure:
+        return cls(kind=str(d["kind"]), message=str(d["message"]), sample=d.get("sample"))
+
+    def __str__(self) -> str:
+        where = f" (sample {self.sample})" if self.sample is not None else ""
+        return f"{self.kind}{where}: {self.message}"
+
+
+@dataclass
+class FcCapture:
+    """What SGLang fed the drafter's ``fc``, per probe sample: tensors ``[T_i, k*H_t]``.
+
+    Row ``t`` belongs to token ``t`` of the sample (no shift, domain.md §1). ``per_sample`` is the fc
+    input as the forward pre-hook saw it (after ``norm_before_fc``/``fc_norm`` when those are on);
+    ``aux_per_sample`` is the target's packed aux hidden states as SGLang produced them (before any
+    drafter norm). ``kernel_stub_calls`` lists every call into the ``sgl_kernel`` stand-in.
+    """
+
+    per_sample: list[torch.Tensor]
+    dtype: str
+    sglang_version: str
+    hook_calls: int
+    aux_states_captured: int
+    aux_states_expected: int
+    kernel_stub_calls: tuple[str, ...]
+    aux_per_sample: list[torch.Tensor] = field(default_factory=list)
+    kernel_stub_active: bool = False
+
+    def meta_dict(self) -> dict[str, Any]:
+        """The JSON part (everything but the tensors)."""
+        return {"dtype": self.dtype, "sglang_version": self.sglang_version, "hook_calls": self.hook_calls,
+                "aux_states_captured": self.aux_states_captured,
+                "aux_states_expected": self.aux_states_expected,
+                "kernel_stub_calls": list(self.kernel_stub_calls),
+                "kernel_stub_active": self.kernel_stub_active,
+                "num_samples": len(self.per_sample)}
+
+
+@dataclass
+class LayerAtlas:
+    """The target's residual stream per probe sample: source name -> ``[T_i, H_t]``.
+
+    Boundaries ``embedding``, ``layer:0`` .. ``layer:L-2`` (pre-norm) and ``final_norm``.
+    ``layer:L-1`` is absent: SGLang's llama-style layer loop never reaches boundary ``L``.
+    """
+
+    per_sample: list[dict[str, torch.Tensor]]
+    num_layers: int
+
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.per_sample[0]) if self.per_sample else ()
+
+
+@dataclass
+class CaptureResult:
+    """Everything one capture produced. Never empty-and-silent: ``fc is None`` implies a failure."""
+
+    deployment: ResolvedDeployment | None
+    fc: FcCapture | None
+    atlas: LayerAtlas | None
+    failures: tuple[ServingFailure, ...]
+
+    def __post_init__(self) -> None:
+        if self.fc is None and not self.failures:
+            raise ValueError("CaptureResult without an fc capture must carry at least one ServingFailure")
+
+    @property
+    def ok(self) -> bool:
+        """True when the fc input was captured and no failure was recorded."""
+        return self.fc is not None and not self.failures
+
+    def failure_kinds(self) -> tuple[str, ...]:
+        return tuple(f.kind for f in self.failures)

@@ -1,0 +1,174 @@
+"""Version-independent helpers shared by every SGLang adapter (no sglang import here).
+
+Reading checkpoints, mapping SGLang boundary indices to canonical names, turning exceptions into
+typed failures, collecting SGLang's log lines, and judging a raw fc capture.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specparity.serving.results import (
+    CAPTURE_COUNT_SHORT,
+    CAPTURE_SHAPE,
+    FC_NOT_CALLED,
+    NONFINITE,
+    SGLANG_EXCEPTION,
+    ServingFailure,
+)
+from specparity.sources import boundary_to_source
+
+
+@dataclass(frozen=True)
+class FcShape:
+    """``fc`` as stored in the draft checkpoint."""
+
+    in_features: int
+    out_features: int
+    bias: bool
+    weight_key: str
+
+
+def _safetensors_keys(path: Path) -> dict[str, Any]:
+    # safetensors layout: u64 little-endian header length, then a JSON header (no tensor data read).
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header: dict[str, Any] = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    st_files = sorted(draft_dir.glob("*.safetensors"))
+    for f in st_files:
+        for k, v in _safetensors_keys(f).items():
+            shapes[k] = tuple(int(x) for x in v["shape"])
+    if not st_files:
+        import torch
+
+        for f in sorted(draft_dir.glob("*.bin")) + sorted(draft_dir.glob("*.pt")):
+            state = torch.load(f, map_location="meta", weights_only=True)
+            for k, t in state.items():
+                if hasattr(t, "shape"):
+                    shapes[k] = tuple(int(x) for x in t.shape)
+    return shapes
+
+
+def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
+    """``fc`` in/out features and bias from the checkpoint; ``None`` when there is no ``fc.weight``.
+
+    Name rule as SGLang's loader sees it (sglang 0.5.23 models/llama_eagle3.py:338-353): the key is
+    ``fc.weight`` with an optional module prefix (``model.fc.weight``); ``fc_norm.*`` is a different module.
+    """
+    shapes = checkpoint_shapes(draft_dir)
+    candidates = sorted(k for k in shapes if k == "fc.weight" or k.endswith(".fc.weight"))
+    if not candidates:
+        return None
+    key = min(candidates, key=len)
+    out_f, in_f = shapes[key][0], shapes[key][1]
+    return FcShape(in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes,
+                   weight_key=key)
+
+
+def served_sources(layers_to_capture: Sequence[int], num_layers: int, *,
+                   max_reachable: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Boundary indices -> canonical sources in fc-chunk order, plus the unreachable boundaries.
+
+    Every SGLang version tests ``i in layers_to_capture`` inside the layer loop (sglang 0.5.23
+    models/llama.py:485-493), so chunks come out ascending and deduplicated; a boundary above
+    ``max_reachable`` (``L-1`` for llama-style loops) is never captured (domain.md §3.1).
+    """
+    reachable = sorted({b for b in layers_to_capture if 0 <= b <= max_reachable})
+    unreachable = tuple(sorted({b for b in layers_to_capture if not 0 <= b <= max_reachable}))
+    return tuple(boundary_to_source(b, num_layers) for b in reachable), unreachable
+
+
+def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure:
+    """``sglang_exception`` quoting type, message and the innermost sglang ``file:line``."""
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        fname = frame.filename.replace("\\", "/")
+        if "/sglang/" in fname:
+            where = f" at {fname[fname.rindex('/sglang/') + 1:]}:{frame.lineno}"
+            break
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def collect_sglang_warnings(logger_name: str = "sglang") -> Iterator[list[str]]:
+    """Collect WARNING+ messages SGLang logs under ``logger_name`` while the block runs."""
+    handler = _ListHandler()
+    log = logging.getLogger(logger_name)
+    log.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        log.removeHandler(handler)
+
+
+def judge_fc_capture(*, hook_calls: int, rows: int | None, width: int | None, expected_rows: int,
+                     expected_width: int, aux_captured: int, aux_expected: int,
+                     fc_applied: bool) -> list[ServingFailure]:
+    """Failures implied by what the fc pre-hook and the target aux hook saw. Pure; used by all adapters.
+
+    Never a pass when the hook did not fire or saw fewer rows/chunks than the probes imply.
+    """
+    failures: list[ServingFailure] = []
+    if aux_captured < aux_expected:
+        failures.append(ServingFailure(
+            CAPTURE_COUNT_SHORT,
+            f"the target captured {aux_captured} aux hidden state(s) but the drafter's fc expects "
+            f"{aux_expected}; a configured layer is unreachable or duplicated"))
+    if hook_calls == 0 or rows is None:
+        why = ("SGLang skips fc when k*H_t == H_d (sglang 0.5.23 models/llama_eagle3.py:238)"
+               if not fc_applied else "no forward reached the drafter" if expected_rows == 0
+               else "the draft-extend forward never called fc")
+        failures.append(ServingFailure(FC_NOT_CALLED, f"the drafter's fc was never called: {why}"))
+        return failures
+    if rows != expected_rows or width != expected_width:
+        failures.append(ServingFailure(
+            CAPTURE_SHAPE,
+            f"fc input was [{rows}, {width}], expected [{expected_rows}, {expected_width}] "
+            "(sum of probe lengths, k*H_t)"))
+    return failures
+
+
+def nonfinite_failures(per_sample: Sequence[Any], *, what: str) -> list[ServingFailure]:
+    """One ``nonfinite`` failure per sample whose tensor holds NaN or Inf."""
+    import torch
+
+    out: list[ServingFailure] = []
+    for i, t in enumerate(per_sample):
+        bad = ~torch.isfinite(t)
+        if bool(bad.any()):
+            n = int(bad.sum())
+            row = int(bad.any(dim=-1).nonzero()[0, 0]) if t.dim() > 1 else 0
+            out.append(ServingFailure(NONFINITE, f"{what} has {n} NaN/Inf value(s), first at row {row}",
+                                      sample=i))
+    return out
+
+
+def split_rows(tensor: Any, lengths: Sequence[int]) -> list[Any]:
+    """Split a ``[sum T_i, ...]`` batch tensor back into per-sample ``[T_i, ...]`` tensors (clones)."""
+    return [t.clone() for t in tensor.split(list(lengths), dim=0)]

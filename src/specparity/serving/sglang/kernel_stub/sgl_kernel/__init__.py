@@ -1,0 +1,86 @@
+"""Import-only stand-in for the CPU build of ``sgl_kernel`` (sglang-cpu.md §3, deviation 1).
+
+Why it exists: with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports ``sgl_kernel`` at module load
+(e.g. sglang 0.5.23 ``sglang/kernels/ops/kvcache/cache_move.py:10``), and the CPU build of that
+package is not on PyPI (it is compiled from the sglang repo for AVX-512/AMX). On a CPU without AMX
+every layer on the fc-input path takes its pure-torch ``forward_native`` path, so most symbols only
+have to exist.
+
+Rules:
+- specparity puts this directory on the child's ``sys.path`` ONLY when ``import sgl_kernel`` fails and
+  the device is ``cpu``; never on GPU.
+- Every call is recorded in :data:`CALLED`; the adapter reports it as ``FcCapture.kernel_stub_calls``.
+- Only ``copy_all_layer_kv_cache_cpu`` has a body: the KV-pool warm-up copy SGLang runs before any
+  forward (0.5.23 ``mem_cache/memory_pool.py:2304-2307 -> :2420 ->
+  sglang/kernels/ops/kvcache/cache_move.py:191``). It copies slot 0 onto itself, a no-op.
+- Any other op raises ``NotImplementedError`` naming it, so a new kernel on the fc-input path can never
+  be silently faked: a test asserts the capture path recorded nothing but the warm-up copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from typing import Any
+
+__version__ = "0.0.0+specparity-import-stub"
+SPECPARITY_STUB = True
+CALLED: list[str] = []
+
+
+def copy_all_layer_kv_cache_cpu(data_ptrs: Any, strides: Any, tgt_loc: Any, src_loc: Any) -> None:
+    """Per-layer byte copy of KV slots ``src_loc`` onto ``tgt_loc`` (equal slots are skipped)."""
+    CALLED.append("copy_all_layer_kv_cache_cpu")
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=True):
+        for t, s in zip(tgt_loc.tolist(), src_loc.tolist(), strict=True):
+            if t != s:
+                ctypes.memmove(ptr + t * stride, ptr + s * stride, stride)
+
+
+class _Unavailable:
+    """A symbol that may be imported and attribute-chained, but raises when called."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __getattr__(self, attr: str) -> _Unavailable:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Unavailable(f"{self.__name__}.{attr}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        CALLED.append(self.__name__)
+        raise NotImplementedError(
+            f"sgl_kernel.{self.__name__} was called, but only specparity's import stub of sgl_kernel "
+            "is installed (no CPU sgl_kernel build); this op is on the traced path and cannot be faked"
+        )
+
+
+def __getattr__(name: str) -> _Unavailable:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _Unavailable(name)
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Submodules (``from sgl_kernel.kvcacheio import ...``) import with the same behaviour."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith(__name__ + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+sys.meta_path.append(_StubFinder())

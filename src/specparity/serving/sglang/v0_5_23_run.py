@@ -1,0 +1,167 @@
+"""SGLang 0.5.23 worker start-up and batch driving (the second half of the 0.5.23 glue).
+
+In-process replica of ``Scheduler.init_model_worker()`` (sglang-cpu.md §2 steps 3-16). Two helpers
+come from SGLang's own benchmark module (sglang 0.5.23 ``sglang/benchmark/one_batch.py:119, :479``).
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Workers:
+    """The live SGLang objects of one deployment."""
+
+    server_args: Any
+    tp_worker: Any
+    spec_worker: Any
+    algorithm: Any
+
+    @property
+    def target_model(self) -> Any:
+        return self.tp_worker.model_runner.model
+
+    @property
+    def drafter_model(self) -> Any:
+        return self.spec_worker.draft_worker.draft_runner.model
+
+
+def start_workers(sa: Any, *, device: str) -> Workers:
+    """Target TpModelWorker + EAGLEWorkerV2 + KV pools + attention backends + (eager or CUDA) graphs."""
+    from sglang.benchmark.one_batch import _init_process_global_configs
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import bootstrap
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.runtime_context import get_device
+    from sglang.srt.server_args import PortArgs
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    port_args = PortArgs.init_new(sa)
+    _init_process_global_configs()
+    model_config = ModelConfig.from_server_args(sa)
+    bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=port_args.nccl_port)
+    bootstrap.init_layer_runtime(model_config=model_config)
+    tp_worker = TpModelWorker(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port)
+    algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
+    spec_worker = algo.create_worker(sa)(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port,
+                                          target_worker=tp_worker)
+    tp_worker.alloc_memory_pool(draft_parallel_layout=spec_worker.draft_parallel_layout)
+    pool, allocator = tp_worker.get_memory_pool()
+    spec_worker.alloc_memory_pool(memory_pool_config=tp_worker.model_runner.memory_pool_config,
+                                  req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
+    # The target's set_eagle3_layers_to_capture(ids) runs here (attention_backend_setup.py:40-61).
+    tp_worker.init_attention_backends()
+    if device == "cpu":
+        try:
+            spec_worker.init_attention_backends()
+        except ValueError:
+            # speculative/draft_utils.py:64 knows no CPU backend for multi-step draft decode; the
+            # draft ModelRunner's own torch_native backend is what _draft_extend_for_prefill runs on
+            # (sglang-cpu.md §3 deviation 2). Draft decode is never reached by a prefill.
+            spec_worker.draft_worker.draft_worker.init_attention_backends()
+    else:
+        spec_worker.init_attention_backends()
+    # Scheduler.init_all_cuda_graphs(): captures graphs on CUDA; installs the eager runners otherwise.
+    tp_worker.init_cuda_graphs()
+    spec_worker.init_cuda_graphs()
+    return Workers(server_args=sa, tp_worker=tp_worker, spec_worker=spec_worker, algorithm=algo)
+
+
+class FcTap:
+    """Forward pre-hook on the drafter's fc plus a forward hook on the target's decoder stack."""
+
+    def __init__(self, fc: torch.nn.Module, target_inner: torch.nn.Module) -> None:
+        self.fc_inputs: list[torch.Tensor] = []
+        self.aux_count = 0
+        self.aux_packed: torch.Tensor | None = None
+        self._handles = [fc.register_forward_pre_hook(self._on_fc),
+                         target_inner.register_forward_hook(self._on_target)]
+
+    def _on_fc(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        self.fc_inputs.append(args[0].detach().clone())
+
+    def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # models/llama.py:502-505: (hidden, AuxHiddenStateList) when something was captured.
+        if self.aux_packed is not None:
+            return
+        if isinstance(output, tuple) and len(output) == 2:
+            aux = list(output[1])
+            self.aux_count = len(aux)
+            if aux:
+                self.aux_packed = torch.cat([t.detach() for t in aux], dim=-1).clone()
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def _batch(workers: Workers, probes: tuple[tuple[int, ...], ...], *, tag: str, spec: bool) -> Any:
+    from sglang.benchmark.one_batch import TreeCacheNamespace
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    pool, allocator = workers.tp_worker.get_memory_pool()
+    reqs = []
+    for i, ids in enumerate(probes):
+        req = Req(rid=f"specparity-{tag}-{i}", origin_input_text="", origin_input_ids=array("q", ids),
+                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        req.full_untruncated_fill_ids = req.origin_input_ids
+        req.logprob_start_len = -1
+        req.extend_end = len(req.origin_input_ids)
+        reqs.append(req)
+    model_runner = workers.tp_worker.model_runner
+    tree_cache = TreeCacheNamespace(page_size=workers.server_args.page_size or 1, device=model_runner.device,
+                                    token_to_kv_pool_allocator=allocator)
+    batch = ScheduleBatch.init_new(
+        reqs=reqs, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, tree_cache=tree_cache,
+        model_config=model_runner.model_config, enable_overlap=False,
+        spec_algorithm=workers.algorithm if spec else SpeculativeAlgorithm.NONE)
+    batch.prepare_for_extend()
+    if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        # The scheduler's run loop does this move (sglang/benchmark/one_batch.py:516-523 mirrors it).
+        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)
+        batch.prefill_input_ids_cpu = None
+    return batch
+
+
+def spec_prefill(workers: Workers, probes: tuple[tuple[int, ...], ...]) -> Any:
+    """All probes as requests of ONE prefill batch through EAGLEWorkerV2 (teacher forcing).
+
+    speculative/eagle_worker_v2.py:1548-1602: target extend with CaptureHiddenMode.FULL, then
+    _draft_extend_for_prefill, which runs the drafter and so fc over every prompt token.
+    """
+    batch = _batch(workers, probes, tag="fc", spec=True)
+    with torch.no_grad():
+        return workers.spec_worker.forward_batch_generation(batch)
+
+
+def target_extend(workers: Workers, probes: tuple[tuple[int, ...], ...]) -> torch.Tensor:
+    """One FULL-mode target extend (the call EAGLEWorkerV2 makes, eagle_worker_v2.py:1557); hidden states."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    batch = _batch(workers, probes, tag="atlas", spec=False)
+    with torch.no_grad():
+        out = workers.tp_worker.forward_batch_generation(batch, capture_hidden_mode=CaptureHiddenMode.FULL)
+    hidden = out.logits_output.hidden_states
+    if hidden is None:
+        raise RuntimeError("the target extend returned no hidden states in CaptureHiddenMode.FULL")
+    return hidden.detach().clone()
+
+
+def kernel_stub_active() -> bool:
+    """True when the imported ``sgl_kernel`` is specparity's stand-in."""
+    mod = sys.modules.get("sgl_kernel")
+    return bool(getattr(mod, "SPECPARITY_STUB", False))
+
+
+def kernel_stub_calls() -> tuple[str, ...]:
+    """Every call recorded by the ``sgl_kernel`` stand-in (empty when the real package is used)."""
+    mod = sys.modules.get("sgl_kernel")
+    return tuple(getattr(mod, "CALLED", ())) if kernel_stub_active() else ()

@@ -1,0 +1,93 @@
+"""Child-process entry point: ``python -m specparity.serving.sglang.worker REQUEST.json OUT_DIR``.
+
+SGLang keeps process-global state (runtime context, parallel groups, ``lru_cache``d platform probes),
+so every deployment runs in a fresh interpreter. This module:
+
+1. reads the :class:`~specparity.serving.sglang.adapter.WorkerRequest`;
+2. finds the installed SGLang version without importing it, and picks the adapter (or reports
+   ``sglang_missing`` / ``unsupported_version``);
+3. on ``cpu`` sets ``SGLANG_USE_CPU_ENGINE=1`` before the first sglang import (``is_cpu()`` is
+   ``lru_cache``d, sglang 0.5.23 ``utils/common.py:221-224``) and installs the ``sgl_kernel`` stand-in
+   only if the real package cannot be imported;
+4. runs the adapter and writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.transport``.
+
+Progress lines go to stdout as ``@@specparity-progress DONE TOTAL``; SGLang's logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from importlib import metadata
+from pathlib import Path
+
+PROGRESS_PREFIX = "@@specparity-progress"
+STUB_DIR = Path(__file__).resolve().parent / "kernel_stub"
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"{PROGRESS_PREFIX} {done} {total}", flush=True)
+
+
+def install_kernel_stub_if_needed(device: str) -> bool:
+    """Put the stand-in first on ``sys.path`` iff ``import sgl_kernel`` fails and ``device == "cpu"``."""
+    if device != "cpu":
+        return False
+    try:
+        import sgl_kernel  # noqa: F401  (the real CPU build, when a deploy env has one)
+
+        return False
+    except Exception:  # ImportError, or OSError from a CUDA-only build's shared libraries
+        for name in [m for m in sys.modules if m == "sgl_kernel" or m.startswith("sgl_kernel.")]:
+            del sys.modules[name]
+    sys.path.insert(0, str(STUB_DIR))
+    return True
+
+
+def main(argv: list[str]) -> int:
+    request_path, out_dir = Path(argv[0]), Path(argv[1])
+    from specparity.serving.results import SGLANG_MISSING, ServingFailure
+    from specparity.serving.sglang.adapter import WorkerRequest, load_adapter, select_adapter
+    from specparity.serving.sglang.common import exception_failure
+    from specparity.serving.transport import write_result
+
+    request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
+    try:
+        version = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        write_result(out_dir, ServingFailure(
+            SGLANG_MISSING, f"sglang is not installed for {sys.executable}; install it there or pass python="))
+        return 0
+    entry = select_adapter(version)
+    if isinstance(entry, ServingFailure):
+        write_result(out_dir, entry)
+        return 0
+    if request.device == "cpu":
+        os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    install_kernel_stub_if_needed(request.device)
+    try:
+        adapter = load_adapter(entry, sglang_version=version)
+    except Exception as exc:
+        write_result(out_dir, exception_failure(exc, prefix="importing sglang: "))
+        return 0
+    if request.op == "resolve":
+        write_result(out_dir, adapter.resolve(request))
+    elif request.op == "capture":
+        write_result(out_dir, adapter.capture(request, progress=_progress))
+    else:
+        raise ValueError(f"unknown op {request.op!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main(sys.argv[1:])
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: SGLang leaves threads and process groups that make exit slow.
+    os._exit(code)
