@@ -466,3 +466,18 @@ def test_plan_invariants(case: tuple[int, list[int]], arch: str, version: str) -
 def test_order_of_ids_does_not_change_the_layout(ids: list[int], arch: str) -> None:
     """D12: a non-ascending config is served ascending on every +1 family."""
     assert served(ids, n=8, arch=arch, version="0.5.23") == L(1, 3, 5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ascending_boundaries(), st.sampled_from([LLAMA, DEEPSEEK, GPT_OSS]), st.sampled_from(["0.5.14", "0.5.23"]))
+def test_specforge_round_trip_any_list(case: tuple[int, list[int]], arch: str, version: str) -> None:
+    """Every ascending list either has SpecForge ids that record exactly it, or is refused with ValueError."""
+    n, bs = case
+    sources = [boundary_to_source(b, n) for b in bs]
+    try:
+        ids = sources_to_specforge_ids(sources, num_layers=n, architecture=arch, sglang_version=version)
+    except ValueError as e:
+        assert "no SpecForge layer ids record" in str(e)
+        return
+    assert all(i >= 0 for i in ids)
+    assert specforge_ids_to_sources(ids, num_layers=n, architecture=arch, sglang_version=version) == sources

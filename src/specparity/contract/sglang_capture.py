@@ -200,7 +200,7 @@ def _setter(
     if family is ArchFamily.GPT_OSS and v >= _GPT_OSS_BOUNDARY_RULE:
         # 0.5.23 gpt_oss.py:1349-1352: `if layer_ids and max(layer_ids) == num_layers: raw else +1`
         return list(ids) if ids and max(ids) == num_layers else plus_one
-    # 0.5.23 llama.py:941, qwen2.py:800, qwen3.py:797, minimax_m3.py:2069, minimax_m3_vl.py:263;
+    # 0.5.23 llama.py:941, qwen2.py:794, qwen3.py:791, minimax_m3.py:2069, minimax_m3_vl.py:263;
     # deepseek_v2 0.5.6-0.5.12 and gpt_oss <=0.5.16 likewise (domain.md §3.1)
     return plus_one
 
