@@ -1,0 +1,253 @@
+"""The terminal report: a :class:`~specparity.verdict.Verdict` in the house failure shape.
+
+Shape (docs/house-style.md "Failure message shape"): a summary line, a ``Fix:`` line, one line per
+fc-input chunk, then every finding (never only the first), then ``Note:`` lines with remedies
+(Polygraphy-style: the smallest tolerance that would have passed). A pass is one line, followed by
+any warnings. The HTML and JUnit reports reuse the same lines, so all faces say the same words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
+
+# Kinds that mean "the tensors fc receives are not the promised ones"; other failures (vocab map,
+# spec settings, ...) fail the deployment without the fc input itself being wrong.
+FC_INPUT_KINDS = frozenset(
+    {
+        FindingKind.EXTRA_EMBEDDING,
+        FindingKind.MISSING_SOURCE,
+        FindingKind.OFF_BY_ONE,
+        FindingKind.ORDER_MISMATCH,
+        FindingKind.LAYOUT_MISMATCH,
+        FindingKind.DEFAULT_IDS_FALLBACK,
+        FindingKind.WIDTH_MISMATCH,
+        FindingKind.CAPTURE_COUNT_SHORT,
+        FindingKind.FC_NOT_CALLED,
+        FindingKind.NORM_MISMATCH,
+        FindingKind.POSITION_SHIFT,
+        FindingKind.NONFINITE,
+        FindingKind.NUMERIC_DRIFT,
+    }
+)
+
+_ANSI = {"pass": "\x1b[1;32m", "fail": "\x1b[1;31m", "error": "\x1b[1;33m", "warning": "\x1b[33m",
+         "info": "\x1b[36m", "dim": "\x1b[2m"}
+_RESET = "\x1b[0m"
+
+DIAGNOSIS_TEXT = {
+    "healthy": "healthy; the drafter accepts served fc inputs as well as recorded ones",
+    "wiring": "wiring; acceptance drops on the served fc input, so the serving path (not the model) is at fault",
+    "model_quality": "model quality; acceptance is low on the recorded fc input too, so the drafter itself is weak",
+}
+
+
+def fmt_num(value: float | None) -> str:
+    """Short number for reports: ``3.1``, ``0.02``, ``1.2e-06``, ``0.0``; ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == 0:
+        return "0.0"
+    text = f"{value:.2g}"
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+def fmt_cosine(value: float | None) -> str:
+    """Cosine with 2 decimals, or 4 near 1 where the difference matters (0.9987 is not 1.00)."""
+    if value is None:
+        return "n/a"
+    if math.isnan(value):
+        return "nan"
+    return f"{value:.4f}" if value >= 0.99 else f"{value:.2f}"
+
+
+def context(verdict: Verdict) -> str:
+    """``sglang 0.5.23, LlamaForCausalLM``: the parts that are known."""
+    parts = []
+    if verdict.sglang_version:
+        parts.append(f"sglang {verdict.sglang_version}")
+    if verdict.target_architecture:
+        parts.append(verdict.target_architecture)
+    return ", ".join(parts) if parts else "serving engine unknown"
+
+
+def max_abs_err(verdict: Verdict) -> float | None:
+    """The largest served-vs-recorded error over all chunks (None when no tensors were compared)."""
+    errs = [c.max_abs_err for c in verdict.chunks if c.max_abs_err is not None]
+    return max(errs) if errs else None
+
+
+def summary_line(verdict: Verdict) -> str:
+    """The first line of every report: status word, what was checked, against which contract."""
+    ctx = f"contract '{verdict.contract_name}' ({context(verdict)})"
+    if verdict.status == "pass":
+        layout = ", ".join(verdict.expected_layout)
+        facts = []
+        if verdict.probes:
+            facts.append(f"{len(verdict.probes)} probe{'s' if len(verdict.probes) != 1 else ''}")
+        err = max_abs_err(verdict)
+        if err is not None:
+            facts.append(f"max|d| {fmt_num(err)}")
+        if verdict.level == "static":
+            facts.append("static check only, no tensors captured")
+        return f"PASS  fc input matches {ctx}: {layout}" + (f"; {', '.join(facts)}" if facts else "")
+    if verdict.status == "error":
+        env = [f for f in verdict.findings if f.kind in ENVIRONMENT_KINDS]
+        what = "SGLang timed out" if env and env[0].kind is FindingKind.TIMEOUT else "SGLang failed"
+        return f"ERROR  could not check fc input against {ctx}: {what}"
+    if any(f.kind in FC_INPUT_KINDS for f in verdict.errors) or not verdict.errors:
+        return f"FAIL  fc input does not match {ctx}"
+    return f"FAIL  deployment does not match {ctx}"
+
+
+def fix_text(verdict: Verdict) -> str:
+    """The one-line remedy: the verdict's fix, else the fixes of its error findings, else a pointer."""
+    if verdict.fix is not None:
+        return verdict.fix.summary
+    fixes: list[str] = []
+    for f in verdict.errors or list(verdict.findings):
+        if f.fix and f.fix not in fixes:
+            fixes.append(f.fix)
+    if fixes:
+        return "; ".join(fixes)
+    if verdict.status == "error":
+        return "see the SGLang error below; rerun with SPECPARITY_DEBUG=1 for the full traceback"
+    return "no automatic fix is known; see the findings below"
+
+
+def chunk_lines(chunks: Sequence[ChunkReport]) -> list[str]:
+    """``chunk 0: served embedding      expected layer:1   cosine 0.02  max|d| 3.1`` per chunk."""
+    served_w = max([14, *(len(c.served or "unknown") + 1 for c in chunks)])
+    expected_w = max([9, *(len(c.expected or "(none)") + 1 for c in chunks)])
+    lines = []
+    for c in chunks:
+        line = (
+            f"chunk {c.index}: served {(c.served or 'unknown').ljust(served_w)} "
+            f"expected {(c.expected or '(none)').ljust(expected_w)} "
+            f"cosine {fmt_cosine(c.cosine)}  max|d| {fmt_num(c.max_abs_err)}"
+        )
+        if c.recorded is not None and c.recorded != c.expected:
+            line += f"  (recording matches {c.recorded})"
+        lines.append(line)
+    return lines
+
+
+def finding_lines(findings: Sequence[Finding], *, headline_fix: str | None = None) -> list[str]:
+    """Every finding as ``<severity> <kind>: <message>``, plus its own fix when it adds one."""
+    lines = []
+    for f in findings:
+        lines.append(f"{f.severity.value.ljust(7)} {f.kind.value}: {f.message}")
+        if f.fix and f.fix != headline_fix:
+            lines.append(f"{'':8}fix: {f.fix}")
+    return lines
+
+
+def _spec_settings(d: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+def spec_config_line(resolved: Mapping[str, Any]) -> str:
+    """``Spec config: SGLang serves num_steps 3, ... (requested ...)`` from ``resolved_spec_config``.
+
+    Accepts either ``{"requested": {...}, "resolved": {...}}`` or a flat mapping of resolved values.
+    """
+    req, res = resolved.get("requested"), resolved.get("resolved")
+    if isinstance(res, Mapping):
+        line = f"Spec config: SGLang serves {_spec_settings(res)}"
+        if isinstance(req, Mapping):
+            changed = {k: v for k, v in req.items() if v is not None and res.get(k) != v}
+            if changed:
+                line += f" (requested {_spec_settings(changed)})"
+        return line
+    return f"Spec config: SGLang serves {_spec_settings(resolved)}"
+
+
+def _acc_row(label: str, values: Sequence[float]) -> str:
+    return f"  {label:<10}" + "".join(f"{v:>7.2f}" for v in values)
+
+
+def outcome_lines(outcome: OutcomeSummary) -> list[str]:
+    """The acceptance block: per draft position, recorded vs served (and expected), then diagnosis."""
+    n = max(len(outcome.recorded_acceptance), len(outcome.served_acceptance),
+            len(outcome.expected_acceptance or ()))
+    lines = [
+        f"Outcome: {DIAGNOSIS_TEXT[outcome.diagnosis]}",
+        f"  {'position':<10}" + "".join(f"{i:>7}" for i in range(n)),
+        _acc_row("recorded", outcome.recorded_acceptance),
+        _acc_row("served", outcome.served_acceptance),
+    ]
+    if outcome.expected_acceptance is not None:
+        lines.append(_acc_row("expected", outcome.expected_acceptance))
+    lines.append(
+        f"  acceptance length: recorded {outcome.recorded_acceptance_length:.2f}, "
+        f"served {outcome.served_acceptance_length:.2f}"
+    )
+    return lines
+
+
+def note_lines(verdict: Verdict) -> list[str]:
+    """Remedies worth knowing beyond the fix: passing tolerances, unattributed chunks, the JSON patch."""
+    notes = []
+    for c in verdict.chunks:
+        if c.min_passing_atol is not None and verdict.status != "pass":
+            atol = fmt_num(c.min_passing_atol)
+            if c.served == c.expected:
+                notes.append(f"chunk {c.index} would have passed with atol >= {atol}")
+            else:
+                notes.append(f"chunk {c.index} would need atol >= {atol} to pass, but it serves "
+                             f"{c.served or 'an unknown source'} instead of {c.expected}: "
+                             "fix the layout, not the tolerance")
+        if c.served is None and c.expected is not None:
+            notes.append(f"chunk {c.index} matches no residual-stream boundary of the target; "
+                         "check norm flags (norm_before_fc, fc_norm) and the capture point")
+    if verdict.fix is not None and verdict.fix.json_patch and verdict.fix.file:
+        notes.append(f"a JSON patch for {verdict.fix.file} is in the JSON and HTML reports (fix.json_patch)")
+    return notes
+
+
+def render_lines(verdict: Verdict) -> list[str]:
+    """The report as plain lines (no colour)."""
+    lines = [summary_line(verdict)]
+    failing = verdict.status != "pass"
+    headline_fix = None
+    if failing:
+        headline_fix = fix_text(verdict)
+        lines.append(f"Fix: {headline_fix}")
+    if verdict.resolved_spec_config is not None and (
+        failing or any(f.kind is FindingKind.SPEC_CONFIG_REWRITTEN for f in verdict.findings)
+    ):
+        lines.append(spec_config_line(verdict.resolved_spec_config))
+    if failing:
+        lines += chunk_lines(verdict.chunks)
+    lines += finding_lines(verdict.findings, headline_fix=headline_fix)
+    if verdict.outcome is not None:
+        lines += outcome_lines(verdict.outcome)
+    lines += [f"Note: {n}" for n in note_lines(verdict)]
+    return lines
+
+
+def _paint(line: str, verdict: Verdict) -> str:
+    for word, key in (("PASS ", "pass"), ("FAIL ", "fail"), ("ERROR ", "error")):
+        if line.startswith(word):
+            return f"{_ANSI[key]}{word.strip()}{_RESET}{line[len(word) - 1:]}"
+    for sev in Severity:
+        if line.startswith(sev.value.ljust(7) + " "):
+            key = "fail" if sev is Severity.ERROR else sev.value
+            return f"{_ANSI[key]}{sev.value}{_RESET}{line[len(sev.value):]}"
+    if line.startswith("Note: "):
+        return f"{_ANSI['dim']}{line}{_RESET}"
+    return line
+
+
+def render_text(verdict: Verdict, *, color: bool = False) -> str:
+    """The terminal report for ``verdict``, newline-terminated; ANSI colours when ``color``."""
+    lines = render_lines(verdict)
+    if color:
+        lines = [_paint(line, verdict) for line in lines]
+    return "\n".join(lines) + "\n"
