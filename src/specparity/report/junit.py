@@ -4,7 +4,7 @@ Testcases: ``static`` (what SGLang resolved, no tensors), ``capture`` (the fc-in
 probes), ``capture[probe <i>]`` (one per probe sample), ``outcome`` (drafter acceptance) and, when
 the environment failed, ``sglang`` as an ``<error>``. Every finding is also a ``finding.<n>``
 property (``"kind: message"``), so a CI summary shows all of them, and every error finding appears
-in the body of exactly one failing testcase. Failure bodies are the house-style text report lines.
+in the body of a failing testcase. Failure bodies are the house-style text report lines.
 """
 
 from __future__ import annotations
@@ -102,11 +102,12 @@ def build_junit(verdict: Verdict) -> ET.Element:
     for f in verdict.findings:
         by_check[check_of(f, verdict)].append(f)
 
-    if by_check["sglang"] or verdict.status == "error":
+    if verdict.status == "error" or any(f.is_failure for f in by_check["sglang"]):
         case = _case(suite, "sglang", verdict)
         env = by_check["sglang"]
         _fail(case, "error", message=env[0].message if env else "SGLang could not run the check",
-              kind=env[0].kind.value if env else "sglang_error", lines=_header(verdict) + finding_lines(env))
+              kind=env[0].kind.value if env else "sglang_error",
+              lines=_header(verdict) + finding_lines(verdict.findings))
 
     static_errors = [f for f in by_check["static"] if f.is_failure]
     if verdict.level in ("static", "all") or by_check["static"]:
@@ -120,7 +121,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
             _fail(case, "failure", message=static_errors[0].message, kind=static_errors[0].kind.value,
                   lines=lines + finding_lines(by_check["static"]))
 
-    if verdict.level in ("capture", "all") and verdict.status != "error":
+    if verdict.status != "error" and (verdict.level != "static" or by_check["capture"]):
         capture_errors = [f for f in by_check["capture"] if f.is_failure]
         case = _case(suite, "capture", verdict, time=timings.get("capture", 0.0))
         if capture_errors:
