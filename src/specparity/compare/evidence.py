@@ -1,0 +1,169 @@
+"""Direct served-vs-recorded evidence per chunk: exact errors, token shifts, scale, non-finite values.
+
+These compare each served chunk with the recorded chunk of the same index only (``k`` pairs, no
+atlas), so they are cheap next to attribution. They feed the rules of :mod:`diagnosis`:
+``position_shift`` (row ``t`` of the served chunk equals recorded row ``t±1``), ``norm_mismatch``
+(same direction, different per-token scale) and ``nonfinite``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ChunkEvidence:
+    """Served chunk ``index`` against recorded chunk ``index``, over valid tokens of all samples.
+
+    ``cosine_by_shift[s]`` for ``s`` in (-1, 0, 1) is the mean per-token cosine of served row ``t``
+    with recorded row ``t + s``. ``scale_ratio`` is the mean of ``||served_t|| / ||recorded_t||``
+    and ``scale_ratio_cv`` its coefficient of variation over tokens; ``served_norm_cv`` and
+    ``recorded_norm_cv`` are the coefficients of variation of the per-token norms (an RMSNorm output
+    has a nearly constant per-token norm, a residual stream does not).
+    """
+
+    index: int
+    cosine_by_shift: tuple[float, float, float]
+    rel_err: float
+    max_abs_err: float
+    min_passing_atol: float
+    scale_ratio: float
+    scale_ratio_cv: float
+    served_norm_cv: float
+    recorded_norm_cv: float
+    nonfinite_served: int
+    nonfinite_recorded: int
+
+    def cosine_at(self, shift: int) -> float:
+        """Mean cosine of served row ``t`` with recorded row ``t + shift`` (shift in -1, 0, 1)."""
+        return self.cosine_by_shift[shift + 1]
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-JSON view."""
+        return {
+            "index": self.index,
+            "cosine_by_shift": {"-1": self.cosine_by_shift[0], "0": self.cosine_by_shift[1],
+                                "1": self.cosine_by_shift[2]},
+            "rel_err": self.rel_err,
+            "max_abs_err": self.max_abs_err,
+            "min_passing_atol": self.min_passing_atol,
+            "scale_ratio": self.scale_ratio,
+            "scale_ratio_cv": self.scale_ratio_cv,
+            "served_norm_cv": self.served_norm_cv,
+            "recorded_norm_cv": self.recorded_norm_cv,
+            "nonfinite_served": self.nonfinite_served,
+            "nonfinite_recorded": self.nonfinite_recorded,
+        }
+
+
+class _Moments:
+    """Running count / sum / sum of squares of a per-token statistic."""
+
+    def __init__(self) -> None:
+        self.n = 0.0
+        self.s = 0.0
+        self.s2 = 0.0
+
+    def add(self, values: torch.Tensor) -> None:
+        v = values.double()
+        self.n += float(v.numel())
+        self.s += float(v.sum())
+        self.s2 += float((v * v).sum())
+
+    def mean(self) -> float:
+        return self.s / self.n if self.n else math.nan
+
+    def cv(self) -> float:
+        if not self.n:
+            return math.nan
+        mean = self.mean()
+        var = max(self.s2 / self.n - mean * mean, 0.0)
+        return math.sqrt(var) / abs(mean) if mean else math.inf
+
+
+class EvidenceAccumulator:
+    """Accumulates :class:`ChunkEvidence` for one chunk index over samples."""
+
+    def __init__(self, index: int, *, rtol: float) -> None:
+        self.index = index
+        self.rtol = rtol
+        self.shift_sum = [0.0, 0.0, 0.0]
+        self.shift_n = [0.0, 0.0, 0.0]
+        self.diff2 = 0.0
+        self.ref2 = 0.0
+        self.max_abs = 0.0
+        self.excess = 0.0
+        self.ratio = _Moments()
+        self.served_norm = _Moments()
+        self.recorded_norm = _Moments()
+        self.nonfinite_served = 0
+        self.nonfinite_recorded = 0
+
+    def add(self, served: torch.Tensor, recorded: torch.Tensor, valid: torch.Tensor) -> None:
+        """One sample: ``served`` and ``recorded`` are ``[T, H]`` (any float dtype), ``valid`` ``[T]`` bool."""
+        a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
+        b = recorded.float()
+        na2 = torch.linalg.vector_norm(a, dim=-1).square()
+        nb2 = torch.linalg.vector_norm(b, dim=-1).square()
+        fin_a = torch.isfinite(na2)
+        fin_b = torch.isfinite(nb2)
+        if not bool((fin_a | ~valid).all()):
+            self.nonfinite_served += int((~torch.isfinite(a[valid])).sum())
+        if not bool((fin_b | ~valid).all()):
+            self.nonfinite_recorded += int((~torch.isfinite(b[valid])).sum())
+        row_ok = valid & fin_a & fin_b
+        na = torch.where(row_ok, na2, 0.0).sqrt()
+        nb = torch.where(row_ok, nb2, 0.0).sqrt()
+        for slot, shift in enumerate((-1, 0, 1)):
+            # served row t against recorded row t + shift
+            if shift < 0:
+                dots, ok, norms = torch.linalg.vecdot(a[1:], b[:-1]), row_ok[1:] & row_ok[:-1], na[1:] * nb[:-1]
+            elif shift > 0:
+                dots, ok, norms = torch.linalg.vecdot(a[:-1], b[1:]), row_ok[:-1] & row_ok[1:], na[:-1] * nb[1:]
+            else:
+                dots, ok, norms = torch.linalg.vecdot(a, b), row_ok, na * nb
+            cos = dots[ok].double() / norms[ok].double().clamp_min(1e-300)
+            self.shift_sum[slot] += float(cos.sum())
+            self.shift_n[slot] += float(ok.sum())
+        if not bool(row_ok.any()):
+            if bool(valid.any()):
+                self.max_abs = self.excess = math.inf
+            return
+        every = bool(row_ok.all())
+        d = a.sub_(b) if every else (a - b)[row_ok]
+        ref = b if every else b[row_ok]
+        self.diff2 += float(torch.linalg.vector_norm(d, dim=-1).double().square().sum())
+        self.ref2 += float(nb2[row_ok].double().sum())
+        d.abs_()
+        self.max_abs = max(self.max_abs, float(d.max()))
+        self.excess = max(self.excess, float(d.sub_(ref.abs().mul_(self.rtol)).max()))
+        self.ratio.add(na[row_ok] / nb[row_ok].clamp_min(1e-30))
+        self.served_norm.add(na[row_ok])
+        self.recorded_norm.add(nb[row_ok])
+        if not bool((valid == row_ok).all()):
+            # a non-finite value on a valid row makes the elementwise comparison fail
+            self.max_abs = math.inf
+            self.excess = math.inf
+
+    def result(self) -> ChunkEvidence:
+        """The accumulated evidence."""
+        shifts = tuple(s / n if n else math.nan for s, n in zip(self.shift_sum, self.shift_n, strict=True))
+        rel = math.sqrt(self.diff2 / self.ref2) if self.ref2 > 0 else math.inf
+        if not math.isfinite(self.max_abs):
+            rel = math.inf
+        return ChunkEvidence(
+            index=self.index,
+            cosine_by_shift=(shifts[0], shifts[1], shifts[2]),
+            rel_err=rel,
+            max_abs_err=self.max_abs,
+            min_passing_atol=max(self.excess, 0.0),
+            scale_ratio=self.ratio.mean(),
+            scale_ratio_cv=self.ratio.cv(),
+            served_norm_cv=self.served_norm.cv(),
+            recorded_norm_cv=self.recorded_norm.cv(),
+            nonfinite_served=self.nonfinite_served,
+            nonfinite_recorded=self.nonfinite_recorded,
+        )

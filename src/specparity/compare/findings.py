@@ -1,0 +1,114 @@
+"""Typed findings: the stable vocabulary every check reports in.
+
+A :class:`Finding` is one named problem (or observation) with a severity, a message in canonical
+source names, optional chunk index, structured details and an optional one-line fix. The terminal,
+JSON and HTML reports all render the same objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class FindingKind(str, enum.Enum):
+    """Stable identifiers of what went wrong. Values never change once released."""
+
+    # layout of the fc input
+    EXTRA_EMBEDDING = "extra_embedding"
+    MISSING_SOURCE = "missing_source"
+    OFF_BY_ONE = "off_by_one"
+    ORDER_MISMATCH = "order_mismatch"
+    LAYOUT_MISMATCH = "layout_mismatch"
+    # how SGLang resolved the deployment
+    DEFAULT_IDS_FALLBACK = "default_ids_fallback"
+    WIDTH_MISMATCH = "width_mismatch"
+    CAPTURE_COUNT_SHORT = "capture_count_short"
+    FC_NOT_CALLED = "fc_not_called"
+    SPEC_CONFIG_REWRITTEN = "spec_config_rewritten"
+    VOCAB_MAP_MISMATCH = "vocab_map_mismatch"
+    CONFIG_MISMATCH = "config_mismatch"
+    # tensor content
+    NORM_MISMATCH = "norm_mismatch"
+    POSITION_SHIFT = "position_shift"
+    NONFINITE = "nonfinite"
+    NUMERIC_DRIFT = "numeric_drift"
+    # the training side
+    CONTRACT_SELF_INCONSISTENT = "contract_self_inconsistent"
+    # the environment could not run the check
+    SGLANG_ERROR = "sglang_error"
+    TIMEOUT = "timeout"
+
+
+class Severity(str, enum.Enum):
+    """``error`` fails the gate, ``warning`` is shown and may be promoted, ``info`` is context."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+ENVIRONMENT_KINDS = frozenset({FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT})
+
+_EMPTY: Mapping[str, object] = MappingProxyType({})
+
+
+def _jsonable(value: object) -> object:
+    """Details as plain JSON: tuples become lists, enums their value, non-finite floats strings."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+        return [_jsonable(v) for v in items]
+    return value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found by a check.
+
+    ``message`` names sources only in canonical vocabulary and carries the numbers that justify it;
+    ``fix`` is a one-line remedy when one is known.
+    """
+
+    kind: FindingKind
+    severity: Severity
+    message: str
+    chunk: int | None = None
+    details: Mapping[str, object] = field(default_factory=lambda: _EMPTY, hash=False)
+    fix: str | None = None
+
+    def __post_init__(self) -> None:
+        # Freeze the details so a Finding can be shared between reporters without copies.
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+
+    @property
+    def is_failure(self) -> bool:
+        """True for error severity."""
+        return self.severity is Severity.ERROR
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-JSON view (stable key order)."""
+        return {
+            "kind": self.kind.value,
+            "severity": self.severity.value,
+            "message": self.message,
+            "chunk": self.chunk,
+            "details": _jsonable(self.details),
+            "fix": self.fix,
+        }
+
+
+def worst_severity(findings: list[Finding] | tuple[Finding, ...]) -> Severity | None:
+    """The most severe severity present, or None when there are no findings."""
+    for severity in (Severity.ERROR, Severity.WARNING, Severity.INFO):
+        if any(f.severity is severity for f in findings):
+            return severity
+    return None
