@@ -137,7 +137,9 @@ def test_heatmap_png_geometry_and_cell_colours() -> None:
 def test_no_heatmap_says_why() -> None:
     html = render_html(failing_verdict(heatmap=None, level="static"))
     assert 'id="heatmap"' not in html
-    assert "No heatmap: no tensors were captured" in html
+    assert "No heatmap: no tensors were captured at level static." in html
+    errored = render_html(failing_verdict(heatmap=None, status="error"))
+    assert "No heatmap: SGLang failed before any tensor was captured." in errored
 
 
 def test_pass_report_has_no_fix_section() -> None:
@@ -247,3 +249,27 @@ def test_chromium_renders_the_report_with_its_heatmap(tmp_path: Path) -> None:
     assert len(expected) >= 6  # five cosine levels, grey NaN and the red best-match frames
     for colour, count in expected.items():
         assert seen[colour] >= 0.9 * count, (colour, seen[colour], count)
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.data: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.data.append(data)
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40))
+def test_any_text_round_trips_as_text_and_never_adds_markup(text: str) -> None:
+    def page(t: str) -> str:
+        return render_html(failing_verdict(
+            findings=(Finding(FindingKind.LAYOUT_MISMATCH, Severity.ERROR, t, fix=t),),
+            heatmap=Heatmap([t], [t], [[0.5]])))
+
+    html, plain = page(text), page("plain")
+    assert parse(html).tags == parse(plain).tags
+    p = _Text()
+    p.feed(html)
+    assert text in p.data  # the findings table cell holds exactly the message

@@ -91,11 +91,13 @@ def heatmap_png(heatmap: Heatmap) -> bytes:
     return png.encode_png(pixels)
 
 
-def _heatmap_section(heatmap: Heatmap | None) -> str:
+def _heatmap_section(verdict: Verdict) -> str:
     head = "<h2>Chunk-by-boundary similarity</h2>"
+    heatmap = verdict.heatmap
     if heatmap is None or not heatmap.values or not heatmap.columns:
-        return f'<section id="heatmap-section">{head}<p class="muted">No heatmap: no tensors were captured ' \
-               "at this level.</p></section>"
+        why = ("SGLang failed before any tensor was captured" if verdict.status == "error"
+               else f"no tensors were captured at level {verdict.level}")
+        return f'<section id="heatmap-section">{head}<p class="muted">No heatmap: {_e(why)}.</p></section>'
     data = heatmap_png(heatmap)
     width, height = png.png_size(data)
     cw = heatmap_cell_width(len(heatmap.columns))
@@ -184,7 +186,7 @@ def render_html(verdict: Verdict) -> str:
         parts.append('<section id="chunks"><h2>fc input chunks</h2>' + _table(
             ["chunk", "served", "expected", "recording matches", "cosine", "max|d|", "min passing atol"], rows,
             table_id="chunk-table", numeric=(0, 4, 5, 6)) + "</section>")
-    parts.append(_heatmap_section(verdict.heatmap))
+    parts.append(_heatmap_section(verdict))
     if verdict.findings:
         rows = (
             ([f'<span class="sev-{f.severity.value}">{_e(f.severity.value)}</span>', f"<code>{_e(f.kind.value)}</code>",
