@@ -273,3 +273,14 @@ def test_any_text_round_trips_as_text_and_never_adds_markup(text: str) -> None:
     p = _Text()
     p.feed(html)
     assert text in p.data  # the findings table cell holds exactly the message
+
+
+def test_missing_chromium_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
+    monkeypatch.setattr(shutil, "which", lambda *_a, **_k: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="required in CI"):
+        _chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        _chromium()

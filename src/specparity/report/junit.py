@@ -59,7 +59,7 @@ def check_of(finding: Finding, verdict: Verdict) -> str:
     return "static"
 
 
-def _case(suite: ET.Element, name: str, verdict: Verdict, *, time: float = 0.0) -> ET.Element:
+def _case(suite: ET.Element, name: str, *, verdict: Verdict, time: float = 0.0) -> ET.Element:
     return ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.{verdict.contract_name}", "name": name,
                                              "time": f"{time:.3f}"})
 
@@ -103,7 +103,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
         by_check[check_of(f, verdict)].append(f)
 
     if verdict.status == "error" or any(f.is_failure for f in by_check["sglang"]):
-        case = _case(suite, "sglang", verdict)
+        case = _case(suite, "sglang", verdict=verdict)
         env = by_check["sglang"]
         _fail(case, "error", message=env[0].message if env else "SGLang could not run the check",
               kind=env[0].kind.value if env else "sglang_error",
@@ -111,7 +111,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
 
     static_errors = [f for f in by_check["static"] if f.is_failure]
     if verdict.level in ("static", "all") or by_check["static"]:
-        case = _case(suite, "static", verdict, time=timings.get("static", 0.0))
+        case = _case(suite, "static", verdict=verdict, time=timings.get("static", 0.0))
         if static_errors:
             lines = _header(verdict)
             if verdict.resolved_spec_config is not None:
@@ -123,13 +123,13 @@ def build_junit(verdict: Verdict) -> ET.Element:
 
     if verdict.status != "error" and (verdict.level != "static" or by_check["capture"]):
         capture_errors = [f for f in by_check["capture"] if f.is_failure]
-        case = _case(suite, "capture", verdict, time=timings.get("capture", 0.0))
+        case = _case(suite, "capture", verdict=verdict, time=timings.get("capture", 0.0))
         if capture_errors:
             _fail(case, "failure", message=capture_errors[0].message, kind=capture_errors[0].kind.value,
                   lines=_header(verdict) + chunk_lines(verdict.chunks) + finding_lines(by_check["capture"]))
         for n, probe in enumerate(verdict.probes):
             index = probe.get("index", n)
-            case = _case(suite, f"capture[probe {index}]", verdict)
+            case = _case(suite, f"capture[probe {index}]", verdict=verdict)
             status = str(probe.get("status", "pass"))
             if status != "pass":
                 err = probe.get("max_abs_err")
@@ -139,14 +139,14 @@ def build_junit(verdict: Verdict) -> ET.Element:
                 _fail(case, "failure", message=detail, kind=status, lines=[detail, "the fc-input layout over all probes is in testcase 'capture'"])
 
     if verdict.outcome is not None:
-        case = _case(suite, "outcome", verdict, time=timings.get("outcome", 0.0))
+        case = _case(suite, "outcome", verdict=verdict, time=timings.get("outcome", 0.0))
         if verdict.outcome.diagnosis != "healthy":
             lines = outcome_lines(verdict.outcome)
             _fail(case, "failure", message=lines[0], kind=verdict.outcome.diagnosis, lines=lines)
 
     if verdict.status == "fail" and not any(c.find("failure") is not None for c in suite.findall("testcase")):
         # A failing verdict must never read as a green suite, whatever check produced it.
-        case = _case(suite, "verdict", verdict)
+        case = _case(suite, "verdict", verdict=verdict)
         _fail(case, "failure", message=summary_line(verdict), kind="fail",
               lines=_header(verdict) + chunk_lines(verdict.chunks) + finding_lines(verdict.findings))
 
