@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.report import render_text
-from specparity.report.terminal import fmt_cosine, fmt_num
+from specparity.report.terminal import fmt_cosine, fmt_num, use_color
 from specparity.verdict import ChunkReport, FixSuggestion, OutcomeSummary, Verdict
 
 DRAFT = "fixtures/default/draft"
@@ -179,6 +181,22 @@ def test_color_only_adds_ansi_codes() -> None:
     assert "\x1b[1;31mFAIL\x1b[0m" in colored
     assert "\x1b[" not in render_text(v)
     assert re.sub(r"\x1b\[[0-9;]*m", "", colored) == render_text(v)
+
+
+class _TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_use_color_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_color(_TTY()) and not use_color(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_color(_TTY())
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not use_color(_TTY())
 
 
 NUMBER_CASES = [(3.1, "3.1"), (0.02, "0.02"), (0.0, "0.0"), (1.23e-6, "1.2e-06"), (12.0, "12.0"),

@@ -14,10 +14,10 @@ from typing import Any
 
 from specparity.report.html import render_html
 from specparity.report.junit import render_junit, write_junit
-from specparity.report.terminal import render_text
+from specparity.report.terminal import render_text, use_color
 from specparity.verdict import Verdict
 
-__all__ = ["render_html", "render_json", "render_junit", "render_text", "write_junit"]
+__all__ = ["render_html", "render_json", "render_junit", "render_text", "use_color", "write_junit"]
 
 
 def _finite(value: Any) -> Any:

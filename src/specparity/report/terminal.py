@@ -9,8 +9,9 @@ any warnings. The HTML and JUnit reports reuse the same lines, so all faces say 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
@@ -232,7 +233,7 @@ def render_lines(verdict: Verdict) -> list[str]:
     return lines
 
 
-def _paint(line: str, verdict: Verdict) -> str:
+def _paint(line: str) -> str:
     for word, key in (("PASS ", "pass"), ("FAIL ", "fail"), ("ERROR ", "error")):
         if line.startswith(word):
             return f"{_ANSI[key]}{word.strip()}{_RESET}{line[len(word) - 1:]}"
@@ -245,9 +246,19 @@ def _paint(line: str, verdict: Verdict) -> str:
     return line
 
 
+def use_color(stream: TextIO) -> bool:
+    """Whether to pass ``color=True`` for ``stream``: a terminal, ``NO_COLOR`` unset, ``TERM`` not dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def render_text(verdict: Verdict, *, color: bool = False) -> str:
     """The terminal report for ``verdict``, newline-terminated; ANSI colours when ``color``."""
     lines = render_lines(verdict)
     if color:
-        lines = [_paint(line, verdict) for line in lines]
+        lines = [_paint(line) for line in lines]
     return "\n".join(lines) + "\n"
