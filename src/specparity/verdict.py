@@ -138,3 +138,42 @@ class Verdict:
             "probes": [dict(p) for p in self.probes],
             "timings": dict(self.timings),
         }
+
+
+def _finding_from_dict(d: Mapping[str, Any]) -> Finding:
+    from specparity.compare.findings import FindingKind
+
+    return Finding(
+        kind=FindingKind(d["kind"]),
+        severity=Severity(d["severity"]),
+        message=str(d["message"]),
+        chunk=d.get("chunk"),
+        details=dict(d.get("details") or {}),
+        fix=d.get("fix"),
+    )
+
+
+def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
+    """Inverse of :meth:`Verdict.to_dict` (used to share one gate run between pytest-xdist workers)."""
+    fix = d.get("fix")
+    out = d.get("outcome")
+    hm = d.get("heatmap")
+    return Verdict(
+        contract_name=d["contract"],
+        contract_hash=d.get("contract_hash"),
+        level=d["level"],
+        status=d["verdict"],
+        sglang_version=d.get("sglang_version"),
+        target_architecture=d.get("target_architecture"),
+        draft_path=d.get("draft_path"),
+        expected_layout=list(d["expected_layout"]),
+        served_layout=d.get("served_layout"),
+        chunks=[ChunkReport(**c) for c in d.get("chunks", [])],
+        findings=[_finding_from_dict(f) for f in d.get("findings", [])],
+        fix=FixSuggestion(fix["summary"], fix.get("file"), fix.get("json_patch") or ()) if fix else None,
+        resolved_spec_config=d.get("resolved_spec_config"),
+        outcome=OutcomeSummary(**out) if out else None,
+        heatmap=Heatmap(hm["rows"], hm["columns"], hm["values"]) if hm else None,
+        probes=list(d.get("probes", [])),
+        timings=dict(d.get("timings", {})),
+    )

@@ -153,25 +153,22 @@ class TrainingOutcome(_Strict):
 
 
 class Tolerance(_Strict):
-    atol: float = Field(ge=0)
-    rtol: float = Field(ge=0)
+    """Overrides of the comparison thresholds; a field left unset keeps the dtype's default
+    (``specparity.compare.tolerances.default_tolerance``)."""
 
-
-def _default_per_dtype() -> dict[DType, Tolerance]:
-    # fp32 CPU capture equals HF to 0.0 (sglang-cpu.md §2); bf16: same-layer HF vs engine differences
-    # reach ~3e-2 while wrong layers differ by >= 0.06 (domain.md §4, numeric notes).
-    return {
-        "float32": Tolerance(atol=1e-4, rtol=1e-4),
-        "bfloat16": Tolerance(atol=5e-2, rtol=2e-2),
-        "float16": Tolerance(atol=1e-2, rtol=5e-3),
-    }
+    atol: float | None = Field(default=None, ge=0)
+    rtol: float | None = Field(default=None, ge=0)
+    cosine_floor: float | None = Field(default=None, ge=-1, le=1)
+    min_margin: float | None = Field(default=None, ge=0, description="best minus runner-up cosine to attribute")
+    max_rel_err: float | None = Field(default=None, ge=0)
 
 
 class Tolerances(_Strict):
-    per_dtype: dict[DType, Tolerance] = Field(default_factory=_default_per_dtype)
+    """Per-dtype defaults live in specparity (compare/tolerances.py); the contract carries overrides."""
+
+    default: Tolerance = Field(default_factory=Tolerance, description="applies to every chunk")
+    per_dtype: dict[DType, Tolerance] = Field(default_factory=dict, description="by the dtype being compared")
     per_chunk: dict[int, Tolerance] = Field(default_factory=dict, description="chunk index -> override")
-    cosine_floor: float = Field(default=0.99, gt=0, le=1)
-    min_margin: float = Field(default=0.001, ge=0, description="best minus second-best cosine needed to attribute")
 
 
 class ProbePackRef(_Strict):
@@ -253,9 +250,3 @@ class Contract(_Strict):
                 f"fc_input.sources {list(self.fc_input.sources)} disagree with layer_ids.ids {ids.ids} read as "
                 f"{ids.convention.value}, which give {derived}"
             )
-
-    def tolerance_for(self, chunk: int) -> Tolerance:
-        """The tolerance that applies to ``chunk``: its override, else the default for the layout's dtype."""
-        if chunk in self.tolerances.per_chunk:
-            return self.tolerances.per_chunk[chunk]
-        return self.tolerances.per_dtype.get(self.fc_input.dtype) or _default_per_dtype()[self.fc_input.dtype]
