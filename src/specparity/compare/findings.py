@@ -38,6 +38,9 @@ class FindingKind(str, enum.Enum):
     NUMERIC_DRIFT = "numeric_drift"
     # the training side
     CONTRACT_SELF_INCONSISTENT = "contract_self_inconsistent"
+    # outcome: drafter acceptance on recorded vs served fc inputs (specparity.replay)
+    ACCEPTANCE_COLLAPSE = "acceptance_collapse"
+    ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"
     # the environment could not run the check
     SGLANG_ERROR = "sglang_error"
     TIMEOUT = "timeout"
