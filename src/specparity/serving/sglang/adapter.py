@@ -80,6 +80,10 @@ class AdapterEntry:
 
 
 REGISTRY: tuple[AdapterEntry, ...] = (
+    AdapterEntry(name="sglang-0.4.10", lowest=(0, 4, 10), below=(0, 4, 11),
+                 module="specparity.serving.sglang.v0_4_10"),
+    AdapterEntry(name="sglang-0.5.3", lowest=(0, 5, 3), below=(0, 5, 4),
+                 module="specparity.serving.sglang.v0_5_3"),
     AdapterEntry(name="sglang-0.5.23", lowest=(0, 5, 23), below=(0, 5, 24),
                  module="specparity.serving.sglang.v0_5_23"),
 )

@@ -1,0 +1,369 @@
+"""Adapter for SGLang before the worker-v2 API (family B: 0.4.10.post2 and 0.5.3; domain.md §6).
+
+Shared by ``v0_4_10.py`` and ``v0_5_3.py``, which only supply a :class:`~.legacy_run.LegacyGlue`.
+Same public behaviour as the 0.5.23 adapter (resolve, fc capture, layer atlas), with the differences
+of these releases made explicit:
+
+- ServerArgs: the constructor itself resolves the speculative triple and REWRITES the attribute
+  (0.5.3 ``server_args.py:1109-1116``: topk 1 -> ``num_draft_tokens = steps + 1``); there is no
+  ``resolved_view``. ``skip_tokenizer_init=True`` because transformers 4.x cannot load a tokenizer saved
+  by transformers 5.x (sglang-cpu.md §4); the harness feeds token ids, so no tokenizer is needed.
+- Draft ids: the target's ``ModelRunner`` reads them itself during init with a bare ``except`` -> ``None``
+  and passes them to the setter; :func:`~.legacy_run.record_setter_calls` records that argument.
+- fc is ``Linear(3*H_t, H_d)`` whatever the config says (``num_aux_hidden_states`` is unknown before
+  0.5.12, D5), bias iff ``config.bias``; no ``norm_before_fc``/``fc_norm``/``norm_output`` (ignored keys).
+- Boundary 0 (id -1) crashes llama targets (D9); the crash comes back as ``sglang_exception`` quoting
+  SGLang's own exception and file:line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from specparity.serving.results import (
+    SGLANG_EXCEPTION,
+    CaptureResult,
+    FcCapture,
+    LayerAtlas,
+    ResolvedDeployment,
+    ServingFailure,
+    SpecSettings,
+)
+from specparity.serving.sglang import legacy_run as run
+from specparity.serving.sglang import legacy_shims
+from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.common import (
+    collect_sglang_warnings,
+    exception_failure,
+    fc_shape_from_checkpoint,
+    judge_fc_capture,
+    nonfinite_failures,
+    served_sources,
+    split_rows,
+)
+from specparity.sources import EMBEDDING, FINAL_NORM, layer
+
+SPEC_KEYS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+REPORTED_ARGS = (
+    "model_path", "speculative_algorithm", "speculative_draft_model_path", *SPEC_KEYS, "device", "dtype",
+    "attention_backend", "disable_cuda_graph", "disable_overlap_schedule", "page_size", "tp_size", "pp_size",
+    "dp_size", "mem_fraction_static", "max_total_tokens", "max_running_requests", "kv_cache_dtype",
+    "quantization", "skip_tokenizer_init",
+)
+FC_WIDTH_K = 3  # fc = Linear(hidden_size_in * 3, ...) before 0.5.12 (0.5.3 models/llama_eagle3.py:134-138)
+
+
+def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> dict[str, Any]:
+    """ServerArgs keywords: harness defaults, then the user's args (the user wins), then the models."""
+    kw: dict[str, Any] = {"device": request.device, "log_level": "warning", "skip_tokenizer_init": True}
+    if request.device == "cpu":
+        # No CPU EAGLE attention/graphs; fp32 keeps the capture bit-exact vs HF (sglang-cpu.md §9, §10).
+        total = sum(len(p) for p in request.probes)
+        kw.update(attention_backend="torch_native", dtype="float32", disable_cuda_graph=True,
+                  disable_overlap_schedule=True, mem_fraction_static=0.1,
+                  max_total_tokens=max(4096, 4 * total + 256))
+    if extra_requests:
+        kw["max_running_requests"] = max(48, extra_requests + 8)
+    kw.update(request.server_args)
+    kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
+              speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
+    return kw
+
+
+def _json_safe(v: Any) -> object:
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return str(v)
+
+
+def ids_fallback_reason(draft_hf_config: Any, ids: Any, *, cite: str) -> str | None:
+    """Why the runner's reader produced ``None`` (it swallows every exception, domain.md D11)."""
+    if ids is not None:
+        return None
+    where = f" (sglang reads only eagle_config['eagle_aux_hidden_state_layer_ids'], bare except -> None, {cite})"
+    eagle_config = getattr(draft_hf_config, "eagle_config", None)
+    top = getattr(draft_hf_config, "eagle_aux_hidden_state_layer_ids", None)
+    note = "; a top-level eagle_aux_hidden_state_layer_ids never reaches the target" if top else ""
+    if eagle_config is None:
+        return "draft config has no eagle_config" + note + where
+    if not isinstance(eagle_config, dict):
+        return f"malformed eagle_config: expected a mapping, got {type(eagle_config).__name__}" + note + where
+    if "eagle_aux_hidden_state_layer_ids" not in eagle_config:
+        return "malformed eagle_config: no eagle_aux_hidden_state_layer_ids" + note + where
+    return "eagle_config.eagle_aux_hidden_state_layer_ids is null" + note + where
+
+
+def read_draft_ids(draft_hf_config: Any) -> tuple[int, ...] | None:
+    """The runner's own reader, re-typed for the static path (0.5.3 ``model_runner.py:458-466``).
+
+    The capture path never uses this: there the argument SGLang passed to the setter is recorded.
+    """
+    try:
+        eagle_config = getattr(draft_hf_config, "eagle_config", None)
+        ids = eagle_config["eagle_aux_hidden_state_layer_ids"]  # type: ignore[index]
+    except Exception:  # SGLang uses a bare except here; so must a faithful copy
+        ids = None
+    return None if ids is None else tuple(int(x) for x in ids)
+
+
+def _setter_model(cls: type[Any], hf_config: Any) -> Any:
+    """The real target class with only what its ``set_eagle3_layers_to_capture`` reads (no weights).
+
+    0.5.3 ``models/llama.py:730-742`` reads ``pp_group.is_last_rank``, ``config.num_hidden_layers`` and
+    writes ``model.layers_to_capture`` and ``capture_aux_hidden_states``.
+    """
+    obj: Any = object.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    obj.config = hf_config
+    obj.pp_group = SimpleNamespace(is_last_rank=True, is_first_rank=True, rank_in_group=0, world_size=1)
+    obj.model = SimpleNamespace(layers_to_capture=[], start_layer=0, end_layer=int(hf_config.num_hidden_layers),
+                                layers=[SimpleNamespace() for _ in range(int(hf_config.num_hidden_layers))])
+    obj.capture_aux_hidden_states = False
+    return obj
+
+
+class LegacyAdapter:
+    """Adapter for one pre-worker-v2 SGLang version: :meth:`resolve` (static) and :meth:`capture`."""
+
+    def __init__(self, *, sglang_version: str, name: str, glue: run.LegacyGlue) -> None:
+        self.sglang_version = sglang_version
+        self.name = name
+        self.glue = glue
+
+    def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+        legacy_shims.install(device=request.device, torch_drift=self.glue.torch_drift)
+        from sglang.srt.server_args import ServerArgs
+
+        with collect_sglang_warnings() as warnings:
+            # The constructor's __post_init__ resolves (and rewrites) the speculative triple in place.
+            sa = ServerArgs(**server_args_kwargs(request, extra_requests=extra_requests))
+        return sa, list(warnings)
+
+    def _deployment(self, request: WorkerRequest, sa: Any, warnings: list[str], *, model_config: Any,
+                    draft_hf_config: Any, ids: tuple[int, ...] | None, layers_to_capture: list[int],
+                    fc: tuple[int, int, bool], model_class: str, timings: dict[str, float]) -> ResolvedDeployment:
+        hf = model_config.hf_text_config if hasattr(model_config, "hf_text_config") else model_config.hf_config
+        num_layers = int(hf.num_hidden_layers)
+        sources, unreachable = served_sources(layers_to_capture, num_layers, max_reachable=num_layers - 1)
+        h_t = int(getattr(draft_hf_config, "target_hidden_size", None) or draft_hf_config.hidden_size)
+        h_d = int(draft_hf_config.hidden_size)
+        ec = getattr(draft_hf_config, "eagle_config", None)
+        ec = ec if isinstance(ec, dict) else {}
+        return ResolvedDeployment(
+            sglang_version=self.sglang_version, adapter=self.name,
+            target_path=request.target, draft_path=request.draft, device=request.device,
+            target_architecture=model_class, num_layers=num_layers,
+            target_hidden_size=int(hf.hidden_size), target_vocab_size=int(model_config.vocab_size),
+            target_dtype=str(model_config.dtype).removeprefix("torch."),
+            draft_architecture=next(iter(getattr(draft_hf_config, "architectures", None) or ["?"])),
+            draft_hidden_size=h_d, draft_vocab_size=getattr(draft_hf_config, "draft_vocab_size", None),
+            requested_spec=SpecSettings(*(request.server_args.get(key) for key in SPEC_KEYS)),
+            # No resolution stash before 0.5.19: the attribute IS the resolved value (domain.md §5).
+            resolved_spec=SpecSettings(*(getattr(sa, key) for key in SPEC_KEYS)),
+            spec_warnings=tuple(w for w in warnings if "speculative" in w),
+            draft_config_ids=ids,
+            ids_fallback_reason=ids_fallback_reason(draft_hf_config, ids, cite=self.glue.ids_reader_cite),
+            layers_to_capture=tuple(int(b) for b in layers_to_capture), served_sources=sources,
+            unreachable_boundaries=unreachable,
+            fc_in_features=fc[0], fc_out_features=fc[1], fc_bias=fc[2], num_aux_hidden_states=FC_WIDTH_K,
+            # 0.5.3 models/llama_eagle3.py:161: fc only if the width differs from the embedding's
+            fc_applied=FC_WIDTH_K * h_t != h_d,
+            # Keys these versions ignore (D5): reported as configured, never applied by SGLang.
+            norm_before_fc=bool(ec.get("norm_before_fc", getattr(draft_hf_config, "norm_before_fc", False))),
+            fc_norm=bool(getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm",
+                                                                              False)),
+            norm_output=bool(getattr(draft_hf_config, "norm_output", False)),
+            fc_bias_in_config=bool(getattr(draft_hf_config, "bias", False)),
+            server_args={key: _json_safe(getattr(sa, key, None)) for key in REPORTED_ARGS},
+            timings=timings,
+        )
+
+    # ---------------------------------------------------------------- static resolve
+    def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
+        """ServerArgs + the runner's id reader + the real class's setter; no weights, no forward."""
+        t0 = time.perf_counter()
+        try:
+            sa, warnings = self._server_args(request)
+            t1 = time.perf_counter()
+            from sglang.srt.configs.model_config import ModelConfig
+
+            model_config = ModelConfig.from_server_args(sa)
+            # As ModelRunner.initialize loads it (0.5.3 model_runner.py:451-456).
+            draft_config = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path,
+                                                        is_draft_model=True)
+            ids = read_draft_ids(draft_config.hf_config)
+            cls = run.target_class(model_config)
+            model = _setter_model(cls, model_config.hf_config)
+            cls.set_eagle3_layers_to_capture(model, None if ids is None else list(ids))
+            layers = list(model.model.layers_to_capture) if model.capture_aux_hidden_states else []
+            crash = self._boundary0_crash(ids, layers, model_config=model_config, model_class=cls.__name__)
+            if crash is not None:
+                return crash
+            draft_hf = draft_config.hf_config
+            fc = fc_shape_from_checkpoint(Path(request.draft))
+            h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
+            fc_t = ((fc.in_features, fc.out_features, fc.bias) if fc is not None
+                    else (FC_WIDTH_K * h_t, int(draft_hf.hidden_size), False))
+            t2 = time.perf_counter()
+            return self._deployment(request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
+                                    ids=ids, layers_to_capture=layers, fc=fc_t, model_class=cls.__name__,
+                                    timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
+        except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
+            return exception_failure(exc, prefix="while resolving: ")
+
+    def _boundary0_crash(self, ids: tuple[int, ...] | None, layers: list[int], *, model_config: Any,
+                         model_class: str) -> ServingFailure | None:
+        """The static path cannot run the forward; a capture list holding the embedding boundary is
+        known to crash these versions' llama-style layer loops (D9), so resolving must not claim it is
+        served. The rule comes from :func:`~specparity.contract.sglang_capture.sglang_capture_plan`,
+        which the version tests pin against this SGLang's real forward.
+        """
+        if 0 not in layers:
+            return None
+        from specparity.contract.sglang_capture import sglang_capture_plan
+
+        num_layers = int(model_config.hf_config.num_hidden_layers)
+        plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=model_class,
+                                   version=self.sglang_version)
+        if plan.crash is None or not plan.crash.startswith("TypeError"):
+            return None
+        where = self.glue.boundary0_crash_cite if model_class == "LlamaForCausalLM" else f"{model_class}'s model file"
+        return ServingFailure(SGLANG_EXCEPTION, (
+            f"predicted without a forward: {plan.crash} at {where}: layers_to_capture {layers} holds the "
+            f"{EMBEDDING} boundary, and layer 0 computes hidden_states + residual with residual None on "
+            f"sglang {self.sglang_version} (the embedding is served from 0.5.22 on); a capture run raises it"))
+
+    # ---------------------------------------------------------------- capture (real forward)
+    def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:
+        """Prefill all probes in one batch through both ModelRunners; hook fc; then the layer atlas."""
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        try:
+            sa, warnings = self._server_args(request, extra_requests=3 * len(request.probes))
+            runners = run.start_runners(sa)
+        except Exception as exc:
+            return CaptureResult(None, None, None, (exception_failure(exc, prefix="during start-up: "),))
+        timings["startup_s"] = time.perf_counter() - t0
+        steps = 3 if request.atlas else 2
+        progress(1, steps)
+        target, drafter = runners.target_model, runners.drafter_model
+        fc_mod = drafter.model.fc
+        ids = runners.setter_calls[-1] if runners.setter_calls else None
+        deployment = self._deployment(
+            request, sa, warnings, model_config=runners.target_runner.model_config, draft_hf_config=drafter.config,
+            ids=ids, layers_to_capture=list(target.model.layers_to_capture) if target.capture_aux_hidden_states
+            else [], fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
+            model_class=type(target).__name__, timings=timings)
+        deployment = dataclasses.replace(deployment, fc_source="sglang_module")
+        lengths = [len(p) for p in request.probes]
+        failures: list[ServingFailure] = []
+        if not runners.setter_calls:
+            failures.append(ServingFailure(SGLANG_EXCEPTION, "the target's ModelRunner never called "
+                                           "set_eagle3_layers_to_capture; the capture list is not SGLang's"))
+        t1 = time.perf_counter()
+        tap = run.FcTap(fc_mod, target.model)
+        raised: ServingFailure | None = None
+        try:
+            if sum(lengths) > 0:
+                run.spec_prefill(runners, request.probes, self.glue)
+        except Exception as exc:
+            raised = exception_failure(exc, prefix="during the prefill forward: ")
+        finally:
+            tap.remove()
+        timings["fc_forward_s"] = time.perf_counter() - t1
+        first = tap.fc_inputs[0] if tap.fc_inputs else None
+        if raised is not None:
+            # SGLang's own exception is the finding; "fc never called" / "0 aux states" only restate it.
+            failures.insert(0, raised)
+        else:
+            failures[:0] = judge_fc_capture(
+                hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
+                width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
+                expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
+                aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied)
+        fc: FcCapture | None = None
+        if first is not None and int(first.shape[0]) == sum(lengths):
+            per_sample = split_rows(first, lengths)
+            aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
+            fc = FcCapture(per_sample=per_sample, dtype=str(first.dtype).removeprefix("torch."),
+                           sglang_version=self.sglang_version, hook_calls=len(tap.fc_inputs),
+                           aux_states_captured=tap.aux_count, aux_states_expected=FC_WIDTH_K,
+                           kernel_stub_calls=_stub_calls(), aux_per_sample=aux,
+                           kernel_stub_active=_stub_active())
+            failures.extend(nonfinite_failures(per_sample, what="fc input"))
+        progress(2, steps)
+        atlas: LayerAtlas | None = None
+        if request.atlas and sum(lengths) > 0:
+            t2 = time.perf_counter()
+            try:
+                atlas = self._atlas(runners, request.probes, lengths)
+                failures.extend(nonfinite_failures(
+                    [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"))
+            except Exception as exc:
+                failures.append(exception_failure(exc, prefix="during the atlas forward: "))
+            timings["atlas_forward_s"] = time.perf_counter() - t2
+            progress(3, steps)
+        if fc is not None:  # the stub list is final only after every forward
+            fc.kernel_stub_calls = _stub_calls()
+        timings["total_s"] = time.perf_counter() - t0
+        return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))
+
+    def _atlas(self, runners: run.Runners, probes: tuple[tuple[int, ...], ...], lengths: list[int]) -> LayerAtlas:
+        """Residual stream at every boundary via SGLang's own capture, after the fc capture.
+
+        Boundaries 1..L-1 go into ``layers_to_capture`` (the loop tests membership, 0.5.3
+        ``models/llama.py:338-340``) for one FULL-mode extend; boundary 0 (``embedding``) is layer 0's
+        input, read by a pre-hook in the same forward (:class:`~.legacy_run.EmbeddingTap`, it cannot be
+        captured on these versions); ``final_norm`` is what a FULL-mode extend without aux capture stores
+        (0.5.3 ``layers/logits_processor.py:360``). The original capture list is restored afterwards.
+        """
+        target = runners.target_model
+        num_layers = int(runners.target_runner.model_config.hf_config.num_hidden_layers)
+        saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
+        emb = run.EmbeddingTap(target.model.layers[0])
+        try:
+            target.model.layers_to_capture = list(range(1, num_layers))
+            target.capture_aux_hidden_states = True
+            stream = run.target_extend(runners, probes, self.glue)
+            target.model.layers_to_capture = []
+            target.capture_aux_hidden_states = False
+            normed = run.target_extend(runners, probes, self.glue)
+        finally:
+            emb.remove()
+            target.model.layers_to_capture, target.capture_aux_hidden_states = saved
+        h = int(normed.shape[-1])
+        if stream.shape[-1] != (num_layers - 1) * h:
+            raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers - 1}*{h}")
+        if len(emb.inputs) != 2 or emb.inputs[0].shape[0] != sum(lengths):
+            raise RuntimeError(f"layer 0 saw {len(emb.inputs)} forward(s); expected 2 of {sum(lengths)} rows")
+        names = [layer(i) for i in range(num_layers - 1)]
+        per_sample: list[dict[str, torch.Tensor]] = []
+        for e_rows, s_rows, n_rows in zip(split_rows(emb.inputs[0], lengths), split_rows(stream, lengths),
+                                          split_rows(normed, lengths), strict=True):
+            entry = {EMBEDDING: e_rows}
+            entry.update({name: s_rows[:, j * h:(j + 1) * h].clone() for j, name in enumerate(names)})
+            entry[FINAL_NORM] = n_rows
+            per_sample.append(entry)
+        return LayerAtlas(per_sample=per_sample, num_layers=num_layers)
+
+
+def _stub_active() -> bool:
+    import sys
+
+    return bool(getattr(sys.modules.get("sgl_kernel"), "SPECPARITY_STUB", False))
+
+
+def _stub_calls() -> tuple[str, ...]:
+    """Calls into the sgl_kernel stand-in plus any (raising) call into the vllm shim's custom ops."""
+    import sys
+
+    stub = tuple(getattr(sys.modules.get("sgl_kernel"), "CALLED", ())) if _stub_active() else ()
+    return stub + tuple(f"vllm._custom_ops.{n}" for n in legacy_shims.vllm_shim_calls())
