@@ -59,16 +59,29 @@ def _check_probes(probes: Sequence[Sequence[int]]) -> ServingFailure | None:
     return None
 
 
-def _request(op: str, target: str | Path, draft: str | Path, *, server_args: Mapping[str, object] | None,
-             device: str, probes: Sequence[Sequence[int]] = (), atlas: bool = True
-             ) -> WorkerRequest | ServingFailure:
+def _request(
+    op: str,
+    target: str | Path,
+    draft: str | Path,
+    *,
+    server_args: Mapping[str, object] | None,
+    device: str,
+    probes: Sequence[Sequence[int]] = (),
+    atlas: bool = True,
+) -> WorkerRequest | ServingFailure:
     t, d = Path(target), Path(draft)
     bad = _check_model_dir(t, "target") or _check_model_dir(d, "draft") or _check_probes(probes)
     if bad is not None:
         return bad
-    return WorkerRequest(op=op, target=str(t.resolve()), draft=str(d.resolve()),
-                         server_args=dict(server_args or {}), device=device,
-                         probes=tuple(tuple(p) for p in probes), atlas=atlas)
+    return WorkerRequest(
+        op=op,
+        target=str(t.resolve()),
+        draft=str(d.resolve()),
+        server_args=dict(server_args or {}),
+        device=device,
+        probes=tuple(tuple(p) for p in probes),
+        atlas=atlas,
+    )
 
 
 def _with_wall(dep: ResolvedDeployment | None, wall: float) -> ResolvedDeployment | None:
@@ -77,9 +90,15 @@ def _with_wall(dep: ResolvedDeployment | None, wall: float) -> ResolvedDeploymen
     return dataclasses.replace(dep, timings={**dep.timings, "child_wall_s": wall})
 
 
-def resolve_deployment(target: str | Path, draft: str | Path, *, server_args: Mapping[str, object] | None = None,
-                       device: str = "cpu", timeout_s: float = 300,
-                       python: str | None = None) -> ResolvedDeployment | ServingFailure:
+def resolve_deployment(
+    target: str | Path,
+    draft: str | Path,
+    *,
+    server_args: Mapping[str, object] | None = None,
+    device: str = "cpu",
+    timeout_s: float = 300,
+    python: str | None = None,
+) -> ResolvedDeployment | ServingFailure:
     """Resolve a deployment statically with SGLang's own code (no weights loaded, no forward).
 
     ``server_args`` are ServerArgs keywords as a user would pass them (e.g.
@@ -101,10 +120,18 @@ def resolve_deployment(target: str | Path, draft: str | Path, *, server_args: Ma
     return dep
 
 
-def capture_deployment(target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
-                       server_args: Mapping[str, object] | None = None, device: str = "cpu",
-                       atlas: bool = True, timeout_s: float = 600, python: str | None = None,
-                       progress: Callable[[int, int], None] | None = None) -> CaptureResult:
+def capture_deployment(
+    target: str | Path,
+    draft: str | Path,
+    *,
+    probes: Sequence[Sequence[int]],
+    server_args: Mapping[str, object] | None = None,
+    device: str = "cpu",
+    atlas: bool = True,
+    timeout_s: float = 600,
+    python: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CaptureResult:
     """Prefill ``probes`` (several requests in ONE batch) through SGLang's real EAGLE-3 workers.
 
     Returns what the drafter's fc was fed, split per sample (row ``t`` = token ``t``), and with
@@ -113,13 +140,18 @@ def capture_deployment(target: str | Path, draft: str | Path, *, probes: Sequenc
     and atlas stages. Failures (fc never called, fewer aux states than fc expects, SGLang raising,
     NaN/Inf, timeout) are in ``failures``; a result without ``fc`` always carries at least one.
     """
-    request = _request("capture", target, draft, server_args=server_args, device=device, probes=probes,
-                       atlas=atlas)
+    request = _request(
+        "capture", target, draft, server_args=server_args, device=device, probes=probes, atlas=atlas
+    )
     if isinstance(request, ServingFailure):
         return CaptureResult(None, None, None, (request,))
     t0 = time.perf_counter()
     outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
     if isinstance(outcome, ServingFailure):
         return CaptureResult(None, None, None, (outcome,))
-    return CaptureResult(deployment=_with_wall(outcome.deployment, time.perf_counter() - t0), fc=outcome.fc,
-                         atlas=outcome.atlas, failures=outcome.failures)
+    return CaptureResult(
+        deployment=_with_wall(outcome.deployment, time.perf_counter() - t0),
+        fc=outcome.fc,
+        atlas=outcome.atlas,
+        failures=outcome.failures,
+    )

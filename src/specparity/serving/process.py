@@ -55,8 +55,13 @@ def _tail(lines: collections.deque[str]) -> str:
     return text[-3000:]
 
 
-def run_child(request: WorkerRequest, *, python: str | None = None, timeout_s: float = 600,
-              progress: Callable[[int, int], None] | None = None) -> ChildOutcome | ServingFailure:
+def run_child(
+    request: WorkerRequest,
+    *,
+    python: str | None = None,
+    timeout_s: float = 600,
+    progress: Callable[[int, int], None] | None = None,
+) -> ChildOutcome | ServingFailure:
     """Run ``request`` in ``python -m specparity.serving.sglang.worker``; always returns, never hangs."""
     interpreter = python or sys.executable
     work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
@@ -69,8 +74,13 @@ def run_child(request: WorkerRequest, *, python: str | None = None, timeout_s: f
         try:
             proc = subprocess.Popen(
                 [interpreter, "-m", WORKER_MODULE, str(req_path), str(out_dir)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env=env, start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
             return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
         stderr: collections.deque[str] = collections.deque(maxlen=400)
@@ -81,8 +91,10 @@ def run_child(request: WorkerRequest, *, python: str | None = None, timeout_s: f
                 done, total = line.split()[1:3]
                 events.put((int(done), int(total)))
 
-        threads = [threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
-                   threading.Thread(target=_pump, args=(proc.stderr, stderr.append), daemon=True)]
+        threads = [
+            threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, stderr.append), daemon=True),
+        ]
         for t in threads:
             t.start()
         deadline = time.monotonic() + timeout_s
@@ -105,12 +117,17 @@ def run_child(request: WorkerRequest, *, python: str | None = None, timeout_s: f
         while progress is not None and not events.empty():
             progress(*events.get_nowait())
         if timed_out:
-            return ServingFailure(TIMEOUT, f"the SGLang child did not finish within {timeout_s:g} s; its "
-                                           "process group was killed")
+            return ServingFailure(
+                TIMEOUT,
+                f"the SGLang child did not finish within {timeout_s:g} s; its process group was killed",
+            )
         outcome = read_result(out_dir)
         if outcome is None:
-            return ServingFailure(CHILD_CRASHED, f"the SGLang child exited with code {proc.returncode} "
-                                                 f"without a result; stderr tail:\n{_tail(stderr)}")
+            return ServingFailure(
+                CHILD_CRASHED,
+                f"the SGLang child exited with code {proc.returncode} "
+                f"without a result; stderr tail:\n{_tail(stderr)}",
+            )
         return outcome
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -50,13 +50,19 @@ class SpecSettings:
     num_draft_tokens: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"num_steps": self.num_steps, "eagle_topk": self.eagle_topk,
-                "num_draft_tokens": self.num_draft_tokens}
+        return {
+            "num_steps": self.num_steps,
+            "eagle_topk": self.eagle_topk,
+            "num_draft_tokens": self.num_draft_tokens,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpecSettings:
-        return cls(num_steps=d.get("num_steps"), eagle_topk=d.get("eagle_topk"),
-                   num_draft_tokens=d.get("num_draft_tokens"))
+        return cls(
+            num_steps=d.get("num_steps"),
+            eagle_topk=d.get("eagle_topk"),
+            num_draft_tokens=d.get("num_draft_tokens"),
+        )
 
 
 @dataclass(frozen=True)
@@ -185,12 +191,16 @@ class FcCapture:
 
     def meta_dict(self) -> dict[str, Any]:
         """The JSON part (everything but the tensors)."""
-        return {"dtype": self.dtype, "sglang_version": self.sglang_version, "hook_calls": self.hook_calls,
-                "aux_states_captured": self.aux_states_captured,
-                "aux_states_expected": self.aux_states_expected,
-                "kernel_stub_calls": list(self.kernel_stub_calls),
-                "kernel_stub_active": self.kernel_stub_active,
-                "num_samples": len(self.per_sample)}
+        return {
+            "dtype": self.dtype,
+            "sglang_version": self.sglang_version,
+            "hook_calls": self.hook_calls,
+            "aux_states_captured": self.aux_states_captured,
+            "aux_states_expected": self.aux_states_expected,
+            "kernel_stub_calls": list(self.kernel_stub_calls),
+            "kernel_stub_active": self.kernel_stub_active,
+            "num_samples": len(self.per_sample),
+        }
 
 
 @dataclass

@@ -46,11 +46,17 @@ def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | Ser
             save_file(tensors, str(out_dir / FC_FILE))
             doc["fc"] = result.fc.meta_dict() | {"num_aux_samples": len(result.fc.aux_per_sample)}
         if result.atlas is not None:
-            tensors = {f"{i}/{name}": t.contiguous() for i, sample in enumerate(result.atlas.per_sample)
-                       for name, t in sample.items()}
+            tensors = {
+                f"{i}/{name}": t.contiguous()
+                for i, sample in enumerate(result.atlas.per_sample)
+                for name, t in sample.items()
+            }
             save_file(tensors, str(out_dir / ATLAS_FILE))
-            doc["atlas"] = {"num_layers": result.atlas.num_layers, "num_samples": len(result.atlas.per_sample),
-                            "sources": list(result.atlas.sources())}
+            doc["atlas"] = {
+                "num_layers": result.atlas.num_layers,
+                "num_samples": len(result.atlas.per_sample),
+                "sources": list(result.atlas.sources()),
+            }
     tmp = out_dir / (RESULT_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(out_dir / RESULT_JSON)
@@ -59,13 +65,16 @@ def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | Ser
 def _fc(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> FcCapture:
     n, n_aux = int(meta["num_samples"]), int(meta.get("num_aux_samples", 0))
     return FcCapture(
-        per_sample=[tensors[f"fc/{i}"] for i in range(n)], dtype=str(meta["dtype"]),
-        sglang_version=str(meta["sglang_version"]), hook_calls=int(meta["hook_calls"]),
+        per_sample=[tensors[f"fc/{i}"] for i in range(n)],
+        dtype=str(meta["dtype"]),
+        sglang_version=str(meta["sglang_version"]),
+        hook_calls=int(meta["hook_calls"]),
         aux_states_captured=int(meta["aux_states_captured"]),
         aux_states_expected=int(meta["aux_states_expected"]),
         kernel_stub_calls=tuple(meta["kernel_stub_calls"]),
         aux_per_sample=[tensors[f"aux/{i}"] for i in range(n_aux)],
-        kernel_stub_active=bool(meta.get("kernel_stub_active", False)))
+        kernel_stub_active=bool(meta.get("kernel_stub_active", False)),
+    )
 
 
 def _atlas(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> LayerAtlas:

@@ -76,12 +76,14 @@ def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
         return None
     key = min(candidates, key=len)
     out_f, in_f = shapes[key][0], shapes[key][1]
-    return FcShape(in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes,
-                   weight_key=key)
+    return FcShape(
+        in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes, weight_key=key
+    )
 
 
-def served_sources(layers_to_capture: Sequence[int], num_layers: int, *,
-                   max_reachable: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def served_sources(
+    layers_to_capture: Sequence[int], num_layers: int, *, max_reachable: int
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Boundary indices -> canonical sources in fc-chunk order, plus the unreachable boundaries.
 
     Every SGLang version tests ``i in layers_to_capture`` inside the layer loop (sglang 0.5.23
@@ -99,7 +101,7 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         fname = frame.filename.replace("\\", "/")
         if "/sglang/" in fname:
-            where = f" at {fname[fname.rindex('/sglang/') + 1:]}:{frame.lineno}"
+            where = f" at {fname[fname.rindex('/sglang/') + 1 :]}:{frame.lineno}"
             break
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = text if len(text) <= 300 else text[:297] + "..."
@@ -127,30 +129,50 @@ def collect_sglang_warnings(logger_name: str = "sglang") -> Iterator[list[str]]:
         log.removeHandler(handler)
 
 
-def judge_fc_capture(*, hook_calls: int, rows: int | None, width: int | None, expected_rows: int,
-                     expected_width: int, aux_captured: int, aux_expected: int,
-                     fc_applied: bool) -> list[ServingFailure]:
+def judge_fc_capture(
+    *,
+    hook_calls: int,
+    rows: int | None,
+    width: int | None,
+    expected_rows: int,
+    expected_width: int,
+    aux_captured: int,
+    aux_expected: int,
+    fc_applied: bool,
+    target_ran: bool = True,
+) -> list[ServingFailure]:
     """Failures implied by what the fc pre-hook and the target aux hook saw. Pure; used by all adapters.
 
     Never a pass when the hook did not fire or saw fewer rows/chunks than the probes imply.
+    ``target_ran`` is False when no target forward happened (then there is no aux count to judge).
     """
     failures: list[ServingFailure] = []
-    if aux_captured < aux_expected:
-        failures.append(ServingFailure(
-            CAPTURE_COUNT_SHORT,
-            f"the target captured {aux_captured} aux hidden state(s) but the drafter's fc expects "
-            f"{aux_expected}; a configured layer is unreachable or duplicated"))
+    if target_ran and aux_captured < aux_expected:
+        failures.append(
+            ServingFailure(
+                CAPTURE_COUNT_SHORT,
+                f"the target captured {aux_captured} aux hidden state(s) but the drafter's fc expects "
+                f"{aux_expected}; a configured layer is unreachable or duplicated",
+            )
+        )
     if hook_calls == 0 or rows is None:
-        why = ("SGLang skips fc when k*H_t == H_d (sglang 0.5.23 models/llama_eagle3.py:238)"
-               if not fc_applied else "no forward reached the drafter" if expected_rows == 0
-               else "the draft-extend forward never called fc")
+        why = (
+            "SGLang skips fc when k*H_t == H_d (sglang 0.5.23 models/llama_eagle3.py:238)"
+            if not fc_applied
+            else "no forward reached the drafter"
+            if expected_rows == 0
+            else "the draft-extend forward never called fc"
+        )
         failures.append(ServingFailure(FC_NOT_CALLED, f"the drafter's fc was never called: {why}"))
         return failures
     if rows != expected_rows or width != expected_width:
-        failures.append(ServingFailure(
-            CAPTURE_SHAPE,
-            f"fc input was [{rows}, {width}], expected [{expected_rows}, {expected_width}] "
-            "(sum of probe lengths, k*H_t)"))
+        failures.append(
+            ServingFailure(
+                CAPTURE_SHAPE,
+                f"fc input was [{rows}, {width}], expected [{expected_rows}, {expected_width}] "
+                "(sum of probe lengths, k*H_t)",
+            )
+        )
     return failures
 
 
@@ -164,8 +186,9 @@ def nonfinite_failures(per_sample: Sequence[Any], *, what: str) -> list[ServingF
         if bool(bad.any()):
             n = int(bad.sum())
             row = int(bad.any(dim=-1).nonzero()[0, 0]) if t.dim() > 1 else 0
-            out.append(ServingFailure(NONFINITE, f"{what} has {n} NaN/Inf value(s), first at row {row}",
-                                      sample=i))
+            out.append(
+                ServingFailure(NONFINITE, f"{what} has {n} NaN/Inf value(s), first at row {row}", sample=i)
+            )
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ from specparity.serving.results import (
     ServingFailure,
     SpecSettings,
 )
+from specparity.serving.sglang import v0_5_23_run as run
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
@@ -35,17 +35,34 @@ from specparity.serving.sglang.common import (
     served_sources,
     split_rows,
 )
-from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 SPEC_KEYS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.
 REPORTED_ARGS = (
-    "model_path", "speculative_algorithm", "speculative_draft_model_path", *SPEC_KEYS,
-    "speculative_attention_mode", "device", "dtype", "attention_backend", "prefill_attention_backend",
-    "decode_attention_backend", "speculative_draft_attention_backend", "disable_cuda_graph",
-    "disable_overlap_schedule", "page_size", "tp_size", "pp_size", "dp_size", "mem_fraction_static",
-    "max_total_tokens", "max_running_requests", "kv_cache_dtype", "quantization",
-    "enable_return_aux_hidden_states", "return_aux_hidden_state_layer_ids",
+    "model_path",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    *SPEC_KEYS,
+    "speculative_attention_mode",
+    "device",
+    "dtype",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "speculative_draft_attention_backend",
+    "disable_cuda_graph",
+    "disable_overlap_schedule",
+    "page_size",
+    "tp_size",
+    "pp_size",
+    "dp_size",
+    "mem_fraction_static",
+    "max_total_tokens",
+    "max_running_requests",
+    "kv_cache_dtype",
+    "quantization",
+    "enable_return_aux_hidden_states",
+    "return_aux_hidden_state_layer_ids",
 )
 # Model classes whose layer loop reaches boundary L (gpt_oss >= 0.5.17, domain.md §3.1); others stop at L-1.
 BOUNDARY_L_REACHABLE = frozenset({"GptOssForCausalLM"})
@@ -62,13 +79,21 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> di
     if request.device == "cpu":
         # No CPU EAGLE attention/graphs; fp32 keeps the capture bit-exact vs HF (sglang-cpu.md §2, §10).
         total = sum(len(p) for p in request.probes)
-        kw.update(attention_backend="torch_native", dtype="float32", disable_cuda_graph=True,
-                  mem_fraction_static=0.1, max_total_tokens=max(4096, 4 * total + 256))
+        kw.update(
+            attention_backend="torch_native",
+            dtype="float32",
+            disable_cuda_graph=True,
+            mem_fraction_static=0.1,
+            max_total_tokens=max(4096, 4 * total + 256),
+        )
     if extra_requests:
         kw["max_running_requests"] = max(48, extra_requests + 8)
     kw.update(request.server_args)
-    kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
-              speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
+    kw.update(
+        model_path=request.target,
+        speculative_draft_model_path=request.draft,
+        speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"),
+    )
     return kw
 
 
@@ -96,30 +121,6 @@ def _fallback_reason(draft_hf_config: Any, ids: Any) -> str | None:
     return "malformed eagle_config: eagle_aux_hidden_state_layer_ids is null" + note
 
 
-def _setter_model(cls: type[Any], hf_config: Any) -> Any:
-    """An instance of the real target class with only what ``set_eagle3_layers_to_capture`` reads.
-
-    No weights, no parallel state: ``nn.Module.__init__`` only, then the attributes the 0.5.23
-    setters use (``models/llama.py:929-941``: pp_group.is_last_rank, config, model.layers_to_capture).
-    """
-    obj: Any = object.__new__(cls)
-    torch.nn.Module.__init__(obj)
-    obj.config = hf_config
-    obj.pp_group = SimpleNamespace(is_last_rank=True, is_first_rank=True, rank_in_group=0, world_size=1)
-    obj.model = SimpleNamespace(layers_to_capture=[], start_layer=0,
-                                end_layer=int(hf_config.num_hidden_layers))
-    obj.capture_aux_hidden_states = False
-    return obj
-
-
-def _model_class(model_config: Any) -> type[Any]:
-    # sglang 0.5.23 model_loader/utils.py:198 picks the class SGLang would instantiate.
-    from sglang.srt.model_loader.utils import get_model_architecture
-
-    cls, _ = get_model_architecture(model_config)
-    return cls
-
-
 def _draft_k(draft_hf_config: Any) -> int:
     # sglang 0.5.23 models/llama_eagle3.py:155-160: num_aux_hidden_states > len(eagle ids) > 3.
     k = getattr(draft_hf_config, "num_aux_hidden_states", None)
@@ -136,8 +137,9 @@ def _draft_flags(draft_hf_config: Any) -> dict[str, bool]:
     ec = ec if isinstance(ec, dict) else {}
     return {
         "norm_before_fc": bool(ec.get("norm_before_fc", getattr(draft_hf_config, "norm_before_fc", False))),
-        "fc_norm": bool(getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm",
-                                                                              False)),
+        "fc_norm": bool(
+            getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm", False)
+        ),
         "norm_output": bool(getattr(draft_hf_config, "norm_output", False)),
         "fc_bias_in_config": bool(getattr(draft_hf_config, "bias", False)),
     }
@@ -162,12 +164,27 @@ class Adapter:
     def _publish(self, sa: Any) -> None:
         from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
 
-        publish(sa, role="scheduler",
-                ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=0, pp_rank=0), gpu_id=0))
+        publish(
+            sa,
+            role="scheduler",
+            ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=0, pp_rank=0), gpu_id=0),
+        )
 
-    def _deployment(self, request: WorkerRequest, sa: Any, warnings: list[str], *, model_config: Any,
-                    draft_hf_config: Any, ids: Any, layers_to_capture: list[int], fc: tuple[int, int, bool],
-                    k: int, model_class: str, timings: dict[str, float]) -> ResolvedDeployment:
+    def _deployment(
+        self,
+        request: WorkerRequest,
+        sa: Any,
+        warnings: list[str],
+        *,
+        model_config: Any,
+        draft_hf_config: Any,
+        ids: Any,
+        layers_to_capture: list[int],
+        fc: tuple[int, int, bool],
+        k: int,
+        model_class: str,
+        timings: dict[str, float],
+    ) -> ResolvedDeployment:
         from sglang.srt.arg_groups.model_override_base import resolved_view
 
         view = resolved_view(sa)
@@ -180,24 +197,39 @@ class Adapter:
         spec_lines = tuple(w for w in warnings if "speculative" in w)
         flags = _draft_flags(draft_hf_config)
         return ResolvedDeployment(
-            sglang_version=self.sglang_version, adapter=self.name,
-            target_path=request.target, draft_path=request.draft, device=request.device,
-            target_architecture=model_class, num_layers=num_layers,
-            target_hidden_size=int(hf.hidden_size), target_vocab_size=int(model_config.vocab_size),
+            sglang_version=self.sglang_version,
+            adapter=self.name,
+            target_path=request.target,
+            draft_path=request.draft,
+            device=request.device,
+            target_architecture=model_class,
+            num_layers=num_layers,
+            target_hidden_size=int(hf.hidden_size),
+            target_vocab_size=int(model_config.vocab_size),
             target_dtype=str(model_config.dtype).removeprefix("torch."),
             draft_architecture=next(iter(getattr(draft_hf_config, "architectures", None) or ["?"])),
-            draft_hidden_size=h_d, draft_vocab_size=getattr(draft_hf_config, "draft_vocab_size", None),
+            draft_hidden_size=h_d,
+            draft_vocab_size=getattr(draft_hf_config, "draft_vocab_size", None),
             requested_spec=SpecSettings(*(request.server_args.get(key) for key in SPEC_KEYS)),
             resolved_spec=SpecSettings(*(getattr(view, key) for key in SPEC_KEYS)),
             spec_warnings=spec_lines,
             draft_config_ids=None if ids is None else tuple(int(x) for x in ids),
             ids_fallback_reason=_fallback_reason(draft_hf_config, ids),
-            layers_to_capture=tuple(int(b) for b in layers_to_capture), served_sources=sources,
+            layers_to_capture=tuple(int(b) for b in layers_to_capture),
+            served_sources=sources,
             unreachable_boundaries=unreachable,
-            fc_in_features=fc[0], fc_out_features=fc[1], fc_bias=fc[2], num_aux_hidden_states=k,
-            fc_applied=k * h_t_draft != h_d, norm_before_fc=flags["norm_before_fc"], fc_norm=flags["fc_norm"],
-            norm_output=flags["norm_output"], fc_bias_in_config=flags["fc_bias_in_config"],
-            server_args={key: _json_safe(getattr(view, key, getattr(sa, key, None))) for key in REPORTED_ARGS},
+            fc_in_features=fc[0],
+            fc_out_features=fc[1],
+            fc_bias=fc[2],
+            num_aux_hidden_states=k,
+            fc_applied=k * h_t_draft != h_d,
+            norm_before_fc=flags["norm_before_fc"],
+            fc_norm=flags["fc_norm"],
+            norm_output=flags["norm_output"],
+            fc_bias_in_config=flags["fc_bias_in_config"],
+            server_args={
+                key: _json_safe(getattr(view, key, getattr(sa, key, None))) for key in REPORTED_ARGS
+            },
             timings=timings,
         )
 
@@ -220,36 +252,52 @@ class Adapter:
 
             model_config = ModelConfig.from_server_args(sa)
             spec = resolve_spec_aux_hidden_state_config(
-                server_args=sa, model_config=model_config, is_draft_worker=False,
-                spec_algorithm=SpeculativeAlgorithm.from_string(sa.speculative_algorithm))
-            cls = _model_class(model_config)
-            model = _setter_model(cls, model_config.hf_config)
+                server_args=sa,
+                model_config=model_config,
+                is_draft_worker=False,
+                spec_algorithm=SpeculativeAlgorithm.from_string(sa.speculative_algorithm),
+            )
+            cls = run.model_class(model_config)
+            model = run.setter_model(cls, model_config.hf_config)
             # sglang 0.5.23 model_runner_components/attention_backend_setup.py:40-61, as TpModelWorker calls it.
             configure_aux_hidden_state_capture(
-                model=model, eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
+                model=model,
+                eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
                 eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
-                dflash_use_aux_hidden_state=False, dflash_target_layer_ids=None, is_dspark=False)
+                dflash_use_aux_hidden_state=False,
+                dflash_target_layer_ids=None,
+                is_dspark=False,
+            )
             layers = list(model.model.layers_to_capture) if model.capture_aux_hidden_states else []
             draft_hf = spec.draft_model_config.hf_config
             fc = fc_shape_from_checkpoint(Path(request.draft))
             k = _draft_k(draft_hf)
             h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
-            fc_t = ((fc.in_features, fc.out_features, fc.bias) if fc is not None
-                    else (k * h_t, int(draft_hf.hidden_size), False))
+            fc_t = (
+                (fc.in_features, fc.out_features, fc.bias)
+                if fc is not None
+                else (k * h_t, int(draft_hf.hidden_size), False)
+            )
             t2 = time.perf_counter()
             return self._deployment(
-                request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
-                ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=layers, fc=fc_t, k=k,
+                request,
+                sa,
+                warnings,
+                model_config=model_config,
+                draft_hf_config=draft_hf,
+                ids=spec.eagle_aux_hidden_state_layer_ids,
+                layers_to_capture=layers,
+                fc=fc_t,
+                k=k,
                 model_class=cls.__name__,
-                timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
+                timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0},
+            )
         except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
             return exception_failure(exc, prefix="while resolving: ")
 
     # ---------------------------------------------------------------- capture (real forward)
     def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:
         """Prefill all probes in one batch through EAGLEWorkerV2; hook fc; then the layer atlas."""
-        from specparity.serving.sglang import v0_5_23_run as run
-
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         try:
@@ -263,12 +311,20 @@ class Adapter:
         target, drafter = workers.target_model, workers.drafter_model
         fc_mod = drafter.model.fc
         deployment = self._deployment(
-            request, sa, warnings, model_config=workers.tp_worker.model_runner.model_config,
+            request,
+            sa,
+            warnings,
+            model_config=workers.tp_worker.model_runner.model_config,
             draft_hf_config=drafter.config,
             ids=workers.tp_worker.model_runner.spec_aux_config.eagle_aux_hidden_state_layer_ids,
-            layers_to_capture=list(target.model.layers_to_capture) if target.capture_aux_hidden_states else [],
+            layers_to_capture=list(target.model.layers_to_capture)
+            if target.capture_aux_hidden_states
+            else [],
             fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
-            k=int(drafter.model.num_aux_hidden_states), model_class=type(target).__name__, timings=timings)
+            k=int(drafter.model.num_aux_hidden_states),
+            model_class=type(target).__name__,
+            timings=timings,
+        )
         deployment = dataclasses.replace(deployment, fc_source="sglang_module")
         lengths = [len(p) for p in request.probes]
         failures: list[ServingFailure] = []
@@ -284,29 +340,44 @@ class Adapter:
         timings["fc_forward_s"] = time.perf_counter() - t1
         first = tap.fc_inputs[0] if tap.fc_inputs else None
         failures[:0] = judge_fc_capture(
-            hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
-            width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
-            expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
-            aux_expected=deployment.num_aux_hidden_states, fc_applied=deployment.fc_applied)
+            hook_calls=len(tap.fc_inputs),
+            rows=None if first is None else int(first.shape[0]),
+            width=None if first is None else int(first.shape[-1]),
+            expected_rows=sum(lengths),
+            expected_width=fc_mod.in_features,
+            aux_captured=tap.aux_count,
+            aux_expected=deployment.num_aux_hidden_states,
+            fc_applied=deployment.fc_applied,
+            target_ran=tap.target_calls > 0,
+        )
         fc: FcCapture | None = None
         if first is not None and int(first.shape[0]) == sum(lengths):
             per_sample = split_rows(first, lengths)
             aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
-            fc = FcCapture(per_sample=per_sample, dtype=str(first.dtype).removeprefix("torch."),
-                           sglang_version=self.sglang_version, hook_calls=len(tap.fc_inputs),
-                           aux_states_captured=tap.aux_count,
-                           aux_states_expected=deployment.num_aux_hidden_states,
-                           kernel_stub_calls=run.kernel_stub_calls(), aux_per_sample=aux,
-                           kernel_stub_active=run.kernel_stub_active())
+            fc = FcCapture(
+                per_sample=per_sample,
+                dtype=str(first.dtype).removeprefix("torch."),
+                sglang_version=self.sglang_version,
+                hook_calls=len(tap.fc_inputs),
+                aux_states_captured=tap.aux_count,
+                aux_states_expected=deployment.num_aux_hidden_states,
+                kernel_stub_calls=run.kernel_stub_calls(),
+                aux_per_sample=aux,
+                kernel_stub_active=run.kernel_stub_active(),
+            )
             failures.extend(nonfinite_failures(per_sample, what="fc input"))
         progress(2, 3 if request.atlas else 2)
         atlas: LayerAtlas | None = None
         if request.atlas and sum(lengths) > 0:
             t2 = time.perf_counter()
             try:
-                atlas = self._atlas(workers, request.probes, lengths)
-                failures.extend(f for f in nonfinite_failures(
-                    [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"))
+                atlas = run.layer_atlas(workers, request.probes, lengths)
+                failures.extend(
+                    f
+                    for f in nonfinite_failures(
+                        [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"
+                    )
+                )
             except Exception as exc:
                 failures.append(exception_failure(exc, prefix="during the atlas forward: "))
             timings["atlas_forward_s"] = time.perf_counter() - t2
@@ -315,36 +386,3 @@ class Adapter:
             fc.kernel_stub_calls = run.kernel_stub_calls()
         timings["total_s"] = time.perf_counter() - t0
         return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))
-
-    def _atlas(self, workers: Any, probes: tuple[tuple[int, ...], ...], lengths: list[int]) -> LayerAtlas:
-        """Residual stream at every boundary via SGLang's own capture, after the fc capture.
-
-        Boundaries 0..L-1 go into the target's ``layers_to_capture`` (the loop tests membership,
-        models/llama.py:485-493) for one FULL-mode target extend; ``final_norm`` is what the logits
-        processor returns from a FULL-mode extend without aux capture (layers/logits_processor.py:
-        865-869). The original capture list is restored afterwards.
-        """
-        from specparity.serving.sglang import v0_5_23_run as run
-
-        target = workers.target_model
-        num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)
-        saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
-        try:
-            target.model.layers_to_capture = list(range(num_layers))
-            target.capture_aux_hidden_states = True
-            stream = run.target_extend(workers, probes)
-            target.model.layers_to_capture = []
-            target.capture_aux_hidden_states = False
-            normed = run.target_extend(workers, probes)
-        finally:
-            target.model.layers_to_capture, target.capture_aux_hidden_states = saved
-        h = int(normed.shape[-1])
-        if stream.shape[-1] != num_layers * h:
-            raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers}*{h}")
-        names = [EMBEDDING, *(layer(i) for i in range(num_layers - 1))]
-        per_sample: list[dict[str, torch.Tensor]] = []
-        for s_rows, n_rows in zip(split_rows(stream, lengths), split_rows(normed, lengths), strict=True):
-            entry = {name: s_rows[:, j * h:(j + 1) * h].clone() for j, name in enumerate(names)}
-            entry[FINAL_NORM] = n_rows
-            per_sample.append(entry)
-        return LayerAtlas(per_sample=per_sample, num_layers=num_layers)

@@ -9,9 +9,14 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from specparity.serving.results import LayerAtlas
+from specparity.serving.sglang.common import split_rows
+from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 
 @dataclass
@@ -49,12 +54,16 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     bootstrap.init_layer_runtime(model_config=model_config)
     tp_worker = TpModelWorker(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port)
     algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
-    spec_worker = algo.create_worker(sa)(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port,
-                                          target_worker=tp_worker)
+    spec_worker = algo.create_worker(sa)(
+        server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port, target_worker=tp_worker
+    )
     tp_worker.alloc_memory_pool(draft_parallel_layout=spec_worker.draft_parallel_layout)
     pool, allocator = tp_worker.get_memory_pool()
-    spec_worker.alloc_memory_pool(memory_pool_config=tp_worker.model_runner.memory_pool_config,
-                                  req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
+    spec_worker.alloc_memory_pool(
+        memory_pool_config=tp_worker.model_runner.memory_pool_config,
+        req_to_token_pool=pool,
+        token_to_kv_pool_allocator=allocator,
+    )
     # The target's set_eagle3_layers_to_capture(ids) runs here (attention_backend_setup.py:40-61).
     tp_worker.init_attention_backends()
     if device == "cpu":
@@ -79,16 +88,20 @@ class FcTap:
     def __init__(self, fc: torch.nn.Module, target_inner: torch.nn.Module) -> None:
         self.fc_inputs: list[torch.Tensor] = []
         self.aux_count = 0
+        self.target_calls = 0
         self.aux_packed: torch.Tensor | None = None
-        self._handles = [fc.register_forward_pre_hook(self._on_fc),
-                         target_inner.register_forward_hook(self._on_target)]
+        self._handles = [
+            fc.register_forward_pre_hook(self._on_fc),
+            target_inner.register_forward_hook(self._on_target),
+        ]
 
     def _on_fc(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         self.fc_inputs.append(args[0].detach().clone())
 
     def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         # models/llama.py:502-505: (hidden, AuxHiddenStateList) when something was captured.
-        if self.aux_packed is not None:
+        self.target_calls += 1
+        if self.target_calls > 1:
             return
         if isinstance(output, tuple) and len(output) == 2:
             aux = list(output[1])
@@ -110,19 +123,31 @@ def _batch(workers: Workers, probes: tuple[tuple[int, ...], ...], *, tag: str, s
     pool, allocator = workers.tp_worker.get_memory_pool()
     reqs = []
     for i, ids in enumerate(probes):
-        req = Req(rid=f"specparity-{tag}-{i}", origin_input_text="", origin_input_ids=array("q", ids),
-                  sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+        req = Req(
+            rid=f"specparity-{tag}-{i}",
+            origin_input_text="",
+            origin_input_ids=array("q", ids),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+        )
         req.full_untruncated_fill_ids = req.origin_input_ids
         req.logprob_start_len = -1
         req.extend_end = len(req.origin_input_ids)
         reqs.append(req)
     model_runner = workers.tp_worker.model_runner
-    tree_cache = TreeCacheNamespace(page_size=workers.server_args.page_size or 1, device=model_runner.device,
-                                    token_to_kv_pool_allocator=allocator)
+    tree_cache = TreeCacheNamespace(
+        page_size=workers.server_args.page_size or 1,
+        device=model_runner.device,
+        token_to_kv_pool_allocator=allocator,
+    )
     batch = ScheduleBatch.init_new(
-        reqs=reqs, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, tree_cache=tree_cache,
-        model_config=model_runner.model_config, enable_overlap=False,
-        spec_algorithm=workers.algorithm if spec else SpeculativeAlgorithm.NONE)
+        reqs=reqs,
+        req_to_token_pool=pool,
+        token_to_kv_pool_allocator=allocator,
+        tree_cache=tree_cache,
+        model_config=model_runner.model_config,
+        enable_overlap=False,
+        spec_algorithm=workers.algorithm if spec else SpeculativeAlgorithm.NONE,
+    )
     batch.prepare_for_extend()
     if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
         # The scheduler's run loop does this move (sglang/benchmark/one_batch.py:516-523 mirrors it).
@@ -165,3 +190,64 @@ def kernel_stub_calls() -> tuple[str, ...]:
     """Every call recorded by the ``sgl_kernel`` stand-in (empty when the real package is used)."""
     mod = sys.modules.get("sgl_kernel")
     return tuple(getattr(mod, "CALLED", ())) if kernel_stub_active() else ()
+
+
+def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: list[int]) -> LayerAtlas:
+    """Residual stream at every boundary via SGLang's own capture, after the fc capture.
+
+    Boundaries 0..L-1 go into the target's ``layers_to_capture`` (the loop tests membership,
+    models/llama.py:485-493) for one FULL-mode target extend; ``final_norm`` is what the logits
+    processor returns from a FULL-mode extend without aux capture (layers/logits_processor.py:
+    865-869). The original capture list is restored afterwards.
+    """
+    target = workers.target_model
+    num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)
+    saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
+    try:
+        target.model.layers_to_capture = list(range(num_layers))
+        target.capture_aux_hidden_states = True
+        stream = target_extend(workers, probes)
+        target.model.layers_to_capture = []
+        target.capture_aux_hidden_states = False
+        normed = target_extend(workers, probes)
+    finally:
+        target.model.layers_to_capture, target.capture_aux_hidden_states = saved
+    h = int(normed.shape[-1])
+    if stream.shape[-1] != num_layers * h:
+        raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers}*{h}")
+    names = [EMBEDDING, *(layer(i) for i in range(num_layers - 1))]
+    per_sample: list[dict[str, torch.Tensor]] = []
+    for s_rows, n_rows in zip(split_rows(stream, lengths), split_rows(normed, lengths), strict=True):
+        entry = {name: s_rows[:, j * h : (j + 1) * h].clone() for j, name in enumerate(names)}
+        entry[FINAL_NORM] = n_rows
+        per_sample.append(entry)
+    return LayerAtlas(per_sample=per_sample, num_layers=num_layers)
+
+
+def setter_model(cls: type[Any], hf_config: Any) -> Any:
+    """An instance of the real target class with only what ``set_eagle3_layers_to_capture`` reads.
+
+    No weights, no parallel state: ``nn.Module.__init__`` only, then the attributes the 0.5.23
+    setters use (``models/llama.py:929-941``: pp_group.is_last_rank, config, model.layers_to_capture).
+    """
+    obj: Any = object.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    obj.config = hf_config
+    obj.pp_group = SimpleNamespace(is_last_rank=True, is_first_rank=True, rank_in_group=0, world_size=1)
+    num_layers = int(hf_config.num_hidden_layers)
+    obj.model = SimpleNamespace(
+        layers_to_capture=[],
+        start_layer=0,
+        end_layer=num_layers,
+        layers=[SimpleNamespace() for _ in range(num_layers)],
+    )
+    obj.capture_aux_hidden_states = False
+    return obj
+
+
+def model_class(model_config: Any) -> type[Any]:
+    # sglang 0.5.23 model_loader/utils.py:198 picks the class SGLang would instantiate.
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    cls, _ = get_model_architecture(model_config)
+    return cls

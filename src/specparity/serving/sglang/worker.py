@@ -57,8 +57,13 @@ def main(argv: list[str]) -> int:
     try:
         version = metadata.version("sglang")
     except metadata.PackageNotFoundError:
-        write_result(out_dir, ServingFailure(
-            SGLANG_MISSING, f"sglang is not installed for {sys.executable}; install it there or pass python="))
+        write_result(
+            out_dir,
+            ServingFailure(
+                SGLANG_MISSING,
+                f"sglang is not installed for {sys.executable}; install it there or pass python=",
+            ),
+        )
         return 0
     entry = select_adapter(version)
     if isinstance(entry, ServingFailure):

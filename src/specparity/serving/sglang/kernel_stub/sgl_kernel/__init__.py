@@ -68,7 +68,9 @@ def __getattr__(name: str) -> _Unavailable:
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Submodules (``from sgl_kernel.kvcacheio import ...``) import with the same behaviour."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.startswith(__name__ + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None

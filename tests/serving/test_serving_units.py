@@ -1,0 +1,327 @@
+"""The serving room's own logic without starting SGLang: records, rules, child-process handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from safetensors.torch import save_file
+
+from specparity.serving import capture_deployment, resolve_deployment
+from specparity.serving.cache import cache_key
+from specparity.serving.process import run_child
+from specparity.serving.results import (
+    CaptureResult,
+    FcCapture,
+    LayerAtlas,
+    ResolvedDeployment,
+    ServingFailure,
+    SpecSettings,
+)
+from specparity.serving.sglang.adapter import WorkerRequest, parse_version, select_adapter
+from specparity.serving.sglang.common import (
+    exception_failure,
+    fc_shape_from_checkpoint,
+    judge_fc_capture,
+    served_sources,
+    split_rows,
+)
+from specparity.serving.transport import read_result, write_result
+from specparity.sources import boundary_to_source, order_key
+
+STUB = (
+    Path(__file__).resolve().parents[2] / "src/specparity/serving/sglang/kernel_stub/sgl_kernel/__init__.py"
+)
+
+
+def _deployment(**over: object) -> ResolvedDeployment:
+    base: dict[str, object] = dict(
+        sglang_version="0.5.23",
+        adapter="sglang-0.5.23",
+        target_path="/t",
+        draft_path="/d",
+        device="cpu",
+        target_architecture="LlamaForCausalLM",
+        num_layers=8,
+        target_hidden_size=64,
+        target_vocab_size=512,
+        target_dtype="float32",
+        draft_architecture="LlamaForCausalLMEagle3",
+        draft_hidden_size=64,
+        draft_vocab_size=None,
+        requested_spec=SpecSettings(1, 1, 16),
+        resolved_spec=SpecSettings(1, 1, 2),
+        spec_warnings=("adjusted",),
+        draft_config_ids=(1, 3, 5),
+        ids_fallback_reason=None,
+        layers_to_capture=(2, 4, 6),
+        served_sources=("layer:1", "layer:3", "layer:5"),
+        fc_in_features=192,
+        fc_out_features=64,
+        fc_bias=False,
+        num_aux_hidden_states=3,
+        fc_applied=True,
+        norm_before_fc=False,
+        fc_norm=False,
+        norm_output=False,
+        fc_bias_in_config=False,
+        server_args={"dtype": "float32"},
+        timings={"total_s": 1.5},
+    )
+    base.update(over)
+    return ResolvedDeployment(**base)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ records
+@given(
+    ids=st.none() | st.lists(st.integers(-1, 70), max_size=4).map(tuple),
+    spec=st.tuples(*(st.none() | st.integers(0, 64) for _ in range(3))),
+)
+def test_deployment_json_round_trip(ids: tuple[int, ...] | None, spec: tuple[int | None, ...]) -> None:
+    d = _deployment(
+        draft_config_ids=ids,
+        requested_spec=SpecSettings(*spec),
+        ids_fallback_reason=None if ids is not None else "draft config has no eagle_config",
+    )
+    assert ResolvedDeployment.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+
+
+def test_capture_result_without_fc_needs_a_failure() -> None:
+    with pytest.raises(ValueError, match="at least one ServingFailure"):
+        CaptureResult(deployment=None, fc=None, atlas=None, failures=())
+
+
+def test_transport_round_trip(tmp_path: Path) -> None:
+    per = [torch.randn(3, 6), torch.randn(5, 6)]
+    atlas = LayerAtlas(
+        per_sample=[
+            {"embedding": torch.randn(3, 2), "final_norm": torch.randn(3, 2)},
+            {"embedding": torch.randn(5, 2), "final_norm": torch.randn(5, 2)},
+        ],
+        num_layers=8,
+    )
+    fc = FcCapture(
+        per_sample=per,
+        dtype="float32",
+        sglang_version="0.5.23",
+        hook_calls=1,
+        aux_states_captured=3,
+        aux_states_expected=3,
+        kernel_stub_calls=("copy_all_layer_kv_cache_cpu",),
+        aux_per_sample=[t * 2 for t in per],
+        kernel_stub_active=True,
+    )
+    failure = ServingFailure("nonfinite", "x", sample=1)
+    write_result(tmp_path, CaptureResult(_deployment(), fc, atlas, (failure,)))
+    back = read_result(tmp_path)
+    assert back is not None and back.deployment == _deployment() and back.failures == (failure,)
+    assert back.fc is not None and back.fc.meta_dict() == fc.meta_dict()
+    assert all(torch.equal(a, b) for a, b in zip(back.fc.per_sample, per, strict=True))
+    assert all(torch.equal(a, b * 2) for a, b in zip(back.fc.aux_per_sample, per, strict=True))
+    assert back.atlas is not None and back.atlas.sources() == ("embedding", "final_norm")
+    assert torch.equal(back.atlas.per_sample[1]["final_norm"], atlas.per_sample[1]["final_norm"])
+
+
+# ------------------------------------------------------------------------------------------ rules
+@given(num_layers=st.integers(2, 64), data=st.data())
+def test_served_sources_are_ascending_dedup_reachable(num_layers: int, data: st.DataObject) -> None:
+    boundaries = data.draw(st.lists(st.integers(-2, num_layers + 2), max_size=6))
+    sources, unreachable = served_sources(boundaries, num_layers, max_reachable=num_layers - 1)
+    keys = [order_key(s) for s in sources]
+    assert keys == sorted(set(keys))  # ascending, no duplicates: fc-chunk order
+    assert set(sources) == {boundary_to_source(b, num_layers) for b in boundaries if 0 <= b < num_layers}
+    assert set(unreachable) == {b for b in boundaries if not 0 <= b < num_layers}
+
+
+def test_split_rows_restores_samples() -> None:
+    parts = [torch.randn(n, 4) for n in (3, 1, 5)]
+    assert all(torch.equal(a, b) for a, b in zip(split_rows(torch.cat(parts), [3, 1, 5]), parts, strict=True))
+
+
+def test_judge_flags_every_shortfall() -> None:
+    ok = dict(
+        hook_calls=1,
+        rows=9,
+        width=192,
+        expected_rows=9,
+        expected_width=192,
+        aux_captured=3,
+        aux_expected=3,
+        fc_applied=True,
+    )
+    assert judge_fc_capture(**ok) == []  # type: ignore[arg-type]
+    assert [f.kind for f in judge_fc_capture(**{**ok, "hook_calls": 0, "rows": None})] == ["fc_not_called"]  # type: ignore[arg-type]
+    assert [f.kind for f in judge_fc_capture(**{**ok, "aux_captured": 2, "width": 128})] == [  # type: ignore[arg-type]
+        "capture_count_short",
+        "capture_shape",
+    ]
+    skipped = judge_fc_capture(**{**ok, "hook_calls": 0, "rows": None, "fc_applied": False})  # type: ignore[arg-type]
+    assert "k*H_t == H_d" in skipped[0].message
+
+
+def test_version_registry() -> None:
+    assert parse_version("0.5.23.post1") == (0, 5, 23)
+    entry = select_adapter("0.5.23")
+    assert not isinstance(entry, ServingFailure) and entry.name == "sglang-0.5.23"
+    for old in ("0.5.22", "0.5.20", "0.4.4.post2", "1.0.0", "garbage"):  # versions no adapter serves
+        f = select_adapter(old)
+        assert isinstance(f, ServingFailure) and f.kind == "unsupported_version"
+        assert ">=0.5.23,<0.5.24" in f.message and old in f.message
+
+
+def test_exception_failure_quotes_innermost_sglang_frame() -> None:
+    code = compile(
+        "def f():\n    raise TypeError('unsupported operand')\n",
+        "/venv/lib/python3.11/site-packages/sglang/srt/models/llama.py",
+        "exec",
+    )
+    ns: dict[str, object] = {}
+    exec(code, ns)
+    try:
+        ns["f"]()  # type: ignore[operator]
+    except TypeError as exc:
+        f = exception_failure(exc)
+    assert f.kind == "sglang_exception"
+    assert f.message == "TypeError: unsupported operand at sglang/srt/models/llama.py:2"
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_fc_shape_from_checkpoint(tmp_path: Path, fmt: str) -> None:
+    w = {"fc.weight": torch.zeros(64, 192), "fc.bias": torch.zeros(64), "fc_norm.0.weight": torch.ones(64)}
+    if fmt == "safetensors":
+        save_file(w, str(tmp_path / "model.safetensors"))
+    else:
+        torch.save(w, tmp_path / "pytorch_model.bin")
+    shape = fc_shape_from_checkpoint(tmp_path)
+    assert shape is not None and (shape.in_features, shape.out_features, shape.bias) == (192, 64, True)
+
+
+@given(items=st.dictionaries(st.sampled_from(["a", "b", "c", "speculative_num_steps"]), st.integers(0, 9)))
+def test_cache_key_ignores_server_arg_order(items: dict[str, int]) -> None:
+    forward = cache_key("capture", "/t", "/d", server_args=items, device="cpu", probes=[[1, 2]])
+    backward = cache_key(
+        "capture", "/t", "/d", server_args=dict(reversed(list(items.items()))), device="cpu", probes=[[1, 2]]
+    )
+    assert forward == backward
+    assert forward != cache_key("capture", "/t", "/d", server_args=items, device="cpu", probes=[[2, 1]])
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def test_target_without_config_is_bad_deployment(tmp_path: Path) -> None:
+    (tmp_path / "target").mkdir()
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text("{}")
+    r = resolve_deployment(tmp_path / "target", tmp_path / "draft")
+    assert isinstance(r, ServingFailure) and r.kind == "bad_deployment" and "config.json" in r.message
+    c = capture_deployment(tmp_path / "target", tmp_path / "draft", probes=[[1, 2]])
+    assert c.fc is None and c.failure_kinds() == ("bad_deployment",)
+
+
+# ------------------------------------------------------------------------------------------ child process
+def _fake_python(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/bash\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    # the "interpreter" starts a grandchild and hangs: both must be gone after the timeout
+    python = _fake_python(tmp_path, f"sleep 300 &\necho $! > {pids}\necho $$ >> {pids}\nwait\n")
+    t0 = time.monotonic()
+    r = run_child(WorkerRequest(op="resolve", target="/t", draft="/d"), python=python, timeout_s=1.5)
+    assert isinstance(r, ServingFailure) and r.kind == "timeout"
+    assert time.monotonic() - t0 < 30
+    recorded = [int(x) for x in pids.read_text().split()]
+    assert len(recorded) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in recorded) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in recorded), "an orphan survived the timeout"
+
+
+def test_child_crash_carries_stderr_tail(tmp_path: Path) -> None:
+    python = _fake_python(tmp_path, "echo 'Fatal Python error: Segmentation fault' >&2\nexit 139\n")
+    r = run_child(WorkerRequest(op="capture", target="/t", draft="/d"), python=python, timeout_s=30)
+    assert isinstance(r, ServingFailure) and r.kind == "child_crashed"
+    assert "139" in r.message and "Segmentation fault" in r.message
+
+
+def test_progress_lines_reach_the_callback(tmp_path: Path) -> None:
+    doc = json.dumps(
+        {
+            "format": "specparity-serving-result/1",
+            "deployment": None,
+            "fc": None,
+            "atlas": None,
+            "failures": [{"kind": "fc_not_called", "message": "m", "sample": None}],
+        }
+    )
+    python = _fake_python(
+        tmp_path,
+        "echo '@@specparity-progress 1 2'\necho '@@specparity-progress 2 2'\n"
+        f'mkdir -p "$4"\necho \'{doc}\' > "$4/result.json"\n',
+    )
+    seen: list[tuple[int, int]] = []
+    r = run_child(
+        WorkerRequest(op="capture", target="/t", draft="/d"),
+        python=python,
+        timeout_s=30,
+        progress=lambda d, t: seen.append((d, t)),
+    )
+    assert not isinstance(r, ServingFailure) and r.failures[0].kind == "fc_not_called"
+    assert seen == [(1, 2), (2, 2)]
+
+
+def test_missing_interpreter_is_sglang_missing() -> None:
+    r = run_child(WorkerRequest(op="resolve", target="/t", draft="/d"), python="/nonexistent/python3")
+    assert isinstance(r, ServingFailure) and r.kind == "sglang_missing"
+
+
+# ------------------------------------------------------------------------------------------ sgl_kernel stand-in
+def test_kernel_stub_records_calls_and_refuses_other_ops() -> None:
+    script = f"""
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("sgl_kernel", {str(STUB)!r})
+k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+buf = torch.arange(8, dtype=torch.int32)
+k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]), torch.tensor([0]))
+assert buf.tolist() == [0, 0, 2, 3, 4, 5, 6, 7], buf.tolist()
+try:
+    k.rmsnorm(buf)
+except NotImplementedError as e:
+    assert "sgl_kernel.rmsnorm" in str(e)
+else:
+    raise SystemExit("rmsnorm did not raise")
+assert k.CALLED == ["copy_all_layer_kv_cache_cpu", "rmsnorm"], k.CALLED
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+@pytest.mark.parametrize(("device", "installed"), [("cpu", True), ("cuda", False)])
+def test_stub_goes_on_sys_path_only_on_cpu(device: str, installed: bool) -> None:
+    script = (
+        "import sys; from specparity.serving.sglang import worker as w; "
+        f"print(w.install_kernel_stub_if_needed({device!r}), str(w.STUB_DIR) in sys.path)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, env=env)
+    # this venv has no sgl_kernel, so on cpu the stand-in is installed; never on cuda
+    assert out.stdout.split() == [str(installed), str(installed)]

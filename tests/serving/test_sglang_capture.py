@@ -1,0 +1,176 @@
+"""Real SGLang (installed version) through specparity's serving adapter: resolve, fc capture, atlas.
+
+Every deployment starts SGLang once per session (``serving_cache``). Expected tensors come from an
+independent transformers forward of the same target weights (``hf_hidden_states``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from serving_probes import PROBES
+
+from specparity.serving import CaptureResult, ResolvedDeployment
+from specparity.serving.cache import SessionCache
+from specparity.sources import EMBEDDING, FINAL_NORM, layer
+
+pytestmark = pytest.mark.sglang
+pytest.importorskip("sglang")
+
+TOL = 1e-5
+NUM_LAYERS = 8
+H = 64
+
+
+def _capture(
+    cache: SessionCache,
+    models: dict[str, Path],
+    name: str,
+    *,
+    probes: list[list[int]] = PROBES,
+    atlas: bool = True,
+) -> CaptureResult:
+    d = models[name]
+    return cache.capture(d / "target", d / "draft", probes=probes, atlas=atlas, timeout_s=300)
+
+
+def _resolve(
+    cache: SessionCache, models: dict[str, Path], name: str, **server_args: object
+) -> ResolvedDeployment:
+    d = models[name]
+    r = cache.resolve(d / "target", d / "draft", server_args=server_args, timeout_s=200)
+    assert isinstance(r, ResolvedDeployment), r
+    return r
+
+
+def _attribute(result: CaptureResult) -> list[str]:
+    """Test-local attribution: each fc chunk's nearest atlas boundary (max abs error over all samples)."""
+    assert result.fc is not None and result.atlas is not None
+    k = result.fc.per_sample[0].shape[-1] // H
+    names = []
+    for j in range(k):
+        errors = {}
+        for name in result.atlas.sources():
+            errors[name] = max(
+                float((fc[:, j * H : (j + 1) * H] - sample[name]).abs().max())
+                for fc, sample in zip(result.fc.per_sample, result.atlas.per_sample, strict=True)
+            )
+        names.append(min(errors, key=errors.__getitem__))
+    return names
+
+
+# ------------------------------------------------------------------------------------------ ids [1,3,5]
+SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
+
+
+def test_fc_input_equals_hf_layers_1_3_5(
+    serving_cache: SessionCache, models: dict[str, Path], hf_hidden_states: list[tuple[torch.Tensor, ...]]
+) -> None:
+    r = _capture(serving_cache, models, "ids_1_3_5")
+    assert r.failures == (), r.failures
+    assert r.fc is not None and r.fc.dtype == "float32"
+    assert r.fc.hook_calls == 1
+    assert [t.shape for t in r.fc.per_sample] == [torch.Size([len(p), 3 * H]) for p in PROBES]
+    for fc, hs in zip(r.fc.per_sample, hf_hidden_states, strict=True):
+        expected = torch.cat([hs[2], hs[4], hs[6]], dim=-1)  # layer:i is HF output_hidden_states[i+1]
+        assert float((fc - expected).abs().max()) <= TOL
+
+
+def test_layout_1_3_5_from_resolve_and_capture(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    resolved = _resolve(serving_cache, models, "ids_1_3_5", **SPEC_REWRITE)
+    captured = _capture(serving_cache, models, "ids_1_3_5")
+    want = (layer(1), layer(3), layer(5))
+    assert resolved.served_sources == want
+    assert resolved.draft_config_ids == (1, 3, 5) and resolved.ids_fallback_reason is None
+    assert resolved.layers_to_capture == (2, 4, 6)
+    assert (resolved.fc_in_features, resolved.fc_out_features, resolved.fc_bias) == (3 * H, H, False)
+    assert resolved.fc_applied and resolved.num_aux_hidden_states == 3
+    assert captured.deployment is not None and captured.deployment.served_sources == want
+    assert tuple(_attribute(captured)) == want
+
+
+def test_num_draft_tokens_rewrite_is_reported(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    r = _resolve(serving_cache, models, "ids_1_3_5", **SPEC_REWRITE)
+    assert r.requested_spec.num_draft_tokens == 16
+    assert (r.resolved_spec.num_steps, r.resolved_spec.eagle_topk, r.resolved_spec.num_draft_tokens) == (
+        1,
+        1,
+        2,
+    )
+    assert any("speculative_num_draft_tokens is adjusted" in w for w in r.spec_warnings), r.spec_warnings
+    assert r.server_args["speculative_num_draft_tokens"] == 2
+
+
+def test_atlas_equals_hf_hidden_states(
+    serving_cache: SessionCache, models: dict[str, Path], hf_hidden_states: list[tuple[torch.Tensor, ...]]
+) -> None:
+    r = _capture(serving_cache, models, "ids_1_3_5")
+    assert r.atlas is not None and r.atlas.num_layers == NUM_LAYERS
+    boundaries = [EMBEDDING, *(layer(i) for i in range(NUM_LAYERS - 1))]
+    assert r.atlas.sources() == (*boundaries, FINAL_NORM)
+    for sample, hs in zip(r.atlas.per_sample, hf_hidden_states, strict=True):
+        for b, name in enumerate(boundaries):  # pre-norm boundary b is HF hs[b] for b <= L-1
+            assert float((sample[name] - hs[b]).abs().max()) <= TOL, name
+        assert float((sample[FINAL_NORM] - hs[NUM_LAYERS]).abs().max()) <= TOL
+
+
+def test_aux_states_and_kernel_stub(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    r = _capture(serving_cache, models, "ids_1_3_5")
+    assert r.fc is not None
+    assert (r.fc.aux_states_captured, r.fc.aux_states_expected) == (3, 3)
+    # no drafter norms here, so fc saw exactly the target's packed aux states
+    assert len(r.fc.aux_per_sample) == len(PROBES)
+    for fc, aux in zip(r.fc.per_sample, r.fc.aux_per_sample, strict=True):
+        assert torch.equal(fc, aux)
+    # The stand-in ran only the KV-pool warm-up copy: nothing on the fc-input path touched sgl_kernel.
+    assert r.fc.kernel_stub_active
+    assert r.fc.kernel_stub_calls, "the stand-in recorded nothing: it was not the sgl_kernel SGLang used"
+    assert set(r.fc.kernel_stub_calls) == {"copy_all_layer_kv_cache_cpu"}
+
+
+# ------------------------------------------------------------------------------------------ ids [-1,1,3]
+def test_layout_m1_1_3_serves_embedding(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    want = (EMBEDDING, layer(1), layer(3))
+    resolved = _resolve(serving_cache, models, "ids_m1_1_3")
+    assert resolved.layers_to_capture == (0, 2, 4)
+    assert resolved.served_sources == want
+    captured = _capture(serving_cache, models, "ids_m1_1_3")
+    assert captured.failures == (), captured.failures
+    assert captured.deployment is not None and captured.deployment.served_sources == want
+    assert tuple(_attribute(captured)) == want
+
+
+# ------------------------------------------------------------------------------------------ no eagle_config
+def test_no_eagle_config_falls_back_to_sglang_default(
+    serving_cache: SessionCache, models: dict[str, Path]
+) -> None:
+    r = _resolve(serving_cache, models, "no_eagle_config")
+    assert r.draft_config_ids is None
+    assert r.ids_fallback_reason is not None and "no eagle_config" in r.ids_fallback_reason
+    assert r.layers_to_capture == (2, 4, 5)  # [2, L//2, L-3], sglang models/llama.py:934-936
+    assert r.served_sources == (layer(1), layer(3), layer(4))
+
+
+# ------------------------------------------------------------------------------------------ failure modes
+def test_nan_in_target_is_nonfinite_failure(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    r = _capture(serving_cache, models, "nan_target", atlas=False)
+    kinds = r.failure_kinds()
+    assert "nonfinite" in kinds, r.failures
+    assert not r.ok
+    assert {f.sample for f in r.failures if f.kind == "nonfinite"} == set(range(len(PROBES)))
+
+
+def test_empty_probe_list_is_fc_not_called(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    r = _capture(serving_cache, models, "ids_1_3_5", probes=[], atlas=False)
+    assert r.fc is None
+    assert r.failure_kinds() == ("fc_not_called",), r.failures
+    assert r.deployment is not None  # start-up did run: the failure is about the forward, not the set-up
+
+
+def test_capture_reuses_child_within_session(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    first = _capture(serving_cache, models, "ids_1_3_5")
+    misses = serving_cache.misses
+    assert _capture(serving_cache, models, "ids_1_3_5") is first
+    assert serving_cache.misses == misses
