@@ -157,6 +157,8 @@ def _accumulate_sample(
 ) -> None:
     """Add one sample. ``chunks`` are ``[T, c_i*H]`` tensors (served, then recorded)."""
     tokens = int(valid.shape[0])
+    if tokens == 0:
+        return
     per = [c.shape[1] // hidden for c in chunks]
     rows, cols = sum(per), len(names)
     tb_max = min(block_tokens, tokens)
@@ -218,10 +220,10 @@ def _accumulate_sample(
     sums.diff2 += ((a2 + b2 - 2.0 * dd).clamp_min(0.0) * w).sum(0)
     sums.ref2 += (b2 * w).sum(0)
     if npairs:
-        v = valid[:, None].double()
-        sums.pair_diff2 += (p_d2.double() * v).sum(0)
-        sums.pair_ref2 += (p_r2.double() * v).sum(0)
-        # NaN propagates through amax: a non-finite pair never looks like a pass
+        # sums over rows where both sides are finite; the maxima keep NaN so such a pair never passes
+        v = (valid[:, None] & torch.isfinite(p_d2) & torch.isfinite(p_r2)).double()
+        sums.pair_diff2 += (torch.nan_to_num(p_d2.double(), nan=0.0, posinf=0.0) * v).sum(0)
+        sums.pair_ref2 += (torch.nan_to_num(p_r2.double(), nan=0.0, posinf=0.0) * v).sum(0)
         vm = valid[:, None]
         sums.pair_max = torch.maximum(sums.pair_max, torch.where(vm, p_max.double(), -math.inf).amax(0))
         sums.pair_excess = torch.maximum(sums.pair_excess, torch.where(vm, p_exc.double(), -math.inf).amax(0))
@@ -278,10 +280,12 @@ def attribute(
             if a[n].shape[1] != hidden:
                 raise InputError(f"is {a[n].shape[1]} wide, other boundaries are {hidden}", field=f"atlas[{i}][{n}]")
         for what, t, k in (("served", s, k_s), ("recorded", r, k_r)):
-            if t.shape[1] % hidden or t.shape[1] // hidden != k:
+            if t.shape[1] % hidden or t.shape[1] == 0:
                 raise InputError(
-                    f"is {t.shape[1]} wide: not {k} chunks of the atlas hidden size {hidden}", field=f"{what}[{i}]"
+                    f"is {t.shape[1]} wide: not a multiple of the atlas hidden size {hidden}", field=f"{what}[{i}]"
                 )
+            if t.shape[1] // hidden != k:
+                raise InputError(f"has {t.shape[1] // hidden} chunks, sample 0 has {k}", field=f"{what}[{i}]")
     if len(expected) != k_r:
         raise InputError(f"the contract names {len(expected)} sources, the recording has {k_r} chunks", field="expected")
     tols = [resolve_tolerance(tolerance, overrides, chunk=c, source=expected[c] if c < k_r else None)

@@ -1,0 +1,343 @@
+"""From attribution and deployment facts to every finding at once.
+
+Inputs are plain: what the contract promises (:class:`ExpectedFacts`), what the deployment resolved
+(:class:`DeploymentFacts`, filled by the caller from the serving adapter's records) and the
+:class:`~specparity.compare.attribution.AttributionTable`. :func:`diagnose` applies every rule and
+returns all findings, never only the first. It knows nothing of SGLang; the SGLang behaviour a
+message explains is cited where the rule depends on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specparity.compare.attribution import AttributionTable, ChunkAttribution
+from specparity.compare.evidence import ChunkEvidence
+from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.compare.fix import spec_fix
+from specparity.compare.tolerances import Tolerance, resolve_tolerance
+from specparity.sources import EMBEDDING, layer_index, order_key
+
+SPEC_KEYS = ("num_steps", "eagle_topk", "num_draft_tokens")
+NORM_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
+# A served chunk that points the same way as the recorded one (cosine >= this) but has a different
+# scale is the recorded state after a norm: RMSNorm keeps each token's direction up to its weight.
+NORM_COSINE = 0.98
+
+
+@dataclass(frozen=True)
+class ExpectedFacts:
+    """What the contract promises. ``sources`` are canonical, in fc-chunk order."""
+
+    name: str
+    sources: tuple[str, ...]
+    hidden_size: int
+    norm_flags: Mapping[str, bool] = field(default_factory=dict)
+    vocab_map_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    """What the deployment did. ``None`` means "not observed" and disables the rule that needs it.
+
+    ``fc_calls``: times the drafter's fc ran (forward pre-hook firings). ``captured_states``: aux
+    states the target captured. ``served_width``: fc in-features / captured width.
+    ``ids_fallback_reason``: set when SGLang served its default ids (sglang 0.5.23
+    model_runner_components/spec_aux_hidden_state.py:187-196 swallows any exception into the default).
+    ``requested_spec`` / ``resolved_spec``: keys ``num_steps``, ``eagle_topk``, ``num_draft_tokens``.
+    ``sglang_error`` / ``timeout_s``: the environment could not complete the check.
+    """
+
+    sglang_version: str | None = None
+    architecture: str | None = None
+    fc_calls: int | None = None
+    captured_states: int | None = None
+    served_width: int | None = None
+    ids_fallback_reason: str | None = None
+    requested_spec: Mapping[str, int | None] = field(default_factory=dict)
+    resolved_spec: Mapping[str, int | None] = field(default_factory=dict)
+    norm_flags: Mapping[str, bool] | None = None
+    vocab_map_hash: str | None = None
+    vocab_map_observed: bool = False
+    sglang_error: str | None = None
+    timeout_s: float | None = None
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+
+
+def _where(d: DeploymentFacts) -> str:
+    parts = [p for p in (f"sglang {d.sglang_version}" if d.sglang_version else None, d.architecture) if p]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _environment(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
+    out: list[Finding] = []
+    if dep.sglang_error is not None:
+        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
+                           f"SGLang failed before the fc input could be checked{_where(dep)}: {dep.sglang_error}",
+                           details={"error": dep.sglang_error}))
+    if dep.timeout_s is not None:
+        out.append(Finding(FindingKind.TIMEOUT, Severity.ERROR,
+                           f"SGLang did not finish within {_fmt(dep.timeout_s)} s{_where(dep)}",
+                           details={"timeout_s": dep.timeout_s}))
+    return out
+
+
+def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
+    out: list[Finding] = []
+    k = len(exp.sources)
+    if dep.fc_calls == 0:
+        out.append(Finding(
+            FindingKind.FC_NOT_CALLED, Severity.ERROR,
+            f"the drafter's fc never ran{_where(dep)}: SGLang applies fc only when the hidden-state width "
+            f"differs from the draft hidden size (sglang 0.5.23 models/llama_eagle3.py:238); "
+            f"{k} x {exp.hidden_size} may equal it",
+            details={"fc_calls": 0, "expected_width": k * exp.hidden_size}))
+    if dep.captured_states is not None and dep.captured_states < k:
+        out.append(Finding(
+            FindingKind.CAPTURE_COUNT_SHORT, Severity.ERROR,
+            f"the target captured {dep.captured_states} of {k} aux hidden states ({', '.join(exp.sources)} "
+            f"expected); a boundary past the last layer is never reached (sglang 0.5.23 models/llama.py:485-493)",
+            details={"captured": dep.captured_states, "expected": k}))
+    if dep.served_width is not None and dep.served_width != k * exp.hidden_size:
+        out.append(Finding(
+            FindingKind.WIDTH_MISMATCH, Severity.ERROR,
+            f"fc input is {dep.served_width} wide, the contract's is {k} x {exp.hidden_size} = "
+            f"{k * exp.hidden_size}",
+            details={"served_width": dep.served_width, "expected_width": k * exp.hidden_size,
+                     "hidden_size": exp.hidden_size}))
+    if dep.ids_fallback_reason is not None:
+        out.append(Finding(
+            FindingKind.DEFAULT_IDS_FALLBACK, Severity.ERROR,
+            f"SGLang served its default aux layer ids{_where(dep)}: {dep.ids_fallback_reason}; a default is "
+            f"never a pass, even when it happens to match",
+            details={"reason": dep.ids_fallback_reason},
+            fix="write eagle_config.eagle_aux_hidden_state_layer_ids (nested) into the draft config.json"))
+    for key in SPEC_KEYS:
+        req, got = dep.requested_spec.get(key), dep.resolved_spec.get(key)
+        if req is not None and got is not None and req != got:
+            out.append(Finding(
+                FindingKind.SPEC_CONFIG_REWRITTEN, Severity.ERROR,
+                f"SGLang rewrote speculative {key} from {req} to {got}{_where(dep)}",
+                details={"setting": key, "requested": req, "resolved": got},
+                fix=spec_fix(dep.requested_spec, dep.resolved_spec)))
+    if exp.vocab_map_hash is not None and dep.vocab_map_observed and dep.vocab_map_hash != exp.vocab_map_hash:
+        got_hash = dep.vocab_map_hash or "none (draft ids taken as target ids)"
+        out.append(Finding(
+            FindingKind.VOCAB_MAP_MISMATCH, Severity.ERROR,
+            f"the served draft-to-target vocab map is {got_hash}, training used {exp.vocab_map_hash}",
+            details={"expected": exp.vocab_map_hash, "served": dep.vocab_map_hash}))
+    if dep.norm_flags is not None:
+        for flag in NORM_FLAGS:
+            want, got_flag = bool(exp.norm_flags.get(flag, False)), bool(dep.norm_flags.get(flag, False))
+            if want != got_flag:
+                out.append(Finding(
+                    FindingKind.NORM_MISMATCH, Severity.ERROR,
+                    f"the served drafter has {flag}={got_flag}, training used {flag}={want} "
+                    f"(sglang 0.5.23 models/llama_eagle3.py:169-207)",
+                    details={"flag": flag, "expected": want, "served": got_flag}))
+    return out
+
+
+def _is_off_by_one(served: str, expected: str) -> bool:
+    i, j = layer_index(served), layer_index(expected)
+    return i is not None and j is not None and abs(i - j) == 1
+
+
+def _line(c: ChunkAttribution) -> str:
+    got = c.attributed or f"unknown (best {c.best} cosine {_fmt(c.cosine)})"
+    return f"chunk {c.index}: served {got}, expected {c.expected}"
+
+
+def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance,
+                   layout_fix: str | None) -> Finding:
+    """A served chunk that matches no boundary: explain it from the served-vs-recorded evidence."""
+    if ev is not None:
+        best_shift = max((-1, 1), key=ev.cosine_at)
+        shifted = ev.cosine_at(best_shift)
+        if shifted >= tol.cosine_floor and shifted - ev.cosine_at(0) >= tol.min_margin:
+            where = "the next" if best_shift > 0 else "the previous"
+            return Finding(
+                FindingKind.POSITION_SHIFT, Severity.ERROR,
+                f"chunk {c.index}: served row t equals recorded {c.expected} at {where} token "
+                f"(cosine {_fmt(shifted)} at shift {best_shift:+d}, {_fmt(ev.cosine_at(0))} unshifted); "
+                f"row t of the fc input must be the state of token t (domain.md §1)",
+                chunk=c.index,
+                details={"shift": best_shift, "cosine_shifted": shifted, "cosine_unshifted": ev.cosine_at(0)})
+        if ev.cosine_at(0) >= NORM_COSINE and ev.rel_err > tol.max_rel_err:
+            return Finding(
+                FindingKind.NORM_MISMATCH, Severity.ERROR,
+                f"chunk {c.index}: served {c.expected} after a norm: cosine {_fmt(ev.cosine_at(0))} to the "
+                f"recorded chunk but rel err {_fmt(ev.rel_err)} (per-token scale x{_fmt(ev.scale_ratio)}, "
+                f"norm CV {_fmt(ev.served_norm_cv)} served vs {_fmt(ev.recorded_norm_cv)} recorded)",
+                chunk=c.index,
+                details={"cosine": ev.cosine_at(0), "rel_err": ev.rel_err, "scale_ratio": ev.scale_ratio,
+                         "served_norm_cv": ev.served_norm_cv, "recorded_norm_cv": ev.recorded_norm_cv})
+    return Finding(
+        FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
+        f"{_line(c)}: matches no boundary (runner-up {c.runner_up} cosine {_fmt(c.runner_up_cosine)}, "
+        f"rel err {_fmt(c.rel_err)})",
+        chunk=c.index,
+        details={"best": c.best, "cosine": c.cosine, "rel_err": c.rel_err, "margin": c.margin},
+        fix=layout_fix)
+
+
+def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
+            layout_fix: str | None) -> tuple[list[Finding], set[int]]:
+    """Layout findings, and the served chunks whose source equals the contract's (for numeric checks)."""
+    expected = list(exp.sources)
+    served = table.served_sources()
+    evidence = {e.index: e for e in table.evidence}
+    out: list[Finding] = []
+    matched = {c for c, s in enumerate(served) if c < len(expected) and s == expected[c]}
+    if served != expected and None not in served and Counter(served) == Counter(expected):
+        out.append(Finding(
+            FindingKind.ORDER_MISMATCH, Severity.ERROR,
+            f"served {', '.join(str(s) for s in served)} where the contract has {', '.join(expected)}: same sources, "
+            f"other order; SGLang concatenates in ascending layer order (sglang 0.5.23 models/llama.py:485-493)",
+            details={"served": served, "expected": expected},
+            fix="train with the sources in ascending order (or permute fc.weight's input blocks to "
+                + ", ".join(sorted(expected, key=order_key)) + ")"))
+        return out, matched
+    covered: set[str] = set()
+    displaced: list[ChunkAttribution] = []
+    for att in table.served:
+        c, s = att.index, att.attributed
+        e = expected[c] if c < len(expected) else None
+        if s == e:
+            continue
+        ev = evidence.get(c)
+        if ev is not None and ev.nonfinite_served:
+            if e is not None:
+                covered.add(e)
+            continue  # reported as nonfinite
+        if e is None:
+            out.append(Finding(
+                FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
+                f"chunk {c}: served {s or 'unknown'} beyond the contract's {len(expected)} chunks",
+                chunk=c, details={"served": s}, fix=layout_fix))
+        elif s == EMBEDDING and EMBEDDING not in expected:
+            out.append(Finding(
+                FindingKind.EXTRA_EMBEDDING, Severity.ERROR,
+                f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| {_fmt(att.max_abs_err)}): the token embedding "
+                f"is served where training used no embedding (an id of -1 under SGLang's +1 rule, "
+                f"sglang 0.5.23 models/llama.py:929-941)",
+                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
+        elif s is not None and _is_off_by_one(s, e):
+            covered.add(e)
+            out.append(Finding(
+                FindingKind.OFF_BY_ONE, Severity.ERROR,
+                f"{_line(att)}: one layer {'early' if order_key(s) < order_key(e) else 'late'} "
+                f"(cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
+                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
+        elif s is None:
+            finding = _unknown_chunk(att, ev, tols[c], layout_fix)
+            if finding.kind is not FindingKind.LAYOUT_MISMATCH:
+                covered.add(e)
+            out.append(finding)
+        elif s in expected:
+            displaced.append(att)
+        else:
+            out.append(Finding(
+                FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
+                f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
+                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
+    present = {s for s in served if s is not None}
+    missing = [e for e in expected if e not in present and e not in covered]
+    for e in missing:
+        out.append(Finding(
+            FindingKind.MISSING_SOURCE, Severity.ERROR,
+            f"{e} is in the contract but in no served chunk (served {', '.join(str(s) for s in served)})",
+            details={"source": e, "served": served}, fix=layout_fix))
+    if displaced and not missing and not any(f.kind is FindingKind.EXTRA_EMBEDDING for f in out):
+        for att in displaced:
+            out.append(Finding(
+                FindingKind.LAYOUT_MISMATCH, Severity.ERROR, f"{_line(att)}: a contract source at the wrong chunk",
+                chunk=att.index, details={"served": att.attributed, "expected": att.expected}, fix=layout_fix))
+    return out, matched
+
+
+def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
+             layout_fix: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    for nf in table.evidence:
+        if nf.nonfinite_served or nf.nonfinite_recorded:
+            out.append(Finding(
+                FindingKind.NONFINITE, Severity.ERROR,
+                f"chunk {nf.index}: {nf.nonfinite_served} NaN/Inf values in the served fc input, "
+                f"{nf.nonfinite_recorded} in the recorded chunk",
+                chunk=nf.index,
+                details={"served": nf.nonfinite_served, "recorded": nf.nonfinite_recorded}))
+    for name, tokens in table.atlas_nonfinite_tokens:
+        out.append(Finding(FindingKind.NONFINITE, Severity.ERROR,
+                           f"{name} of the serving target has NaN/Inf on {tokens} tokens",
+                           details={"source": name, "tokens": tokens}))
+    layout, matched = _layout(exp, table, tols, layout_fix)
+    out.extend(layout)
+    evidence = {e.index: e for e in table.evidence}
+    for c in sorted(matched):
+        ev = evidence.get(c)
+        if ev is None or ev.max_abs_err == 0.0 or not math.isfinite(ev.max_abs_err):
+            continue
+        tol = tols[c]
+        ok = ev.min_passing_atol <= tol.atol
+        verdict = "within" if ok else "outside"
+        out.append(Finding(
+            FindingKind.NUMERIC_DRIFT, Severity.INFO if ok else Severity.WARNING,
+            f"chunk {c}: {exp.sources[c]} {verdict} tolerance, not exact: max|d| {_fmt(ev.max_abs_err)}, "
+            f"rel err {_fmt(ev.rel_err)}, passes at atol >= {_fmt(ev.min_passing_atol)} "
+            f"(rtol {_fmt(tol.rtol)}, set atol {_fmt(tol.atol)})",
+            chunk=c,
+            details={"max_abs_err": ev.max_abs_err, "rel_err": ev.rel_err, "min_passing_atol": ev.min_passing_atol,
+                     "atol": tol.atol, "rtol": tol.rtol, "cosine": ev.cosine_at(0)}))
+    for att in table.recorded:
+        if att.attributed == att.expected:
+            continue
+        got = att.attributed or f"no boundary (best {att.best} cosine {_fmt(att.cosine)})"
+        out.append(Finding(
+            FindingKind.CONTRACT_SELF_INCONSISTENT, Severity.ERROR,
+            f"recorded chunk {att.index} is {got}, the contract says {att.expected} "
+            f"(cosine to {att.expected} {_fmt(att.expected_cosine)}): the contract does not describe its recording",
+            chunk=att.index,
+            details={"recorded": att.attributed, "expected": att.expected, "best": att.best,
+                     "cosine": att.cosine, "expected_cosine": att.expected_cosine}))
+    return out
+
+
+def diagnose(
+    expected: ExpectedFacts,
+    deployment: DeploymentFacts,
+    *,
+    table: AttributionTable | None,
+    tolerance: Tolerance,
+    overrides: Mapping[int | str, Tolerance] | None = None,
+    layout_fix: str | None = None,
+) -> list[Finding]:
+    """Every finding for one deployment, in the order: environment, static, tensors, training side.
+
+    ``table`` is None when no tensors were captured (static level, or SGLang failed). ``layout_fix``
+    (from :func:`specparity.compare.fix.layout_fix`) is attached to every layout finding.
+    """
+    findings = _environment(expected, deployment) + _static(expected, deployment)
+    if table is not None:
+        k = max(len(table.served), len(expected.sources))
+        tols = [resolve_tolerance(tolerance, overrides, chunk=c,
+                                  source=expected.sources[c] if c < len(expected.sources) else None)
+                for c in range(k)]
+        if len(table.served) != len(expected.sources) and not any(
+                f.kind is FindingKind.WIDTH_MISMATCH for f in findings):
+            width = len(table.served) * table.hidden_size
+            findings.append(Finding(
+                FindingKind.WIDTH_MISMATCH, Severity.ERROR,
+                f"fc input has {len(table.served)} chunks ({width} wide), the contract has "
+                f"{len(expected.sources)} x {expected.hidden_size}",
+                details={"served_chunks": len(table.served), "expected_chunks": len(expected.sources)}))
+        findings.extend(_tensors(expected, table, tols, layout_fix))
+    return findings
