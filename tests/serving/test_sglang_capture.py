@@ -174,3 +174,20 @@ def test_capture_reuses_child_within_session(serving_cache: SessionCache, models
     misses = serving_cache.misses
     assert _capture(serving_cache, models, "ids_1_3_5") is first
     assert serving_cache.misses == misses
+
+
+def test_unreachable_layer_is_count_short_and_sglang_raises(
+    serving_cache: SessionCache, models: dict[str, Path]
+) -> None:
+    r = _capture(serving_cache, models, "ids_1_3_7", atlas=False)
+    assert r.deployment is not None
+    assert r.deployment.layers_to_capture == (2, 4, 8) and r.deployment.unreachable_boundaries == (8,)
+    assert r.deployment.served_sources == (layer(1), layer(3))
+    kinds = r.failure_kinds()
+    assert "capture_count_short" in kinds and "sglang_exception" in kinds, r.failures
+    assert not r.ok
+    raised = next(f for f in r.failures if f.kind == "sglang_exception")
+    # SGLang's own fc matmul fails on the 2*H wide input; the message names SGLang's file:line
+    assert "RuntimeError" in raised.message and " at sglang/" in raised.message, raised.message
+    assert r.fc is not None and (r.fc.aux_states_captured, r.fc.aux_states_expected) == (2, 3)
+    assert r.fc.per_sample[0].shape[-1] == 2 * H
