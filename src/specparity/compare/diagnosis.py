@@ -224,6 +224,7 @@ def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleranc
                 f"chunk {c}: served {s or 'unknown'} beyond the contract's {len(expected)} chunks",
                 chunk=c, details={"served": s}, fix=layout_fix))
         elif s == EMBEDDING and EMBEDDING not in expected:
+            covered.add(e)
             out.append(Finding(
                 FindingKind.EXTRA_EMBEDDING, Severity.ERROR,
                 f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| {_fmt(att.max_abs_err)}): the token embedding "
@@ -238,13 +239,12 @@ def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleranc
                 f"(cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
                 chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
         elif s is None:
-            finding = _unknown_chunk(att, ev, tols[c], layout_fix)
-            if finding.kind is not FindingKind.LAYOUT_MISMATCH:
-                covered.add(e)
-            out.append(finding)
+            covered.add(e)
+            out.append(_unknown_chunk(att, ev, tols[c], layout_fix))
         elif s in expected:
             displaced.append(att)
         else:
+            covered.add(e)
             out.append(Finding(
                 FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
                 f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
