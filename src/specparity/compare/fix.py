@@ -81,7 +81,7 @@ def layout_fix(
     try:
         ids = sglang_ids_for_sources(list(sources), num_layers=num_layers, architecture=architecture, version=version)
     except ValueError as exc:
-        raise InputError(str(exc), field="sources") from exc
+        raise InputError(str(exc)) from exc
     if ids is None:
         reason = _why_unservable(sources, num_layers=num_layers, version=version)
         return DraftConfigFix(summary=f"no draft config serves {', '.join(sources)} on sglang {version} "
