@@ -288,7 +288,7 @@ class LegacyAdapter:
                 hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
                 width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
                 expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
-                aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied)
+                aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied, target_ran=tap.target_calls > 0)
         fc: FcCapture | None = None
         if first is not None and int(first.shape[0]) == sum(lengths):
             per_sample = split_rows(first, lengths)

@@ -193,6 +193,7 @@ class FcTap:
         self.fc_inputs: list[torch.Tensor] = []
         self.aux_count = 0
         self.aux_packed: torch.Tensor | None = None
+        self.target_calls = 0
         self._handles = [fc.register_forward_pre_hook(self._on_fc),
                          target_inner.register_forward_hook(self._on_target)]
 
@@ -200,6 +201,7 @@ class FcTap:
         self.fc_inputs.append(args[0].detach().clone())
 
     def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        self.target_calls += 1
         if self.aux_packed is not None:
             return
         if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], list | tuple):

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The test matrix without tox (CI calls this; tox.ini delegates here, so both run the same commands).
+#
+#   scripts/matrix.sh                      every env, in the order below
+#   scripts/matrix.sh sglang-0.5.3 lint    just those
+#   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
+#
+# envs: unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.23
+#   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
+#   sglang-0.5.3 / sglang-0.4.10 use .tox/sglang-0.5.3 / .tox/sglang-0.4.10 (scripts/venv-sglang.sh,
+#   torch 2.13.0 CPU). Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its
+#   own SGLang; the tests pick the expected behaviour through the adapter registry.
+# Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
+# exit status is non-zero if any env failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ALL=(unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.23)
+envs=(); extra=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
+  envs+=("$1"); shift
+done
+[ ${#envs[@]} -gt 0 ] || envs=("${ALL[@]}")
+PYTEST=(-m pytest -p no:cacheprovider -q)
+SGLANG_TESTS=(-m sglang tests/serving tests/catalog)
+
+build() {  # build (or reuse) the venv of one env; prints its python
+  case "$1" in
+    unit|lint|type|sglang-0.5.23) scripts/venv.sh >&2 && echo .venv/bin/python ;;
+    sglang-0.5.3) scripts/venv-sglang.sh 0.5.3 >&2 && echo .tox/sglang-0.5.3/bin/python ;;
+    sglang-0.4.10) scripts/venv-sglang.sh 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
+    *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
+  esac
+}
+
+run() {  # run one env's commands with its python
+  local py=$1 env=$2
+  case "$env" in
+    unit) "$py" "${PYTEST[@]}" -m "not sglang" "${extra[@]}" ;;
+    lint) "$(dirname "$py")/ruff" check src tests "${extra[@]}" ;;
+    type) "$(dirname "$py")/mypy" "${extra[@]}" ;;
+    sglang-*) "$py" "${PYTEST[@]}" "${SGLANG_TESTS[@]}" "${extra[@]}" ;;
+  esac
+}
+
+summary=(); failed=0
+for env in "${envs[@]}"; do
+  echo "=== matrix: $env" >&2
+  t0=$(date +%s)
+  if py=$(build "$env"); then
+    t1=$(date +%s)
+    run "$py" "$env"; rc=$?
+  else
+    rc=$?; t1=$(date +%s)
+  fi
+  t2=$(date +%s)
+  [ "$rc" -eq 0 ] && status=ok || { status="FAILED (exit $rc)"; failed=1; }
+  summary+=("$(printf '%-14s build %4ss  test %4ss  %s' "$env" $((t1 - t0)) $((t2 - t1)) "$status")")
+done
+echo "=== matrix summary" >&2
+printf '%s\n' "${summary[@]}" >&2
+exit $failed
