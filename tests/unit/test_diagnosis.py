@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from random import Random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose
 from specparity.compare.findings import Finding, FindingKind, Severity, worst_severity
 from specparity.compare.synthetic import bf16_noise, concat_sources, residual_stream, rms_norm
 from specparity.compare.tolerances import default_tolerance
+from specparity.sources import all_sources
 
 H = 48
 L = 8
@@ -283,3 +287,27 @@ def test_finding_to_dict_is_plain_json() -> None:
                            "details": {"x": "inf", "t": [1, 2], "k": "off_by_one"}, "fix": None}
     hash(f)  # findings are hashable despite the details mapping
     assert not f.is_failure
+
+
+def test_static_layout_rules_on_source_lists() -> None:
+    from specparity.compare.diagnosis import layout_findings
+
+    assert layout_findings(CONTRACT, CONTRACT) == []
+    kinds = _kinds(layout_findings(CONTRACT, ["embedding", "layer:1", "layer:3"]))
+    assert kinds == [FindingKind.EXTRA_EMBEDDING, FindingKind.MISSING_SOURCE]
+    off = layout_findings(["layer:2", "layer:30", "layer:58"], ["layer:1", "layer:29", "layer:57"], layout_fix="f")
+    assert _kinds(off) == [FindingKind.OFF_BY_ONE] * 3 and all(f.fix == "f" for f in off)
+    assert off[0].message == "chunk 0: served layer:1, expected layer:2: one layer early"
+    short = layout_findings(CONTRACT, ["layer:1", "layer:3"])
+    assert _kinds(short) == [FindingKind.MISSING_SOURCE]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(all_sources(12)), min_size=1, max_size=4, unique=True), st.randoms())
+def test_static_permutation_is_order_mismatch_only(expected: list[str], rnd: Random) -> None:
+    from specparity.compare.diagnosis import layout_findings
+
+    served = list(expected)
+    rnd.shuffle(served)
+    kinds = _kinds(layout_findings(expected, served))
+    assert kinds == ([] if served == expected else [FindingKind.ORDER_MISMATCH])

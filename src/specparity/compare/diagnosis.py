@@ -151,9 +151,13 @@ def _is_off_by_one(served: str, expected: str) -> bool:
     return i is not None and j is not None and abs(i - j) == 1
 
 
-def _line(c: ChunkAttribution) -> str:
-    got = c.attributed or f"unknown (best {c.best} cosine {_fmt(c.cosine)})"
-    return f"chunk {c.index}: served {got}, expected {c.expected}"
+def _line(c: int, served: str | None, expected: str | None, att: ChunkAttribution | None) -> str:
+    got = served or (f"unknown (best {att.best} cosine {_fmt(att.cosine)})" if att else "unknown")
+    return f"chunk {c}: served {got}, expected {expected}"
+
+
+def _numbers(att: ChunkAttribution | None) -> str:
+    return f" (cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})" if att else ""
 
 
 def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance,
@@ -182,21 +186,25 @@ def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance
                          "served_norm_cv": ev.served_norm_cv, "recorded_norm_cv": ev.recorded_norm_cv})
     return Finding(
         FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
-        f"{_line(c)}: matches no boundary (runner-up {c.runner_up} cosine {_fmt(c.runner_up_cosine)}, "
-        f"rel err {_fmt(c.rel_err)})",
+        f"{_line(c.index, None, c.expected, c)}: matches no boundary (runner-up {c.runner_up} cosine "
+        f"{_fmt(c.runner_up_cosine)}, rel err {_fmt(c.rel_err)})",
         chunk=c.index,
         details={"best": c.best, "cosine": c.cosine, "rel_err": c.rel_err, "margin": c.margin},
         fix=layout_fix)
 
 
-def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
-            layout_fix: str | None) -> tuple[list[Finding], set[int]]:
-    """Layout findings, and the served chunks whose source equals the contract's (for numeric checks)."""
-    expected = list(exp.sources)
-    served = table.served_sources()
-    evidence = {e.index: e for e in table.evidence}
+def _layout(
+    expected: Sequence[str],
+    served: Sequence[str | None],
+    *,
+    atts: Sequence[ChunkAttribution | None],
+    evidence: Mapping[int, ChunkEvidence],
+    tols: Sequence[Tolerance] | None,
+    layout_fix: str | None,
+) -> list[Finding]:
+    """Layout findings for served chunk sources against the contract's (attributions optional)."""
+    expected, served = list(expected), list(served)
     out: list[Finding] = []
-    matched = {c for c, s in enumerate(served) if c < len(expected) and s == expected[c]}
     if served != expected and None not in served and Counter(served) == Counter(expected):
         out.append(Finding(
             FindingKind.ORDER_MISMATCH, Severity.ERROR,
@@ -205,11 +213,11 @@ def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleranc
             details={"served": served, "expected": expected},
             fix="train with the sources in ascending order (or permute fc.weight's input blocks to "
                 + ", ".join(sorted(expected, key=order_key)) + ")"))
-        return out, matched
+        return out
     covered: set[str] = set()
-    displaced: list[ChunkAttribution] = []
-    for att in table.served:
-        c, s = att.index, att.attributed
+    displaced: list[tuple[int, str, str, ChunkAttribution | None]] = []
+    for c, s in enumerate(served):
+        att = atts[c]
         e = expected[c] if c < len(expected) else None
         if s == e:
             continue
@@ -223,32 +231,28 @@ def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleranc
                 FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
                 f"chunk {c}: served {s or 'unknown'} beyond the contract's {len(expected)} chunks",
                 chunk=c, details={"served": s}, fix=layout_fix))
-        elif s == EMBEDDING and EMBEDDING not in expected:
-            covered.add(e)
+            continue
+        covered.add(e)
+        if s == EMBEDDING and EMBEDDING not in expected:
             out.append(Finding(
                 FindingKind.EXTRA_EMBEDDING, Severity.ERROR,
-                f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| {_fmt(att.max_abs_err)}): the token embedding "
-                f"is served where training used no embedding (an id of -1 under SGLang's +1 rule, "
-                f"sglang 0.5.23 models/llama.py:929-941)",
-                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
+                f"{_line(c, s, e, att)}{_numbers(att)}: the token embedding is served where training used no "
+                f"embedding (an id of -1 under SGLang's +1 rule, sglang 0.5.23 models/llama.py:929-941)",
+                chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
         elif s is not None and _is_off_by_one(s, e):
-            covered.add(e)
             out.append(Finding(
                 FindingKind.OFF_BY_ONE, Severity.ERROR,
-                f"{_line(att)}: one layer {'early' if order_key(s) < order_key(e) else 'late'} "
-                f"(cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
-                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
-        elif s is None:
-            covered.add(e)
+                f"{_line(c, s, e, att)}: one layer {'early' if order_key(s) < order_key(e) else 'late'}{_numbers(att)}",
+                chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
+        elif s is None and att is not None and tols is not None:
             out.append(_unknown_chunk(att, ev, tols[c], layout_fix))
-        elif s in expected:
-            displaced.append(att)
+        elif s is not None and s in expected:
+            covered.discard(e)
+            displaced.append((c, s, e, att))
         else:
-            covered.add(e)
             out.append(Finding(
-                FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
-                f"{_line(att)} (cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})",
-                chunk=c, details={"served": s, "expected": e, "cosine": att.cosine}, fix=layout_fix))
+                FindingKind.LAYOUT_MISMATCH, Severity.ERROR, f"{_line(c, s, e, att)}{_numbers(att)}",
+                chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
     present = {s for s in served if s is not None}
     missing = [e for e in expected if e not in present and e not in covered]
     for e in missing:
@@ -257,11 +261,23 @@ def _layout(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleranc
             f"{e} is in the contract but in no served chunk (served {', '.join(str(s) for s in served)})",
             details={"source": e, "served": served}, fix=layout_fix))
     if displaced and not missing and not any(f.kind is FindingKind.EXTRA_EMBEDDING for f in out):
-        for att in displaced:
+        for c, s, e, att in displaced:
             out.append(Finding(
-                FindingKind.LAYOUT_MISMATCH, Severity.ERROR, f"{_line(att)}: a contract source at the wrong chunk",
-                chunk=att.index, details={"served": att.attributed, "expected": att.expected}, fix=layout_fix))
-    return out, matched
+                FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
+                f"{_line(c, s, e, att)}: a contract source at the wrong chunk",
+                chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
+    return out
+
+
+def layout_findings(
+    expected: Sequence[str], served: Sequence[str], *, layout_fix: str | None = None
+) -> list[Finding]:
+    """The layout rules on source lists alone (the static check R1: the capture list SGLang resolved).
+
+    Same kinds and messages as the tensor path, without the numbers: ``extra_embedding``,
+    ``off_by_one``, ``order_mismatch``, ``missing_source``, ``layout_mismatch``.
+    """
+    return _layout(expected, served, atts=[None] * len(served), evidence={}, tols=None, layout_fix=layout_fix)
 
 
 def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
@@ -279,8 +295,11 @@ def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleran
         out.append(Finding(FindingKind.NONFINITE, Severity.ERROR,
                            f"{name} of the serving target has NaN/Inf on {tokens} tokens",
                            details={"source": name, "tokens": tokens}))
-    layout, matched = _layout(exp, table, tols, layout_fix)
-    out.extend(layout)
+    served = table.served_sources()
+    expected = list(exp.sources)
+    out.extend(_layout(expected, served, atts=list(table.served), evidence={e.index: e for e in table.evidence},
+                       tols=tols, layout_fix=layout_fix))
+    matched = {c for c, s in enumerate(served) if c < len(expected) and s == expected[c]}
     evidence = {e.index: e for e in table.evidence}
     for c in sorted(matched):
         ev = evidence.get(c)
