@@ -1,0 +1,272 @@
+"""The embedded default bundle (fixtures/default): layout, SpecForge format, recordings, drafter, determinism.
+
+Every check reads the committed files; the slow test regenerates the bundle and compares manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+BUNDLE = FIXTURES / "default"
+sys.path.insert(0, str(FIXTURES))
+
+import bundle_manifest  # noqa: E402
+import eagle3_draft  # noqa: E402
+
+L, H, V, DRAFT_V = 8, 64, 512, 256
+AUX_IDS = [1, 3, 5]
+PROBES = 8
+
+
+def _json(rel: str) -> Any:
+    return json.loads((BUNDLE / rel).read_text(encoding="utf-8"))
+
+
+def _records() -> list[dict[str, torch.Tensor]]:
+    paths = sorted(
+        (BUNDLE / "hidden_states" / "rows_0-2000").glob("data_*.ckpt"),
+        key=lambda p: int(p.stem.split("_")[1]),
+    )
+    assert [p.name for p in paths] == [f"data_{i}.ckpt" for i in range(PROBES)]
+    return [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+
+
+def _conversations() -> list[list[dict[str, str]]]:
+    lines = (BUNDLE / "conversations.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["conversations"] for line in lines]
+
+
+def _real_length(rec: dict[str, torch.Tensor]) -> int:
+    """Tokens before SpecForge's zero padding (the chat template always ends a row with a newline token)."""
+    ids = rec["input_ids"]
+    n = ids.shape[0]
+    while n > 0 and int(ids[n - 1]) == 0 and int(rec["loss_mask"][n - 1]) == 0:
+        n -= 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(BUNDLE / "target"))
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Any]:
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    yield AutoModelForCausalLM.from_pretrained(
+        str(BUNDLE / "target"), dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+
+
+def test_manifest_describes_the_committed_files() -> None:
+    committed = _json("MANIFEST.json")
+    assert committed["format"] == bundle_manifest.MANIFEST_FORMAT
+    assert len(committed["files"]) >= 18
+    assert bundle_manifest.build_manifest(BUNDLE) == committed
+
+
+def test_bundle_stays_small() -> None:
+    total = sum(p.stat().st_size for p in BUNDLE.rglob("*") if p.is_file())
+    assert total < 3_000_000, f"fixtures/default is {total} bytes"
+
+
+def test_specforge_records_have_the_offline_format() -> None:
+    records = _records()
+    padded = 0
+    for i, rec in enumerate(records):
+        assert list(rec) == ["input_ids", "loss_mask", "hidden_state", "aux_hidden_state"], i
+        s = rec["input_ids"].shape[0]
+        assert rec["input_ids"].dtype == rec["loss_mask"].dtype == torch.int64
+        assert rec["input_ids"].shape == rec["loss_mask"].shape == (s,)
+        assert rec["aux_hidden_state"].shape == (1, s, len(AUX_IDS) * H)
+        assert rec["hidden_state"].shape == (1, s, H)
+        assert rec["aux_hidden_state"].dtype == rec["hidden_state"].dtype == torch.float32
+        n = _real_length(rec)
+        assert int(rec["loss_mask"][n:].sum()) == 0 and int(rec["input_ids"][n:].abs().sum()) == 0
+        padded += n < s
+    # SpecForge zero-pads each capture batch (batch size 4 here): rows of a batch share S
+    assert {r["input_ids"].shape[0] for r in records[:4]} != {r["input_ids"].shape[0] for r in records[4:]}
+    assert len({r["input_ids"].shape[0] for r in records[:4]}) == 1
+    assert padded >= 2
+
+
+def test_recordings_are_the_hf_hidden_states_of_the_bundled_target(target: Any) -> None:
+    for i, rec in enumerate(_records()):
+        n = _real_length(rec)
+        with torch.no_grad():
+            hs = target(input_ids=rec["input_ids"][None, :n], output_hidden_states=True).hidden_states
+        assert len(hs) == L + 1
+        expected = torch.cat([hs[j + 1][0] for j in AUX_IDS], dim=-1)  # hs[j+1] is layer:j
+        assert torch.equal(rec["aux_hidden_state"][0, :n], expected), f"data_{i}: aux != layer:1,3,5"
+        assert torch.equal(rec["hidden_state"][0, :n], hs[L][0]), f"data_{i}: hidden_state != final_norm"
+        # the chunks are distinguishable: a wrong layer would not pass as the right one
+        assert (hs[2][0] - hs[3][0]).abs().max() > 1e-3
+
+
+def test_conversations_are_tokenized_with_the_chat_template(tokenizer: Any) -> None:
+    chats = _conversations()
+    assert len(chats) == PROBES
+    for i, (chat, rec) in enumerate(zip(chats, _records(), strict=True)):
+        n = _real_length(rec)
+        ids = tokenizer.apply_chat_template(chat, tokenize=True, return_dict=True)["input_ids"]
+        assert rec["input_ids"][:n].tolist() == list(ids), i
+        masked = [t for t, m in zip(rec["input_ids"].tolist(), rec["loss_mask"].tolist(), strict=True) if m]
+        expected = "".join(m["content"] + "</s>" for m in chat if m["role"] == "assistant")
+        assert tokenizer.decode(masked) == expected, i
+
+
+def test_tokenizer_config_loads_in_transformers_4_and_5(tokenizer: Any) -> None:
+    cfg = _json("target/tokenizer_config.json")
+    # transformers 5 would write "TokenizersBackend", unknown to the 4.x that older SGLang runs with
+    assert cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert "{{ bos_token }}" in cfg["chat_template"]
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (256, 257, 258)
+    assert len(tokenizer) == 259
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=st.text(max_size=40))
+def test_tokenizer_is_one_token_per_byte_and_round_trips(tokenizer: Any, text: str) -> None:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.encode("utf-8"))
+    assert all(0 <= t < 256 for t in ids)
+    assert tokenizer.decode(ids) == text
+
+
+def test_draft_is_in_sglang_export_format() -> None:
+    cfg = _json("draft/config.json")
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": AUX_IDS, "use_aux_hidden_state": True}
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["draft_vocab_size"], cfg["vocab_size"]) == (
+        H,
+        1,
+        DRAFT_V,
+        V,
+    )
+    assert not cfg.get("norm_output", False) and "target_hidden_size" not in cfg
+    w = load_file(str(BUNDLE / "draft" / "model.safetensors"))
+    assert set(w) == {
+        "fc.weight",
+        "norm.weight",
+        "lm_head.weight",
+        "d2t",
+        "t2d",
+        *eagle3_draft.MIDLAYER_NAMES,
+    }
+    assert w["fc.weight"].shape == (H, len(AUX_IDS) * H)
+    assert w["lm_head.weight"].shape == (DRAFT_V, H)
+    assert w["midlayer.self_attn.q_proj.weight"].shape == (H, 2 * H)
+    assert (w["d2t"].dtype, w["t2d"].dtype) == (torch.int64, torch.bool)
+    mapping = torch.load(BUNDLE / "vocab_mapping" / "vocab_mapping.pt", weights_only=True)
+    assert set(mapping) == {"t2d", "d2t"}
+    assert torch.equal(mapping["d2t"], w["d2t"]) and torch.equal(mapping["t2d"], w["t2d"])
+
+
+def test_train_config_matches_the_draft_and_the_files() -> None:
+    run = _json("train_config.json")
+    assert (
+        run["aux_hidden_states_layers"]
+        == _json("draft/config.json")["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    )
+    for key in (
+        "target_model_path",
+        "draft_model_config",
+        "train_data_path",
+        "train_hidden_states_path",
+        "vocab_mapping_path",
+    ):
+        assert (BUNDLE / run[key]).exists(), key
+
+
+@settings(max_examples=50, deadline=None)
+@given(draft_id=st.integers(min_value=0, max_value=DRAFT_V - 1))
+def test_d2t_holds_offsets_into_the_t2d_vocab(draft_id: int) -> None:
+    w = load_file(str(BUNDLE / "draft" / "model.safetensors"))
+    d2t, t2d = w["d2t"], w["t2d"]
+    target_id = draft_id + int(d2t[draft_id])  # SGLang: hot_token_id = d2t + arange
+    assert 0 <= target_id < V and bool(t2d[target_id])
+    # draft ids enumerate the t2d vocab in ascending target order
+    assert int(t2d[:target_id].sum()) == draft_id
+    assert int(t2d.sum()) == DRAFT_V
+
+
+def _probe_batch(lm_head: torch.Tensor) -> eagle3_draft.DraftBatch:
+    records = _records()
+    width = max(r["input_ids"].shape[0] for r in records)
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x.new_zeros((width - x.shape[0], *x.shape[1:]))])
+
+    aux = torch.stack([pad(r["aux_hidden_state"][0]) for r in records])
+    ids = torch.stack([pad(r["input_ids"]) for r in records])
+    greedy = torch.stack([pad(r["hidden_state"][0] @ lm_head.T).argmax(-1) for r in records])
+    lengths = torch.tensor([_real_length(r) for r in records])
+    return eagle3_draft.make_batch(aux, ids, target_greedy=greedy, lengths=lengths)
+
+
+def test_drafter_agrees_with_the_target_on_the_probes(target: Any) -> None:
+    w = load_file(str(BUNDLE / "draft" / "model.safetensors"))
+    d2t, _ = w.pop("d2t"), w.pop("t2d")
+    cfg = _json("draft/config.json")
+    shape = eagle3_draft.DraftShape(
+        hidden=H,
+        intermediate=cfg["intermediate_size"],
+        heads=cfg["num_attention_heads"],
+        kv_heads=cfg["num_key_value_heads"],
+        num_aux=len(AUX_IDS),
+        draft_vocab=DRAFT_V,
+        rms_eps=cfg["rms_norm_eps"],
+        rope_theta=cfg["rope_theta"],
+    )
+    batch = _probe_batch(target.lm_head.weight.detach())
+    assert int(batch.valid.sum()) > 400
+    embed = target.model.embed_tokens.weight.detach()
+    got = eagle3_draft.agreement(w, shape, batch, embed=embed, d2t=d2t)
+    assert got >= 0.6
+    assert got == pytest.approx(_json("draft_training.json")["top1_agreement"]["probe"], abs=2e-3)
+    # the measure is not vacuous: a broken mapping or the wrong features lose the agreement
+    assert eagle3_draft.agreement(w, shape, batch, embed=embed, d2t=torch.zeros_like(d2t)) < 0.3
+    shuffled = eagle3_draft.DraftBatch(
+        aux=batch.aux.roll(1, dims=-1),
+        next_ids=batch.next_ids,
+        target_next=batch.target_next,
+        valid=batch.valid,
+    )
+    assert eagle3_draft.agreement(w, shape, shuffled, embed=embed, d2t=d2t) < got - 0.1
+
+
+@pytest.mark.slow
+def test_regeneration_is_bit_identical(tmp_path: Path) -> None:
+    out = tmp_path / "default"
+    proc = subprocess.run(
+        [sys.executable, str(FIXTURES / "make_default.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fresh, committed = json.loads((out / "MANIFEST.json").read_text()), _json("MANIFEST.json")
+    differing = sorted(
+        k
+        for k in fresh["files"].keys() | committed["files"].keys()
+        if fresh["files"].get(k) != committed["files"].get(k)
+    )
+    assert not differing, f"regenerated bundle differs from fixtures/default in: {differing}"
+    assert fresh == committed
