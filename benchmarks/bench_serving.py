@@ -63,8 +63,9 @@ def main() -> int:
                 return 1
             inner = r.timings
             print(
-                f"resolve #{i + 1}: wall {walls[-1]:.2f} s (server args {inner['server_args_s']:.2f} s, "
-                f"ids+setter+fc {inner['resolve_s']:.2f} s; the rest is interpreter + sglang import)"
+                f"resolve #{i + 1}: wall {walls[-1]:.2f} s (sglang import {inner['sglang_import_s']:.2f} s, "
+                f"ServerArgs {inner['server_args_s']:.2f} s, ids+setter+fc {inner['resolve_s']:.2f} s; "
+                "the rest is interpreter start + torch import)"
             )
         med = statistics.median(walls)
         print(f"resolve median {med:.2f} s = {med / RESOLVE_GOAL_S:.2f}x the {RESOLVE_GOAL_S:.0f} s goal")
