@@ -181,6 +181,21 @@ def facts() -> tuple[AdapterEntry, VersionFacts]:
     return entry, FACTS[entry.name]
 
 
+@pytest.fixture(scope="module")
+def hf_hidden_states(base_models: Path) -> list[tuple[torch.Tensor, ...]]:
+    """Overrides the conftest fixture: its ``dtype=`` keyword needs transformers >= 4.56, and the
+    0.4.10.post2 env pins 4.54.1. The checkpoint is float32, so no dtype argument is needed."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(base_models / "target")).float().eval()
+    out = []
+    with torch.no_grad():
+        for p in PROBES:
+            hs = hf(torch.tensor([p]), output_hidden_states=True).hidden_states
+            out.append(tuple(h[0] for h in hs))
+    return out
+
+
 def _capture(cache: Any, models: dict[str, Path], name: str) -> Any:
     d = models[name]
     return cache.capture(d / "target", d / "draft", probes=PROBES, atlas=True, timeout_s=300)
