@@ -325,3 +325,57 @@ def test_stub_goes_on_sys_path_only_on_cpu(device: str, installed: bool) -> None
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, env=env)
     # this venv has no sgl_kernel, so on cpu the stand-in is installed; never on cuda
     assert out.stdout.split() == [str(installed), str(installed)]
+
+
+# ------------------------------------------------------------------------------------------ 0.5.23 static rules
+def test_fallback_reason_names_why_sglang_used_its_default() -> None:
+    from types import SimpleNamespace
+
+    from specparity.serving.sglang.v0_5_23 import _fallback_reason
+
+    assert _fallback_reason(SimpleNamespace(), [1, 3, 5]) is None
+    assert _fallback_reason(SimpleNamespace(), None) == "draft config has no eagle_config"
+    top = _fallback_reason(SimpleNamespace(eagle_aux_hidden_state_layer_ids=[1, 3, 5]), None)
+    assert top is not None and top.startswith("draft config has no eagle_config") and "top-level" in top
+    assert _fallback_reason(SimpleNamespace(eagle_config=[1]), None) == (
+        "malformed eagle_config: expected a mapping, got list"
+    )
+    assert _fallback_reason(SimpleNamespace(eagle_config={"use_aux_hidden_state": True}), None) == (
+        "malformed eagle_config: no eagle_aux_hidden_state_layer_ids"
+    )
+
+
+def test_server_args_defaults_per_device_and_user_wins() -> None:
+    from specparity.serving.sglang.v0_5_23 import server_args_kwargs
+
+    cpu = server_args_kwargs(WorkerRequest(op="capture", target="/t", draft="/d", probes=((1, 2),)))
+    assert cpu["attention_backend"] == "torch_native" and cpu["disable_cuda_graph"] is True
+    assert (cpu["model_path"], cpu["speculative_draft_model_path"], cpu["speculative_algorithm"]) == (
+        "/t",
+        "/d",
+        "EAGLE3",
+    )
+    cuda = server_args_kwargs(WorkerRequest(op="capture", target="/t", draft="/d", device="cuda"))
+    assert (
+        "attention_backend" not in cuda and "disable_cuda_graph" not in cuda
+    )  # SGLang's defaults, graphs on
+    user = server_args_kwargs(
+        WorkerRequest(
+            op="resolve", target="/t", draft="/d", server_args={"dtype": "bfloat16", "page_size": 16}
+        )
+    )
+    assert (user["dtype"], user["page_size"]) == ("bfloat16", 16)
+
+
+def test_non_json_server_arg_is_bad_deployment(tmp_path: Path) -> None:
+    for role in ("target", "draft"):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / "config.json").write_text("{}")
+    r = resolve_deployment(
+        tmp_path / "target", tmp_path / "draft", server_args={"model_loader_extra_config": {1j}}
+    )
+    assert (
+        isinstance(r, ServingFailure)
+        and r.kind == "bad_deployment"
+        and "model_loader_extra_config" in r.message
+    )

@@ -13,6 +13,7 @@ This room knows nothing of contracts, comparison or pytest.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -73,6 +74,11 @@ def _request(
     bad = _check_model_dir(t, "target") or _check_model_dir(d, "draft") or _check_probes(probes)
     if bad is not None:
         return bad
+    for key, value in (server_args or {}).items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            return ServingFailure(BAD_DEPLOYMENT, f"server_args[{key!r}] is not a JSON value: {value!r}")
     return WorkerRequest(
         op=op,
         target=str(t.resolve()),
