@@ -8,7 +8,7 @@ Baselines, over the same bytes:
   (b) pairwise ``torch.testing.assert_close`` of every served chunk against every boundary.
 
 Goals: attribution reaches >= 70% of plain-read bandwidth and is >= 5x faster than (b).
-Run: ``.venv/bin/python benchmarks/bench_attribution.py [--tokens 512] [--hidden 7168] [--repeat 3]``.
+Run: ``.venv/bin/python benchmarks/bench_attribution.py [--threads 1] [--tokens 512] [--hidden 7168] [--repeat 3]``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--block-tokens", type=int, default=8)
     parser.add_argument("--pairwise-repeat", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (0: torch's default); on a shared box 1 avoids oversubscription")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     t0 = time.perf_counter()
     states = residual_stream(args.layers, args.hidden, tokens=args.tokens, seed=0, dtype=torch.bfloat16)
@@ -93,8 +97,12 @@ def main() -> None:
     print(f"pairwise assert_close: {t_pair * 1e3:8.1f} ms ({len(chunks) * len(states)} calls)")
     print(f"ratio bandwidth (attribution / plain read): {t_read / t_attr:.2f}  (goal >= 0.70)")
     print(f"ratio speed-up vs pairwise assert_close:    {t_pair / t_attr:.1f}x (goal >= 5x)")
-    print(f"peak RSS: {rss_after:.0f} MiB (probe alone {rss_before:.0f} MiB, attribution added "
-          f"{max(rss_after - rss_before, 0.0):.0f} MiB)")
+    # attribution's own working set: float32 block buffers plus per-token [T, chunks, boundaries] sums
+    chunks_total, pairs = 2 * len(SOURCES), 2 * len(SOURCES)
+    blocks = args.block_tokens * (len(states) + chunks_total + 2 * pairs) * args.hidden * 4
+    per_token = args.tokens * (chunks_total * len(states) + chunks_total + len(states) + 4 * pairs) * 4
+    print(f"working buffers: {(blocks + per_token) / 2**20:.1f} MiB (no copy of the {nbytes / 2**20:.0f} MiB probe); "
+          f"peak RSS {rss_after:.0f} MiB, of which the probe and its generator {rss_before:.0f} MiB")
     if attributed != SOURCES:
         raise SystemExit(f"attribution wrong: {attributed} != {SOURCES}")
 
