@@ -116,3 +116,30 @@ def test_within_and_identity() -> None:
     assert not identity_holds(cosine=0.99995, rel_err=0.01, margin=0.0, tolerance=tol)  # ambiguous
     assert not identity_holds(cosine=0.98, rel_err=0.01, margin=0.05, tolerance=tol)
     assert not identity_holds(cosine=math.nan, rel_err=0.0, margin=1.0, tolerance=tol)
+
+
+def test_contract_tolerances_layer_over_the_dtype_default() -> None:
+    from specparity.compare.tolerances import merge_tolerance, tolerances_from_contract
+
+    section = {
+        "default": {"atol": None, "cosine_floor": 0.99},
+        "per_dtype": {"bfloat16": {"atol": 0.05}, "float32": {"atol": 1e-4}},
+        "per_chunk": {"2": {"rtol": 0.1}},
+    }
+    base, overrides = tolerances_from_contract(section, dtype="bf16")
+    bf16 = default_tolerance("bfloat16")
+    assert base == Tolerance(atol=0.05, rtol=bf16.rtol, cosine_floor=0.99, min_margin=bf16.min_margin,
+                             max_rel_err=bf16.max_rel_err)
+    assert overrides == {2: merge_tolerance(base, {"rtol": 0.1})}
+    assert tolerances_from_contract(None, dtype="float32") == (default_tolerance("float32"), {})
+    with pytest.raises(InputError, match="unknown tolerance field 'atoll'"):
+        merge_tolerance(base, {"atoll": 1.0})
+
+
+def test_contract_model_tolerances_are_accepted() -> None:
+    from specparity.compare.tolerances import tolerances_from_contract
+    from specparity.contract.model import Tolerances
+
+    model = Tolerances.model_validate({"default": {"min_margin": 0.01}, "per_chunk": {0: {"atol": 0.5}}})
+    base, overrides = tolerances_from_contract(model, dtype="float16")
+    assert base.min_margin == 0.01 and overrides[0].atol == 0.5 and overrides[0].min_margin == 0.01

@@ -146,3 +146,52 @@ def identity_holds(*, cosine: float, rel_err: float, margin: float, tolerance: T
         and rel_err <= tolerance.max_rel_err
         and margin >= tolerance.min_margin
     )
+
+
+_FIELDS = ("atol", "rtol", "cosine_floor", "min_margin", "max_rel_err")
+
+
+def _as_mapping(obj: object) -> Mapping[str, object]:
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        out = dump()
+        if isinstance(out, Mapping):
+            return out
+    raise InputError(f"expected a mapping of tolerance fields, got {type(obj).__name__}", field="tolerances")
+
+
+def merge_tolerance(base: Tolerance, override: Mapping[str, object] | object | None) -> Tolerance:
+    """``base`` with every field ``override`` sets (None or absent fields keep ``base``'s value)."""
+    values = dict(base.to_dict())
+    for name, value in _as_mapping(override).items():
+        if name not in _FIELDS:
+            raise InputError(f"unknown tolerance field {name!r} (known: {', '.join(_FIELDS)})", field="tolerances")
+        if value is not None:
+            if not isinstance(value, int | float):
+                raise InputError(f"must be a number, got {value!r}", field=f"tolerances.{name}")
+            values[name] = float(value)
+    return Tolerance(**values)
+
+
+def tolerances_from_contract(
+    tolerances: Mapping[str, object] | object | None, *, dtype: str | torch.dtype
+) -> tuple[Tolerance, dict[int | str, Tolerance]]:
+    """The default tolerance and per-chunk overrides for comparing ``dtype`` tensors under a contract.
+
+    ``tolerances`` is the contract's ``tolerances`` section (model or dict: ``default``, ``per_dtype``,
+    ``per_chunk``). Precedence, weakest first: :func:`default_tolerance` of ``dtype``, the contract's
+    ``default``, its ``per_dtype[dtype]``, then ``per_chunk[i]`` for chunk ``i``.
+    """
+    section = _as_mapping(tolerances)
+    name = canonical_dtype(dtype)
+    base = merge_tolerance(default_tolerance(name), section.get("default"))
+    per_dtype = _as_mapping(section.get("per_dtype"))
+    base = merge_tolerance(base, per_dtype.get(name))
+    overrides: dict[int | str, Tolerance] = {}
+    for chunk, override in _as_mapping(section.get("per_chunk")).items():
+        overrides[int(chunk)] = merge_tolerance(base, override)
+    return base, overrides
