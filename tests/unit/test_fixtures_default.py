@@ -5,6 +5,7 @@ Every check reads the committed files; the slow test regenerates the bundle and 
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -28,6 +29,11 @@ import eagle3_draft  # noqa: E402
 L, H, V, DRAFT_V = 8, 64, 512, 256
 AUX_IDS = [1, 3, 5]
 PROBES = 8
+
+
+@functools.cache
+def _draft_weights() -> dict[str, torch.Tensor]:
+    return load_file(str(BUNDLE / "draft" / "model.safetensors"))
 
 
 def _json(rel: str) -> Any:
@@ -141,7 +147,7 @@ def test_tokenizer_config_loads_in_transformers_4_and_5(tokenizer: Any) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(text=st.text(max_size=40))
+@given(text=st.text(max_size=40).filter(lambda t: not any(s in t for s in ("<s>", "</s>", "<unk>"))))
 def test_tokenizer_is_one_token_per_byte_and_round_trips(tokenizer: Any, text: str) -> None:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(text.encode("utf-8"))
@@ -197,7 +203,7 @@ def test_train_config_matches_the_draft_and_the_files() -> None:
 @settings(max_examples=50, deadline=None)
 @given(draft_id=st.integers(min_value=0, max_value=DRAFT_V - 1))
 def test_d2t_holds_offsets_into_the_t2d_vocab(draft_id: int) -> None:
-    w = load_file(str(BUNDLE / "draft" / "model.safetensors"))
+    w = _draft_weights()
     d2t, t2d = w["d2t"], w["t2d"]
     target_id = draft_id + int(d2t[draft_id])  # SGLang: hot_token_id = d2t + arange
     assert 0 <= target_id < V and bool(t2d[target_id])
