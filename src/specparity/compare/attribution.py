@@ -162,26 +162,29 @@ def _accumulate_sample(
     per = [c.shape[1] // hidden for c in chunks]
     rows, cols = sum(per), len(names)
     tb_max = min(block_tokens, tokens)
-    buf = torch.empty(tb_max, cols, hidden, dtype=torch.float32)
-    abuf = torch.empty(tb_max, rows, hidden, dtype=torch.float32)
-    dots = torch.zeros(tokens, rows, cols, dtype=torch.float32)
-    na = torch.zeros(tokens, rows, dtype=torch.float32)
-    nb = torch.zeros(tokens, cols, dtype=torch.float32)
-    pair_rows, pair_cols, pair_rtol = pairs
+    # everything runs where the atlas lives (CPU or an accelerator); only [T, rows, cols] results come back
+    dev = atlas[names[0]].device
+    chunks = [c.to(dev) for c in chunks]
+    buf = torch.empty(tb_max, cols, hidden, dtype=torch.float32, device=dev)
+    abuf = torch.empty(tb_max, rows, hidden, dtype=torch.float32, device=dev)
+    dots = torch.zeros(tokens, rows, cols, dtype=torch.float32, device=dev)
+    na = torch.zeros(tokens, rows, dtype=torch.float32, device=dev)
+    nb = torch.zeros(tokens, cols, dtype=torch.float32, device=dev)
+    pair_rows, pair_cols, pair_rtol = (p.to(dev) for p in pairs)
     npairs = int(pair_rows.numel())
-    p_d = torch.zeros(tokens, npairs, dtype=torch.float32)
-    p_r = torch.zeros(tokens, npairs, dtype=torch.float32)
-    p_max = torch.zeros(tokens, npairs, dtype=torch.float32)
-    p_exc = torch.zeros(tokens, npairs, dtype=torch.float32)
+    p_d = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
+    p_r = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
+    p_max = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
+    p_exc = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
     # work buffers are allocated once: fresh allocations per block cost more in page faults than the math
-    rbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32)
-    dbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32)
+    rbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32, device=dev)
+    dbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32, device=dev)
     rtol = pair_rtol[None, :, None]
     for t0 in range(0, tokens, block_tokens):
         t1 = min(t0 + block_tokens, tokens)
         tb = t1 - t0
         if not bool(valid[t0:t1].any()):
-            continue
+            continue  # a block of pad positions only
         b = buf[:tb]
         a = abuf[:tb]
         # the one read of every boundary's rows, cast to float32 while copying
@@ -202,10 +205,8 @@ def _accumulate_sample(
             torch.amax(d, dim=-1, out=p_max[t0:t1])
             ref.abs_().mul_(rtol)
             torch.amax(d.sub_(ref), dim=-1, out=p_exc[t0:t1])
-    na2 = na.square()
-    nb2 = nb.square()
-    p_d2 = p_d.square()
-    p_r2 = p_r.square()
+    dots, na2, nb2, p_d2, p_r2 = (x.cpu() for x in (dots, na.square(), nb.square(), p_d.square(), p_r.square()))
+    p_max, p_exc = p_max.cpu(), p_exc.cpu()
     # everything below is on [T, rows, cols]: small next to the atlas
     fin_a = torch.isfinite(na2)
     fin_b = torch.isfinite(nb2)
@@ -317,9 +318,11 @@ def attribute(
         valid_tokens += int(valid.sum())
         _accumulate_sample(sums, [served[i], recorded[i]], names, atlas[i], valid, hidden=hidden,
                            pairs=pairs, block_tokens=max(1, block_tokens))
+        dev = served[i].device
         for ev in evidence:
             c = ev.index
-            ev.add(served[i][:, c * hidden:(c + 1) * hidden], recorded[i][:, c * hidden:(c + 1) * hidden], valid)
+            ev.add(served[i][:, c * hidden:(c + 1) * hidden],
+                   recorded[i][:, c * hidden:(c + 1) * hidden].to(dev), valid.to(dev))
     if valid_tokens == 0:
         raise InputError("no valid token to compare (every position is masked out or the capture is empty)",
                          field="masks")
