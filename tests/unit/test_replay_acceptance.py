@@ -134,6 +134,7 @@ def _res(first: float, rows: int = 100) -> AcceptanceResult:
     (0.70, 0.19, None, "wiring", [FindingKind.ACCEPTANCE_COLLAPSE]),
     (0.70, 0.19, [0.72, 0.5], "wiring", [FindingKind.ACCEPTANCE_COLLAPSE]),
     (0.10, 0.09, None, "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
+    (0.45, 0.44, None, "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
     (0.55, 0.54, [0.80], "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
     (0.70, 0.58, [0.72], "healthy", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
 ])
@@ -177,3 +178,12 @@ def test_expected_from_contract() -> None:
 def test_no_rows_is_an_error_not_a_pass() -> None:
     with pytest.raises(ValueError, match="no probe row"):
         diagnose(AcceptanceResult(1, (0,), (0,)), AcceptanceResult(1, (0,), (0,)))
+
+
+def test_rows_follow_the_loss_mask_of_the_next_token() -> None:
+    from specparity.replay.acceptance import rows_from_loss_mask
+
+    rows = rows_from_loss_mask(torch.tensor([0, 0, 1, 1, 0, 0]))  # prompt, 2 assistant tokens, padding
+    assert rows is not None and rows.tolist() == [False, True, True, False, False, False]
+    assert rows_from_loss_mask(None) is None
+    assert rows_from_loss_mask(torch.zeros(5, dtype=torch.int64)) is None

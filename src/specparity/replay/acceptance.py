@@ -27,6 +27,10 @@ When the text equals the target's greedy continuation no row is censored and ``a
 fraction of rows accepted through ``j``. Positions with nobody at risk (and ``a_{j-1} > 0``) have no
 estimate: ``None``, and ``horizon`` counts the leading positions that have one.
 
+**Which rows.** A row is scored where serving would run the drafter: while the assistant's answer is being
+generated, i.e. ``x_{t+1}`` carries ``loss_mask`` 1 (:func:`rows_from_loss_mask`); prompt rows and batch
+padding are skipped. Without a loss mask every row is scored.
+
 **Acceptance length** is the usual EAGLE definition: the expected number of tokens a verify step emits,
 ``1 + sum_j a_j`` (the bonus token from the target plus the accepted drafts), over the ``horizon`` positions
 (a lower bound when ``horizon < num_steps``).
@@ -55,6 +59,17 @@ def draft_next_ids(input_ids: torch.Tensor, target_greedy: torch.Tensor) -> torc
     `# sglang 0.5.23 speculative/eagle_worker_v2.py:980-992`.
     """
     return torch.cat([input_ids[1:], target_greedy[-1:]]).to(torch.int64)
+
+
+def rows_from_loss_mask(loss_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Rows scored where serving runs the drafter: ``x_{t+1}`` is a trained (assistant) token, i.e.
+    ``loss_mask[t+1] == 1``. Prompt rows and SpecForge's trailing batch padding carry ``loss_mask`` 0.
+    ``None`` (every row) when there is no mask or it marks nothing."""
+    if loss_mask is None or not bool((loss_mask[1:] == 1).any()):
+        return None
+    rows = torch.zeros(loss_mask.shape[0], dtype=torch.bool)
+    rows[:-1] = loss_mask[1:] == 1
+    return rows
 
 
 @dataclass(frozen=True)

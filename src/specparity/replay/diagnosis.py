@@ -31,7 +31,7 @@ Diagnosis = Literal["healthy", "wiring", "model_quality"]
 class OutcomeThresholds:
     """Where the verdict draws its lines (first draft position, fractions in 0..1)."""
 
-    floor: float = 0.4  # first-draft acceptance a usable drafter reaches when the contract states none
+    floor: float = 0.5  # first-draft acceptance a usable drafter reaches when the contract states none
     collapse: float = 0.15  # served this far below recorded = the wiring lost the drafter's inputs
     contract_margin: float = 0.10  # recorded this far below the contract's figure = below contract
 

@@ -32,6 +32,7 @@ from specparity.replay.acceptance import (
     draft_next_ids,
     greedy_from_final_norm,
     measure,
+    rows_from_loss_mask,
 )
 from specparity.replay.diagnosis import OutcomeThresholds, diagnose, expected_from_contract
 from specparity.replay.drafter import Eagle3Drafter, read_target_lm_head
@@ -68,6 +69,7 @@ class OutcomeRun:
     capture: CaptureResult
     report: OutcomeReport | None
     failures: tuple[ServingFailure, ...]
+    replay: SglangReplay | None = None  # SGLang's first-draft logits (None when the replay failed)
 
 
 def _greedy(final_norm: torch.Tensor | None, fallback: torch.Tensor | None, lm_head: torch.Tensor) -> torch.Tensor:
@@ -101,8 +103,10 @@ def outcome_from_capture(
     for i, p in enumerate(probes.samples):
         ids = p.input_ids.to(torch.int64)
         atlas_norm = atlas[i].get(FINAL_NORM)
-        recorded.append(ReplaySample(ids, p.fc_input, _greedy(p.final_norm, atlas_norm, target_lm_head)))
-        served.append(ReplaySample(ids, capture.fc.per_sample[i], _greedy(atlas_norm, p.final_norm, target_lm_head)))
+        rows = rows_from_loss_mask(p.loss_mask)
+        recorded.append(ReplaySample(ids, p.fc_input, _greedy(p.final_norm, atlas_norm, target_lm_head), rows))
+        served.append(ReplaySample(ids, capture.fc.per_sample[i], _greedy(atlas_norm, p.final_norm, target_lm_head),
+                                   rows))
     firsts = {"recorded": None, "served": None} if sglang is None else {
         "recorded": sglang.first_drafts("recorded"), "served": sglang.first_drafts("served")}
     agreement = None
@@ -135,13 +139,14 @@ def check_outcome(
         recorded_fc=[s.fc_input for s in probes.samples], server_args=server_args, device=device,
         timeout_s=timeout_s, python=python)
     failures = tuple(capture.failures) + ((replay,) if isinstance(replay, ServingFailure) else ())
+    sglang = replay if isinstance(replay, SglangReplay) else None
     if capture.fc is None:
-        return OutcomeRun(capture=capture, report=None, failures=failures)
+        return OutcomeRun(capture=capture, report=None, failures=failures, replay=sglang)
     steps = num_steps or contract.serving.num_steps
     if steps is None and capture.deployment is not None:
         steps = capture.deployment.resolved_spec.num_steps
     report = outcome_from_capture(
         drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture,
-        sglang=replay if isinstance(replay, SglangReplay) else None, num_steps=steps or DEFAULT_NUM_STEPS,
+        sglang=sglang, num_steps=steps or DEFAULT_NUM_STEPS,
         expected=expected_from_contract(contract.training_outcome), thresholds=thresholds)
-    return OutcomeRun(capture=capture, report=report, failures=failures)
+    return OutcomeRun(capture=capture, report=report, failures=failures, replay=sglang)

@@ -1,0 +1,175 @@
+"""Outcome level on real SGLang: drafter acceptance on recorded vs served fc inputs (issue 6).
+
+Three deployments of the bundled default (fixtures/default), one SGLang child each, shared by every
+test through module-scoped fixtures:
+
+- ``healthy``: the bundle as trained (draft ids [1,3,5] -> layer:1, layer:3, layer:5);
+- ``kimi``: the Kimi-K2.5 miswiring, draft ids [-1,1,3] -> SGLang 0.5.23 serves embedding, layer:1, layer:3;
+- ``shuffled``: fc.weight's input columns permuted (a broken drafter, wiring intact).
+
+The cross-check pins the training-side drafter (specparity.replay.drafter) to SGLang's real
+LlamaForCausalLMEagle3 forward on the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specparity.compare.findings import FindingKind, Severity
+from specparity.contract.model import Contract
+from specparity.contract.probes import ProbePack, read_probe_pack
+from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
+from specparity.replay.diagnosis import diagnose
+from specparity.replay.drafter import Eagle3Drafter, read_target_lm_head
+from specparity.replay.outcome import OutcomeRun, check_outcome
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+pytest.importorskip("sglang")
+
+BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
+LOGIT_ATOL = 1e-4  # fp32, torch_native on CPU; measured max |d| is reported by the test on failure
+
+
+@pytest.fixture(scope="module")
+def bundle() -> Path:
+    if not (BUNDLE / "draft" / "config.json").is_file():
+        pytest.fail(f"the embedded default is missing: {BUNDLE} (regenerate with fixtures/make_default.py)")
+    return BUNDLE
+
+
+@pytest.fixture(scope="module")
+def contract_and_pack(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Contract, ProbePack]:
+    from specparity.training.specforge import contract_from_specforge
+
+    out = tmp_path_factory.mktemp("contract") / "tiny.json"
+    contract, path = contract_from_specforge(bundle / "hidden_states", bundle / "draft", bundle / "target", out=out,
+                                             vocab_mapping=bundle / "vocab_mapping" / "vocab_mapping.pt", probes=8)
+    return contract, read_probe_pack(path.parent / contract.probes.file)
+
+
+def _variant(bundle: Path, root: Path, name: str) -> Path:
+    d = root / name
+    shutil.copytree(bundle / "draft", d)
+    if name == "kimi":
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
+        (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    elif name == "shuffled":
+        t = load_file(str(d / "model.safetensors"))
+        perm = torch.randperm(t["fc.weight"].shape[1], generator=torch.Generator().manual_seed(0))
+        t["fc.weight"] = t["fc.weight"][:, perm].contiguous()
+        save_file(t, str(d / "model.safetensors"))
+    return d
+
+
+@pytest.fixture(scope="module")
+def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
+         tmp_path_factory: pytest.TempPathFactory) -> dict[str, OutcomeRun]:
+    contract, pack = contract_and_pack
+    root = tmp_path_factory.mktemp("drafts")
+    drafts = {"healthy": bundle / "draft", "kimi": _variant(bundle, root, "kimi"),
+              "shuffled": _variant(bundle, root, "shuffled")}
+    out = {}
+    for name, draft in drafts.items():
+        run = check_outcome(contract, pack, target=bundle / "target", draft=draft, num_steps=3, timeout_s=300)
+        assert not run.failures, f"{name}: {[str(f) for f in run.failures]}"
+        assert run.report is not None and run.replay is not None
+        out[name] = run
+    return out
+
+
+def _first(run: OutcomeRun) -> tuple[float, float]:
+    assert run.report is not None
+    rec, srv = run.report.recorded.per_position[0], run.report.served.per_position[0]
+    assert rec is not None and srv is not None
+    return rec, srv
+
+
+def test_the_replay_hooks_fired_once_per_pass_and_substituted(runs: dict[str, OutcomeRun]) -> None:
+    for name, run in runs.items():
+        assert run.replay is not None and run.report is not None
+        passes = run.replay.passes
+        assert passes["served"] == {"fc_calls": 1, "substituted": 0, "model_calls": 1}, name
+        assert passes["recorded"] == {"fc_calls": 1, "substituted": 1, "model_calls": 1}, name
+        assert run.report.recorded.rows > 200 and run.report.first_draft_source == "sglang"
+
+
+def test_training_side_drafter_equals_sglangs_real_forward(
+        runs: dict[str, OutcomeRun], contract_and_pack: tuple[Contract, ProbePack], bundle: Path) -> None:
+    """Position-0 logits of specparity.replay.drafter == SGLang's LlamaForCausalLMEagle3 on the same inputs."""
+    _, pack = contract_and_pack
+    head = read_target_lm_head(bundle / "target")
+    worst = 0.0
+    for name in ("healthy", "kimi"):
+        run = runs[name]
+        assert run.replay is not None and run.capture.fc is not None
+        drafter = Eagle3Drafter.load(bundle / "draft", target_dir=bundle / "target")
+        sides = {"recorded": ([s.fc_input for s in pack.samples], run.replay.recorded_logits),
+                 "served": (run.capture.fc.per_sample, run.replay.served_logits)}
+        for side, (inputs, sglang_logits) in sides.items():
+            for i, s in enumerate(pack.samples):
+                assert s.final_norm is not None
+                greedy = greedy_from_final_norm(s.final_norm, head)
+                ours = drafter.extend(inputs[i], draft_next_ids(s.input_ids, greedy)).logits
+                theirs = sglang_logits[i]
+                assert theirs.shape == ours.shape and bool(theirs.abs().sum() > 0)
+                # the last row pairs with SGLang's own sampled token; rows 0..T-2 pair with probe tokens
+                diff = float((ours[:-1] - theirs[:-1]).abs().max())
+                worst = max(worst, diff)
+                assert diff <= LOGIT_ATOL, f"{name}/{side} sample {i}: max |d| {diff:.3g}"
+        assert run.report is not None and run.report.sglang_agreement == {"recorded": 1.0, "served": 1.0}
+    print(f"max |training-side - SGLang| draft logits: {worst:.3g}")
+
+
+def test_healthy_deployment_accepts_alike_on_both_inputs(runs: dict[str, OutcomeRun]) -> None:
+    rec, srv = _first(runs["healthy"])
+    report = runs["healthy"].report
+    assert report is not None
+    print(f"healthy: first draft recorded {rec:.4f} served {srv:.4f}; AL {report.summary.recorded_acceptance_length:.3f}"
+          f" vs {report.summary.served_acceptance_length:.3f}; per position {report.recorded.per_position}")
+    assert abs(rec - srv) <= 0.02
+    assert rec >= 0.6 and srv >= 0.6
+    assert report.summary.diagnosis == "healthy" and report.findings == []
+
+
+def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) -> None:
+    """[-1,1,3] on sglang 0.5.23 serves embedding, layer:1, layer:3: acceptance on the served input drops."""
+    rec, srv = _first(runs["kimi"])
+    healthy_rec, _ = _first(runs["healthy"])
+    print(f"kimi: first draft recorded {rec:.4f} served {srv:.4f} ({100 * (srv - rec):+.1f} points)")
+    assert rec == pytest.approx(healthy_rec)  # same drafter, same recorded input: the config changes nothing there
+    assert srv < rec - 0.02
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the bundled drafter barely depends on its fc features (random-weight target: the greedy next token is "
+    "mostly a function of the current token), so the Kimi miswiring costs ~3-7 points, not >= 30; needs a "
+    "feature-dependent bundle (fixtures/make_default.py)"))
+def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str, OutcomeRun]) -> None:
+    rec, srv = _first(runs["kimi"])
+    report = runs["kimi"].report
+    assert report is not None
+    assert rec - srv >= 0.30
+    assert report.summary.diagnosis == "wiring"
+
+
+def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None:
+    rec, srv = _first(runs["shuffled"])
+    report = runs["shuffled"].report
+    assert report is not None
+    print(f"shuffled fc: first draft recorded {rec:.4f} served {srv:.4f}")
+    healthy, _ = _first(runs["healthy"])
+    assert rec < healthy - 0.2 and abs(rec - srv) <= 0.02  # the drafter is broken; the wiring is not
+    assert report.summary.diagnosis == "model_quality"  # contract states no acceptance: the default floor
+    assert [(f.kind, f.severity) for f in report.findings] == [
+        (FindingKind.ACCEPTANCE_BELOW_CONTRACT, Severity.WARNING)]
+    # with the acceptance training measured (draft_training.json: top-1 on the probes) it is an error
+    summary, findings = diagnose(report.recorded, report.served, expected=[healthy])
+    assert summary.diagnosis == "model_quality"
+    assert [(f.kind, f.severity) for f in findings] == [(FindingKind.ACCEPTANCE_BELOW_CONTRACT, Severity.ERROR)]
