@@ -108,7 +108,9 @@ class ResolvedDeployment:
     server_args: dict[str, object]
     timings: dict[str, float]
     unreachable_boundaries: tuple[int, ...] = ()  # in layers_to_capture but never reached by the layer loop
-    fc_source: str = "checkpoint"  # "checkpoint" (static resolve) or "sglang_module" (live drafter)
+    # where fc_in/out/bias came from: "checkpoint" (static resolve), "sglang_module" (live drafter), or
+    # "config: no fc.weight in checkpoint" (SGLang would serve a randomly initialised fc)
+    fc_source: str = "checkpoint"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

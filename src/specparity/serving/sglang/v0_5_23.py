@@ -266,7 +266,7 @@ class Adapter:
                 else (k * h_t, int(draft_hf.hidden_size), False)
             )
             t2 = time.perf_counter()
-            return self._deployment(
+            dep = self._deployment(
                 request,
                 sa,
                 warnings,
@@ -283,6 +283,13 @@ class Adapter:
                     "resolve_s": t2 - t1,
                     "total_s": t2 - t0,
                 },
+            )
+            # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
+            # (models/llama_eagle3.py:338-353); the shape above is then the config's, not the checkpoint's.
+            return (
+                dep
+                if fc is not None
+                else dataclasses.replace(dep, fc_source="config: no fc.weight in checkpoint")
             )
         except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
             return exception_failure(exc, prefix="while resolving: ")
