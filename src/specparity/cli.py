@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from specparity import __version__
+from specparity.contract.model import SpecConfig, TrainingOutcome
 from specparity.errors import EXIT_ENVIRONMENT, InputError, SpecparityError
 
 
@@ -71,6 +72,18 @@ def _parse_created_at(value: str | None) -> datetime | None:
         raise InputError(f"not an ISO 8601 timestamp: {value!r}", field="--created-at") from None
 
 
+def _outcome(text: str | None) -> TrainingOutcome | None:
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"expected comma-separated numbers, got {text!r}", field="--train-accuracy") from None
+    if not values or any(not 0 <= v <= 1 for v in values):
+        raise InputError(f"accuracies must lie in 0..1, got {text!r}", field="--train-accuracy")
+    return TrainingOutcome(accuracy_per_position=values)
+
+
 @contract.command("from-specforge")
 @click.option("--hidden-states", "hidden_states", required=True, type=click.Path(path_type=Path),
               help="SpecForge offline output dir (rows_*/data_N.ckpt[.gz]).")
@@ -83,16 +96,25 @@ def _parse_created_at(value: str | None) -> datetime | None:
 @click.option("--name", default=None, help="Contract name (default: from the output file name).")
 @click.option("--created-at", default=None, help="ISO timestamp for provenance (default: now, or SOURCE_DATE_EPOCH).")
 @click.option("--run-id", default=None, help="Training run id for provenance.")
+@click.option("--serve-steps", type=click.IntRange(min=1), default=None, help="speculative_num_steps to serve with.")
+@click.option("--serve-topk", type=click.IntRange(min=1), default=None, help="speculative_eagle_topk to serve with.")
+@click.option("--serve-draft-tokens", type=click.IntRange(min=1), default=None,
+              help="speculative_num_draft_tokens to serve with.")
+@click.option("--train-accuracy", default=None, metavar="A0[,A1,...]",
+              help="Training-time draft accuracy per position (e.g. SpecForge acc_0,acc_1), 0..1.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Contract JSON to write.")
 def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping: Path | None, probes: int,
                    max_probe_tokens: int, name: str | None, created_at: str | None, run_id: str | None,
-                   output: Path) -> None:
+                   serve_steps: int | None, serve_topk: int | None, serve_draft_tokens: int | None,
+                   train_accuracy: str | None, output: Path) -> None:
     """Write a contract (and its probe pack beside it) from SpecForge's offline hidden states."""
     from specparity.training.specforge import contract_from_specforge
 
     c, path = contract_from_specforge(
         hidden_states, draft, target, out=output, vocab_mapping=vocab_mapping, name=name, probes=probes,
         max_probe_tokens=max_probe_tokens, created_at=_parse_created_at(created_at), run_id=run_id,
+        serving=SpecConfig(num_steps=serve_steps, eagle_topk=serve_topk, num_draft_tokens=serve_draft_tokens),
+        training_outcome=_outcome(train_accuracy),
     )
     click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes, "
                f"{c.probes.num_tokens} tokens in {c.probes.file})")
@@ -165,6 +187,38 @@ def schema() -> None:
     from specparity.contract import json_schema_text
 
     click.echo(json_schema_text(), nl=False)
+
+
+@main.command("gate")
+@click.option("--contract", "contract_path", required=True, type=click.Path(path_type=Path), help="Contract JSON.")
+@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target model dir as deployed.")
+@click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft model dir as deployed.")
+@click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE",
+              help="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
+@click.option("--level", type=click.Choice(["static", "capture", "outcome", "all"]), default="all", show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a production capture.")
+@click.option("--python", "python", default=None, help="Interpreter whose SGLang serves (default: this one).")
+@click.option("--timeout", "timeout_s", default=900.0, show_default=True, help="Seconds before SGLang is stopped.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the JSON report.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
+def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str, ...], level: str, device: str,
+         python: str | None, timeout_s: float, json_path: Path | None, html_path: Path | None,
+         junit_path: Path | None) -> None:
+    """Check a deployment against its contract: exit 0 pass, 1 parity failure, 2 bad input, 3 environment."""
+    from specparity.gate import parse_sglang_args, run_gate
+    from specparity.progress import Progress
+    from specparity.report import render_text, use_color, write_reports
+
+    for role, p in (("--target", target), ("--draft", draft)):
+        if not (p / "config.json").is_file():
+            raise InputError("not a model directory (no config.json)", path=p, field=role)
+    with Progress(3, "gate") as progress:
+        verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
+                           device=device, python=python, timeout_s=timeout_s, progress=progress)
+    click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
+    write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
+    sys.exit(verdict.exit_code)
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m specparity`

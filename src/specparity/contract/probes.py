@@ -9,7 +9,7 @@ sample ``i``:
 - ``sample_{i}.loss_mask``  int64 ``[T]`` (optional)
 - ``sample_{i}.final_norm`` ``[T, H]`` the target's final-norm state (optional; SpecForge ``hidden_state``)
 
-and string metadata ``format``, ``num_samples``, ``sources`` (JSON list), ``hidden_size``.
+and one metadata entry ``specparity``: JSON with ``format``, ``num_samples``, ``sources``, ``hidden_size``.
 """
 
 from __future__ import annotations
@@ -78,23 +78,27 @@ def write_probe_pack(pack: ProbePack, path: str | Path) -> str:
             tensors[f"sample_{i}.loss_mask"] = s.loss_mask.to(torch.int64).contiguous()
         if s.final_norm is not None:
             tensors[f"sample_{i}.final_norm"] = s.final_norm.contiguous()
-    meta = {
-        "format": FORMAT,
-        "num_samples": str(len(pack.samples)),
-        "sources": json.dumps(pack.sources),
-        "hidden_size": str(pack.hidden_size),
-    }
+    # one metadata key: safetensors writes its metadata map in hash order, so several keys would make
+    # the file's bytes (and the contract's probes.sha256) differ from run to run
+    meta = {"specparity": json.dumps(
+        {"format": FORMAT, "num_samples": len(pack.samples), "sources": pack.sources, "hidden_size": pack.hidden_size},
+        sort_keys=True)}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(p), metadata=meta)
     return file_sha256(p)
 
 
-def _meta(path: Path) -> dict[str, str]:
+def _meta(path: Path) -> dict[str, object]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
+        raw = (f.metadata() or {}).get("specparity")
+    try:
+        meta = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        meta = {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> ProbePack:
@@ -118,10 +122,10 @@ def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> 
     if meta.get("format") != FORMAT:
         raise InputError(f"format is {meta.get('format')!r}, expected {FORMAT!r}", path=p, field="format")
     try:
-        n = int(meta["num_samples"])
-        sources = json.loads(meta["sources"])
-        hidden = int(meta["hidden_size"])
-    except (KeyError, ValueError) as e:
+        n = int(meta["num_samples"])  # type: ignore[call-overload]
+        sources = [str(x) for x in meta["sources"]]  # type: ignore[attr-defined]
+        hidden = int(meta["hidden_size"])  # type: ignore[call-overload]
+    except (KeyError, ValueError, TypeError) as e:
         raise InputError(f"bad metadata: {e}", path=p, field="metadata") from None
     samples: list[ProbeSample] = []
     for i in range(n):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from specparity.report.html import render_html
@@ -38,3 +39,33 @@ def render_json(verdict: Verdict) -> str:
     A cosine or error that is not finite (a NaN in the capture) is written as a string.
     """
     return json.dumps(_finite(verdict.to_dict()), indent=2, allow_nan=False)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_reports(
+    verdict: Verdict,
+    directory: Path | None = None,
+    *,
+    json_path: Path | None = None,
+    html_path: Path | None = None,
+    junit_path: Path | None = None,
+) -> list[Path]:
+    """Write the requested reports (parent folders created); ``directory`` writes all four there."""
+    if directory is not None:
+        json_path = json_path or directory / "report.json"
+        html_path = html_path or directory / "report.html"
+        junit_path = junit_path or directory / "junit.xml"
+        _write(directory / "report.txt", render_text(verdict))
+    written: list[Path] = []
+    if json_path is not None:
+        written.append(_write(json_path, render_json(verdict) + "\n"))
+    if html_path is not None:
+        written.append(_write(html_path, render_html(verdict)))
+    if junit_path is not None:
+        written.append(write_junit(verdict, junit_path))
+    return written

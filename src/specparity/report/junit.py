@@ -49,7 +49,14 @@ def _clean(text: str) -> str:
 
 
 def check_of(finding: Finding, verdict: Verdict) -> str:
-    """Which testcase a finding belongs to: ``sglang``, ``static`` or ``capture``."""
+    """Which testcase a finding belongs to: ``sglang``, ``static``, ``capture`` or ``outcome``.
+
+    The gate tags each finding with the check that produced it (``details["check"]``); findings built
+    elsewhere fall back to a guess from their kind.
+    """
+    check = finding.details.get("check")
+    if check in ("sglang", "static", "capture", "outcome"):
+        return str(check)
     if finding.kind in ENVIRONMENT_KINDS:
         return "sglang"
     if verdict.level == "static":

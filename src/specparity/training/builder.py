@@ -17,7 +17,9 @@ from specparity.contract.model import (
     ProbePackRef,
     Provenance,
     RawLayerIds,
+    SpecConfig,
     TargetSpec,
+    TrainingOutcome,
     VocabMap,
 )
 from specparity.contract.probes import ProbePack, ProbeSample, write_probe_pack
@@ -61,6 +63,8 @@ def write_contract(
     data_location: str,
     created_at: datetime | None,
     run_id: str | None,
+    serving: SpecConfig | None = None,
+    training_outcome: TrainingOutcome | None = None,
 ) -> tuple[Contract, Path]:
     """Write the probe pack beside ``out``, then the contract at ``out``. Returns both."""
     if not samples:
@@ -103,6 +107,8 @@ def write_contract(
             vocab_map=vocab_map,
             checkpoint_keys=draft.checkpoint_keys,
         ),
+        serving=serving or SpecConfig(),
+        training_outcome=training_outcome,
         probes=ProbePackRef(file=pack_name, sha256=sha, num_samples=len(samples), num_tokens=pack.num_tokens),
         provenance=Provenance(
             run_id=run_id,

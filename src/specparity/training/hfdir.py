@@ -96,7 +96,7 @@ class TargetInfo:
     config_fingerprint: str
     tokenizer_fingerprint: str | None
     chat_template_fingerprint: str | None
-    pad_token_id: int | None
+    pad_token_id: int
 
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +140,8 @@ def read_target(target: str | Path) -> TargetInfo:
         tmpl = tok_cfg["chat_template"]
     elif (d / "chat_template.jinja").is_file():
         tmpl = (d / "chat_template.jinja").read_text(encoding="utf-8")
-    pad = raw.get("pad_token_id", tok_cfg.get("pad_token_id"))
+    # SpecForge's collator pads input_ids with 0 when the tokenizer names no pad id (domain.md §4)
+    pad = raw.get("pad_token_id", tok_cfg.get("pad_token_id", 0))
     return TargetInfo(
         path=d,
         config=raw,
@@ -152,7 +153,7 @@ def read_target(target: str | Path) -> TargetInfo:
         config_fingerprint=sha256_bytes(json.dumps(fp, sort_keys=True).encode()),
         tokenizer_fingerprint=tok_fp,
         chat_template_fingerprint=sha256_bytes(tmpl.encode()) if tmpl is not None else None,
-        pad_token_id=pad if isinstance(pad, int) else None,
+        pad_token_id=pad if isinstance(pad, int) else 0,
     )
 
 

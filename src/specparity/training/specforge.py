@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from specparity.contract import conventions
-from specparity.contract.model import Contract, IdConvention, RawLayerIds
+from specparity.contract.model import Contract, IdConvention, RawLayerIds, SpecConfig, TrainingOutcome
 from specparity.contract.probes import ProbeSample
 from specparity.errors import InputError
 from specparity.training.builder import check_fc_width, dtype_name, write_contract
@@ -156,6 +156,8 @@ def contract_from_specforge(
     max_probe_tokens: int = 128,
     created_at: datetime | None = None,
     run_id: str | None = None,
+    serving: SpecConfig | None = None,
+    training_outcome: TrainingOutcome | None = None,
 ) -> tuple[Contract, Path]:
     """Build a contract from SpecForge artifacts; write it to ``out`` and its probe pack beside it.
 
@@ -200,6 +202,6 @@ def contract_from_specforge(
     return write_contract(
         target=tgt, draft=dft, sources=sources, raw_ids=raw, samples=samples, dtype=dtype_name(dtype, path=hidden_states, field="aux_hidden_state"), vocab_map=vm,
         out=Path(out), name=name, tool="specforge", data_location=str(hidden_states), created_at=created_at,
-        run_id=run_id,
+        run_id=run_id, serving=serving, training_outcome=training_outcome,
     )
 

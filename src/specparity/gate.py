@@ -1,0 +1,402 @@
+"""The gate: static resolution + capture with attribution + outcome -> one :class:`Verdict`.
+
+Data flows one way (docs/house-style.md): the contract says what training promised; the serving
+adapter says what SGLang really does (in a child process, with SGLang's own code); compare/ and
+replay/ turn the two into findings; this module only orchestrates and never renders.
+
+Levels:
+- ``static``  SGLang resolves the deployment (ids, capture list, fc width, speculative settings).
+- ``capture`` also a real prefill of the contract's probes; every fc chunk attributed to a source.
+- ``outcome`` also the drafter's acceptance on recorded vs served fc inputs (wiring vs model).
+- ``all``     everything.
+
+A check that could not run is an ``error`` verdict, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specparity.compare import configdiff
+from specparity.compare.attribution import AttributionTable, attribute
+from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.compare.fix import layout_fix
+from specparity.compare.tolerances import Tolerance, default_tolerance
+from specparity.contract import Contract, ProbePack, load_contract, probe_pack_path, read_probe_pack
+from specparity.errors import InputError
+from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.results import TIMEOUT
+from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
+
+LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
+_SPEC_ARGS = {"num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
+              "num_draft_tokens": "speculative_num_draft_tokens"}
+# findings the static check owns; everything else found with tensors belongs to the capture check
+_STATIC_KINDS = frozenset({FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.SPEC_CONFIG_REWRITTEN,
+                           FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH})
+_OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT})
+
+
+def parse_sglang_args(pairs: Sequence[str]) -> dict[str, object]:
+    """``["speculative_num_steps=3", "--dtype=bfloat16"]`` -> ServerArgs keywords with typed values."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise InputError(f"expected KEY=VALUE, got {pair!r}", field="--sglang-arg")
+        out[key] = _typed(raw.strip())
+    return out
+
+
+def _typed(raw: str) -> object:
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
+    """The contract's speculative settings as ServerArgs keywords, overridden by the user's arguments."""
+    out: dict[str, object] = {arg: getattr(contract.serving, key) for key, arg in _SPEC_ARGS.items()
+                              if getattr(contract.serving, key) is not None}
+    out.update(user)
+    return out
+
+
+def tolerances_for(contract: Contract, dtype: str) -> tuple[Tolerance, dict[int | str, Tolerance]]:
+    """The base tolerance for ``dtype`` with the contract's overrides, and its per-chunk overrides."""
+
+    def merged(base: Tolerance, *overrides: Any) -> Tolerance:
+        fields = base.to_dict()
+        for o in overrides:
+            fields.update({k: v for k, v in o.model_dump().items() if v is not None})
+        return Tolerance(**fields)
+
+    base = default_tolerance(dtype)
+    per_dtype = [contract.tolerances.per_dtype[d] for d in (dtype,) if d in contract.tolerances.per_dtype]
+    base = merged(base, contract.tolerances.default, *per_dtype)
+    return base, {i: merged(base, t) for i, t in contract.tolerances.per_chunk.items()}
+
+
+@dataclass
+class _Run:
+    """What one gate run gathered, before it becomes a Verdict."""
+
+    contract: Contract
+    draft: Path
+    deployment: ResolvedDeployment | None = None
+    failures: tuple[ServingFailure, ...] = ()
+    table: AttributionTable | None = None
+    outcome: OutcomeSummary | None = None
+    outcome_findings: tuple[Finding, ...] = ()
+    probes: tuple[Mapping[str, Any], ...] = ()
+
+
+def run_gate(
+    contract_path: str | Path,
+    target: str | Path,
+    draft: str | Path,
+    *,
+    sglang_args: Mapping[str, object] | None = None,
+    level: str = "all",
+    device: str = "cpu",
+    python: str | None = None,
+    timeout_s: float = 900,
+    progress: Callable[[int, int], None] | None = None,
+) -> Verdict:
+    """Check the deployment (``target``, ``draft``, ``sglang_args``) against the contract.
+
+    Raises :class:`InputError` for bad input (contract, probe pack, arguments); everything SGLang
+    does, including crashing, ends up in the returned verdict.
+    """
+    if level not in LEVELS:
+        raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
+    t0 = time.perf_counter()
+    contract = load_contract(contract_path)
+    pack = read_probe_pack(probe_pack_path(contract, contract_path), expected_sha256=contract.probes.sha256)
+    if pack.sources != list(contract.fc_input.sources):
+        raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
+                         field="fc_input.sources")
+    args = server_args_for(contract, sglang_args or {})
+    run = _Run(contract=contract, draft=Path(draft))
+    timings: dict[str, float] = {}
+    if level == "static":
+        from specparity.serving import resolve_deployment
+
+        dep = resolve_deployment(target, draft, server_args=args, device=device, python=python, timeout_s=timeout_s)
+        run.deployment, run.failures = (dep, ()) if isinstance(dep, ResolvedDeployment) else (None, (dep,))
+        timings["static"] = time.perf_counter() - t0
+    else:
+        capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
+                           timeout_s=timeout_s, progress=progress)
+        run.deployment, run.failures = capture.deployment, tuple(capture.failures)
+        timings["capture"] = time.perf_counter() - t0
+        if capture.fc is not None and capture.atlas is not None:
+            t1 = time.perf_counter()
+            _attribute(run, pack, capture)
+            timings["compare"] = time.perf_counter() - t1
+    timings["total"] = time.perf_counter() - t0
+    return _verdict(run, level=level, timings=timings)
+
+
+def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, args: dict[str, object], *,
+             level: str, device: str, python: str | None, timeout_s: float,
+             progress: Callable[[int, int], None] | None) -> CaptureResult:
+    if level in ("outcome", "all"):
+        from specparity.replay.outcome import check_outcome
+
+        out = check_outcome(run.contract, pack, target=target, draft=draft, server_args=args, device=device,
+                            timeout_s=timeout_s, python=python)
+        if out.report is not None:
+            run.outcome = out.report.summary
+            run.outcome_findings = tuple(out.report.findings)
+        extra = tuple(f for f in out.failures if f not in out.capture.failures and out.capture.fc is not None)
+        # the SGLang-side replay is optional evidence; its failure is noted but the outcome still stands
+        run.outcome_findings += tuple(
+            Finding(FindingKind.SGLANG_ERROR, Severity.WARNING, f"SGLang drafter replay unavailable: {f.message}",
+                    details={"check": "outcome"}) for f in extra)
+        return out.capture
+    from specparity.serving import capture_deployment
+
+    return capture_deployment(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], server_args=args,
+                              device=device, atlas=True, timeout_s=timeout_s, python=python, progress=progress)
+
+
+def _attribute(run: _Run, pack: ProbePack, capture: CaptureResult) -> None:
+    assert capture.fc is not None and capture.atlas is not None
+    dtype = capture.fc.dtype
+    base, overrides = tolerances_for(run.contract, dtype)
+    run.table = attribute(
+        capture.fc.per_sample, [s.fc_input.to(capture.fc.per_sample[0].dtype) for s in pack.samples],
+        capture.atlas.per_sample, expected=list(run.contract.fc_input.sources), tolerance=base, overrides=overrides,
+    )
+    h = pack.hidden_size
+    probes = []
+    for i, (served, rec) in enumerate(zip(capture.fc.per_sample, pack.samples, strict=True)):
+        same = served.shape == rec.fc_input.shape
+        err = float((served.float() - rec.fc_input.float()).abs().max()) if same and served.numel() else math.inf
+        finite = bool(served.isfinite().all())
+        ok = same and finite and all(err <= base.atol + base.rtol * float(rec.fc_input.abs().max()) for _ in [0])
+        probes.append({"index": i, "tokens": int(served.shape[0]), "status": "pass" if ok else "fail",
+                       "max_abs_err": err if finite else math.nan, "chunks": int(served.shape[-1] // h)})
+    run.probes = tuple(probes)
+
+
+def _expected(contract: Contract) -> ExpectedFacts:
+    d = contract.drafter
+    return ExpectedFacts(
+        name=contract.name, sources=tuple(contract.fc_input.sources), hidden_size=contract.target.hidden_size,
+        norm_flags={"norm_before_fc": d.norm_before_fc, "fc_norm": d.fc_norm, "norm_output": d.norm_output},
+        vocab_map_hash=d.vocab_map.d2t_sha256 if d.vocab_map else None,
+    )
+
+
+def _facts(run: _Run, dep: ResolvedDeployment | None, d2t_hash: str | None, vocab_observed: bool) -> DeploymentFacts:
+    sglang_error = "; ".join(f"{f.kind}: {f.message}" for f in run.failures if f.kind != TIMEOUT) or None
+    timeout = next((f for f in run.failures if f.kind == TIMEOUT), None)
+    if dep is None:
+        return DeploymentFacts(sglang_error=sglang_error, timeout_s=1.0 if timeout else None)
+    return DeploymentFacts(
+        sglang_version=dep.sglang_version, architecture=dep.target_architecture,
+        fc_calls=None if run.table is None else (0 if not dep.fc_applied else None),
+        served_width=dep.fc_in_features, ids_fallback_reason=dep.ids_fallback_reason,
+        requested_spec=dep.requested_spec.to_dict(), resolved_spec=dep.resolved_spec.to_dict(),
+        norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output},
+        vocab_map_hash=d2t_hash, vocab_map_observed=vocab_observed, sglang_error=sglang_error,
+        timeout_s=1.0 if timeout else None,
+    )
+
+
+_FAILURE_FINDING: dict[str, FindingKind] = {
+    "fc_not_called": FindingKind.FC_NOT_CALLED,
+    "capture_count_short": FindingKind.CAPTURE_COUNT_SHORT,
+    "capture_shape": FindingKind.WIDTH_MISMATCH,
+    "nonfinite": FindingKind.NONFINITE,
+    "timeout": FindingKind.TIMEOUT,
+}
+
+
+def _failure_findings(run: _Run) -> list[Finding]:
+    """Serving failures as findings: deployment faults keep their own kind, the rest is an SGLang error."""
+    out = []
+    for f in run.failures:
+        kind = _FAILURE_FINDING.get(f.kind, FindingKind.SGLANG_ERROR)
+        where = f" (sample {f.sample})" if f.sample is not None else ""
+        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details={"serving_failure": f.kind}))
+    return out
+
+
+def _draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None]:
+    """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names."""
+    from specparity.training.drafts import read_specforge_draft
+
+    cfg_path = draft / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read the deployed draft config: {e}", path=cfg_path) from None
+    try:
+        info = read_specforge_draft(draft)
+    except InputError:
+        return cfg, None, False, None  # SGLang reports what it makes of an odd config; the gate goes on
+    return cfg, info.vocab_map.d2t_sha256 if info.vocab_map else None, True, info.checkpoint_keys
+
+
+def _config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None,
+                     keys: list[str] | None) -> list[Finding]:
+    """The deepdiff of contract vs deployment, minus what a dedicated rule already reports."""
+    covered = ("fc_input", "serving", "drafter.fc_in_features", "drafter.vocab_map", "drafter.norm_before_fc",
+               "drafter.fc_norm", "drafter.norm_output", "target.dtype")
+    expected = configdiff.contract_view(contract)
+    actual = configdiff.view_from_resolved(dep.to_dict(), checkpoint_keys=keys, d2t_sha256=d2t)
+    if keys is None or contract.drafter.checkpoint_keys is None:
+        for view in (expected, actual):
+            view.get("drafter", {}).pop("checkpoint_keys", None)
+    kept = [m for m in configdiff.diff_views(expected, actual)
+            if not any(m.path == p or m.path.startswith(p + ".") for p in covered)]
+    return configdiff.config_findings(kept)
+
+
+def _check_of(f: Finding) -> str:
+    if f.kind in _OUTCOME_KINDS:
+        return "outcome"
+    if f.kind in ENVIRONMENT_KINDS:
+        return str(f.details.get("check", "sglang"))
+    if f.kind in _STATIC_KINDS:
+        return "static"
+    return str(f.details.get("check", "capture"))
+
+
+def _tag(findings: Sequence[Finding], level: str, static_layout: bool) -> list[Finding]:
+    out = []
+    for f in findings:
+        check = "static" if (level == "static" or (static_layout and f.chunk is None and
+                                                   f.kind not in _OUTCOME_KINDS)) else _check_of(f)
+        if f.kind in ENVIRONMENT_KINDS and "check" not in f.details:
+            check = "sglang"
+        out.append(Finding(f.kind, f.severity, f.message, f.chunk, {**f.details, "check": check}, f.fix))
+    return out
+
+
+def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
+    expected = list(contract.fc_input.sources)
+    if run.table is None:
+        served = list(run.deployment.served_sources) if run.deployment else []
+        return [ChunkReport(i, expected[i] if i < len(expected) else None, served[i] if i < len(served) else None)
+                for i in range(max(len(expected), len(served)))]
+    t = run.table
+    ev = {e.index: e for e in t.evidence}
+    rec = {c.index: c for c in t.recorded}
+    out = []
+    for c in t.served:
+        e = ev.get(c.index)
+        out.append(ChunkReport(
+            index=c.index, expected=c.expected, served=c.attributed,
+            cosine=e.cosine_at(0) if e else None, max_abs_err=e.max_abs_err if e else None,
+            recorded=rec[c.index].attributed if c.index in rec else None,
+            min_passing_atol=e.min_passing_atol if e else None))
+    out += [ChunkReport(i, expected[i], None, recorded=rec[i].attributed if i in rec else None)
+            for i in range(len(t.served), len(expected))]
+    return out
+
+
+def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdict:
+    c, dep = run.contract, run.deployment
+    cfg, d2t, observed, keys = _draft_facts(run.draft)
+    findings = _failure_findings(run)
+    fix: FixSuggestion | None = None
+    layout_fix_text = None
+    if dep is not None:
+        lf = layout_fix(c.fc_input.sources, cfg, num_layers=dep.num_layers, architecture=dep.target_architecture,
+                        version=dep.sglang_version, draft_path=str(run.draft))
+        if lf.json_patch or not lf.feasible:
+            layout_fix_text = lf.summary
+            fix = FixSuggestion(lf.summary, lf.file, lf.json_patch)
+    facts = DeploymentFacts(
+        sglang_version=dep.sglang_version if dep else None, architecture=dep.target_architecture if dep else None,
+        fc_calls=0 if dep is not None and not dep.fc_applied and not run.failures else None,
+        served_width=dep.fc_in_features if dep else None, ids_fallback_reason=dep.ids_fallback_reason if dep else None,
+        requested_spec=dep.requested_spec.to_dict() if dep else {}, resolved_spec=dep.resolved_spec.to_dict() if dep else {},
+        norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output}
+        if dep else None,
+        vocab_map_hash=d2t, vocab_map_observed=observed)
+    base, overrides = tolerances_for(c, (run.table and "float32") or c.fc_input.dtype)
+    findings += diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
+                         layout_fix=layout_fix_text)
+    static_layout = run.table is None and dep is not None
+    if static_layout and dep is not None:
+        findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text)
+    if dep is not None:
+        findings += _config_findings(c, dep, d2t, keys)
+    findings += run.outcome_findings
+    findings = _tag(findings, level, static_layout)
+    if fix is None:
+        spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
+        fix = FixSuggestion(spec_fix) if spec_fix else None
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    env = [f for f in errors if f.kind in ENVIRONMENT_KINDS]
+    status = "error" if env and len(env) == len(errors) else ("fail" if errors else "pass")
+    if status == "pass" and dep is None:
+        status = "error"  # never a pass without SGLang having resolved the deployment
+    served_layout: list[str | None] | None = (
+        run.table.served_sources() if run.table is not None else (list(dep.served_sources) if dep else None))
+    heat = None
+    if run.table is not None:
+        rows, cols, values = run.table.heatmap()
+        heat = Heatmap(rows, cols, values)
+    spec: dict[str, Any] | None = None
+    if dep is not None:
+        spec = {"requested": dep.requested_spec.to_dict(), "resolved": dep.resolved_spec.to_dict(),
+                "warnings": list(dep.spec_warnings)}
+    return Verdict(
+        contract_name=c.name, contract_hash=c.content_hash, level=level, status=status,  # type: ignore[arg-type]
+        sglang_version=dep.sglang_version if dep else None,
+        target_architecture=dep.target_architecture if dep else c.target.architecture, draft_path=str(run.draft),
+        expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
+        findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,
+        probes=list(run.probes), timings=dict(timings),
+    )
+
+
+def check_failures(verdict: Verdict, check: str, *, probe: int | None = None) -> str | None:
+    """The report text for one pytest item (``static``, ``capture``, ``outcome``), or None when it passes."""
+    from specparity.report.terminal import chunk_lines, finding_lines, fix_text, summary_line
+
+    mine = [f for f in verdict.findings if f.severity is Severity.ERROR and
+            str(f.details.get("check")) in (check, "sglang")]
+    probe_bad = None
+    if check == "capture" and probe is not None and probe < len(verdict.probes):
+        p = verdict.probes[probe]
+        if p.get("status") != "pass":
+            probe_bad = f"probe {probe} ({p.get('tokens')} tokens): max|d| {p.get('max_abs_err')}"
+    if check == "outcome" and verdict.outcome is None and verdict.level in ("outcome", "all") and not mine:
+        mine = [f for f in verdict.findings if f.severity is Severity.ERROR]
+        if not mine:
+            return "the outcome check did not run (no capture to replay)"
+    if not mine and probe_bad is None:
+        return None
+    lines = [summary_line(verdict)]
+    fix = fix_text(verdict)
+    if fix:
+        lines.append(fix)
+    if check == "capture":
+        lines += chunk_lines(verdict.chunks)
+    if probe_bad:
+        lines.append(probe_bad)
+    lines += finding_lines(mine)
+    return "\n".join(lines)
