@@ -25,8 +25,9 @@ from specparity.compare.findings import FindingKind, Severity
 from specparity.contract.model import Contract
 from specparity.contract.probes import ProbePack, read_probe_pack
 from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
+from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import diagnose
-from specparity.replay.drafter import Eagle3Drafter, read_target_lm_head
+from specparity.replay.drafter import Eagle3Drafter
 from specparity.replay.outcome import OutcomeRun, check_outcome
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]

@@ -34,8 +34,9 @@ from specparity.replay.acceptance import (
     measure,
     rows_from_loss_mask,
 )
+from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import OutcomeThresholds, diagnose, expected_from_contract
-from specparity.replay.drafter import Eagle3Drafter, read_target_lm_head
+from specparity.replay.drafter import Eagle3Drafter
 from specparity.replay.served import SglangReplay, capture_with_replay
 from specparity.serving.results import CaptureResult, ServingFailure
 from specparity.sources import FINAL_NORM
