@@ -52,7 +52,7 @@ def _draft_variant(base: Path, out: Path, edit: Callable[[dict[str, object]], No
 
 @pytest.fixture(scope="session")
 def models(base_models: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """name -> models dir: ``ids_1_3_5``, ``ids_m1_1_3``, ``no_eagle_config``, ``ids_1_3_7``, ``nan_target``."""
+    """name -> models dir: ids_1_3_5, ids_m1_1_3, no_eagle_config, ids_1_3_7, one_aux_fc_skipped, nan_target."""
     root = tmp_path_factory.mktemp("variants")
 
     def set_ids(ids: list[int]) -> Callable[[dict[str, object]], None]:
@@ -72,7 +72,15 @@ def models(base_models: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
         "no_eagle_config": _draft_variant(base_models, root / "no_eagle_config", drop_eagle_config),
         # id 7 = L-1 -> boundary 8 is never reached: 2 aux states for an fc sized for 3 (domain.md §3.2)
         "ids_1_3_7": _draft_variant(base_models, root / "ids_1_3_7", set_ids([1, 3, 7])),
+        "one_aux_fc_skipped": _draft_variant(base_models, root / "one_aux_fc_skipped", set_ids([3])),
     }
+    # k = 1 and H_t == H_d: fc is Linear(H, H); keep the first H input columns of the trained fc
+    for f in (out["one_aux_fc_skipped"] / "draft").glob("*.safetensors"):
+        weights = load_file(str(f))
+        if "fc.weight" in weights:
+            w = weights["fc.weight"]
+            weights["fc.weight"] = w[:, : w.shape[0]].contiguous()
+            save_file(weights, str(f), metadata={"format": "pt"})
     # A target with one NaN weight in decoder layer 2: layer:2 onwards is non-finite.
     nan = root / "nan_target"
     shutil.copytree(base_models / "target", nan / "target")

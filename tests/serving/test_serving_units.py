@@ -225,6 +225,17 @@ def test_target_without_config_is_bad_deployment(tmp_path: Path) -> None:
     assert c.fc is None and c.failure_kinds() == ("bad_deployment",)
 
 
+def test_empty_probe_list_is_fc_not_called_without_starting_sglang(tmp_path: Path) -> None:
+    for role in ("target", "draft"):
+        (tmp_path / role).mkdir()
+        (tmp_path / role / "config.json").write_text("{}")
+    # a started child would fail with sglang_missing on this interpreter
+    r = capture_deployment(tmp_path / "target", tmp_path / "draft", probes=[], python="/nonexistent/python")
+    assert r.fc is None and r.failure_kinds() == ("fc_not_called",)
+    r = capture_deployment(tmp_path / "target", tmp_path / "draft", probes=[[1, 2], []])
+    assert r.failures == (ServingFailure("bad_deployment", "probe sample has no tokens", sample=1),)
+
+
 # ------------------------------------------------------------------------------------------ child process
 def _fake_python(tmp_path: Path, body: str) -> str:
     script = tmp_path / "fake-python"

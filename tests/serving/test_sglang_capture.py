@@ -162,11 +162,17 @@ def test_nan_in_target_is_nonfinite_failure(serving_cache: SessionCache, models:
     assert {f.sample for f in r.failures if f.kind == "nonfinite"} == set(range(len(PROBES)))
 
 
-def test_empty_probe_list_is_fc_not_called(serving_cache: SessionCache, models: dict[str, Path]) -> None:
-    r = _capture(serving_cache, models, "ids_1_3_5", probes=[], atlas=False)
-    assert r.fc is None
+def test_fc_skipped_when_width_equals_draft_hidden_is_fc_not_called(
+    serving_cache: SessionCache, models: dict[str, Path]
+) -> None:
+    # one aux id and H_t == H_d: SGLang never applies fc (llama_eagle3.py:238, domain.md D10)
+    resolved = _resolve(serving_cache, models, "one_aux_fc_skipped")
+    assert not resolved.fc_applied and resolved.served_sources == (layer(3),)
+    r = _capture(serving_cache, models, "one_aux_fc_skipped", atlas=False)
+    assert r.fc is None and not r.ok
     assert r.failure_kinds() == ("fc_not_called",), r.failures
-    assert r.deployment is not None  # start-up did run: the failure is about the forward, not the set-up
+    assert "k*H_t == H_d" in r.failures[0].message
+    assert r.deployment is not None and not r.deployment.fc_applied
 
 
 def test_capture_reuses_child_within_session(serving_cache: SessionCache, models: dict[str, Path]) -> None:

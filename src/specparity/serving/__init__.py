@@ -22,6 +22,7 @@ from specparity.serving.process import run_child
 from specparity.serving.results import (
     BAD_DEPLOYMENT,
     FAILURE_KINDS,
+    FC_NOT_CALLED,
     CaptureResult,
     FcCapture,
     LayerAtlas,
@@ -55,6 +56,8 @@ def _check_model_dir(path: Path, role: str) -> ServingFailure | None:
 
 def _check_probes(probes: Sequence[Sequence[int]]) -> ServingFailure | None:
     for i, p in enumerate(probes):
+        if len(p) == 0:
+            return ServingFailure(BAD_DEPLOYMENT, "probe sample has no tokens", sample=i)
         if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in p):
             return ServingFailure(BAD_DEPLOYMENT, "probe token ids must be non-negative ints", sample=i)
     return None
@@ -151,6 +154,19 @@ def capture_deployment(
     )
     if isinstance(request, ServingFailure):
         return CaptureResult(None, None, None, (request,))
+    if not request.probes:
+        # Nothing to prefill, so nothing can reach fc: a failure, never an empty pass. (A forward
+        # that runs but skips fc is caught in the child: FcTap saw no call -> fc_not_called.)
+        return CaptureResult(
+            None,
+            None,
+            None,
+            (
+                ServingFailure(
+                    FC_NOT_CALLED, "no probe samples were given, so no forward reached the drafter's fc"
+                ),
+            ),
+        )
     t0 = time.perf_counter()
     outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
     if isinstance(outcome, ServingFailure):
