@@ -41,7 +41,13 @@ class Workers:
 
 
 def start_workers(sa: Any, *, device: str) -> Workers:
-    """Target TpModelWorker + EAGLEWorkerV2 + KV pools + attention backends + (eager or CUDA) graphs."""
+    """Target TpModelWorker + EAGLEWorkerV2 + KV pools + attention backends + (eager or CUDA) graphs.
+
+    ``device="cuda"`` (designed, never run here): SGLang's default backends, CUDA graphs on, no
+    kernel stand-in, no draft-backend fallback. Should a graph ever replay the prefill draft-extend,
+    the fc pre-hook cannot fire inside it, which surfaces as ``fc_not_called``, never as a pass; the
+    atlas checks its own width, so a graph captured with the old capture list raises instead of lying.
+    """
     from sglang.benchmark.one_batch import _init_process_global_configs
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.distributed import bootstrap
