@@ -287,6 +287,9 @@ def test_finding_to_dict_is_plain_json() -> None:
                            "details": {"x": "inf", "t": [1, 2], "k": "off_by_one"}, "fix": None}
     hash(f)  # findings are hashable despite the details mapping
     assert not f.is_failure
+    import pickle
+
+    assert pickle.loads(pickle.dumps(f)) == f  # findings cross process boundaries (xdist, workers)
 
 
 def test_static_layout_rules_on_source_lists() -> None:

@@ -11,7 +11,6 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 
 class FindingKind(str, enum.Enum):
@@ -56,8 +55,6 @@ class Severity(str, enum.Enum):
 
 ENVIRONMENT_KINDS = frozenset({FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT})
 
-_EMPTY: Mapping[str, object] = MappingProxyType({})
-
 
 def _jsonable(value: object) -> object:
     """Details as plain JSON: tuples become lists, enums their value, non-finite floats strings."""
@@ -85,12 +82,13 @@ class Finding:
     severity: Severity
     message: str
     chunk: int | None = None
-    details: Mapping[str, object] = field(default_factory=lambda: _EMPTY, hash=False)
+    details: Mapping[str, object] = field(default_factory=dict, hash=False)
     fix: str | None = None
 
     def __post_init__(self) -> None:
-        # Freeze the details so a Finding can be shared between reporters without copies.
-        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+        # A private plain-dict copy: callers cannot change a finding through their own mapping, and it pickles
+        # (pytest-xdist and multiprocessing ship findings between processes).
+        object.__setattr__(self, "details", dict(self.details))
 
     @property
     def is_failure(self) -> bool:
