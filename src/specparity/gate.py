@@ -28,11 +28,10 @@ from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 from specparity.compare.fix import layout_fix
-from specparity.compare.tolerances import Tolerance, default_tolerance
+from specparity.compare.tolerances import tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, probe_pack_path, read_probe_pack
 from specparity.errors import InputError
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
-from specparity.serving.results import TIMEOUT
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
@@ -78,21 +77,6 @@ def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str,
     return out
 
 
-def tolerances_for(contract: Contract, dtype: str) -> tuple[Tolerance, dict[int | str, Tolerance]]:
-    """The base tolerance for ``dtype`` with the contract's overrides, and its per-chunk overrides."""
-
-    def merged(base: Tolerance, *overrides: Any) -> Tolerance:
-        fields = base.to_dict()
-        for o in overrides:
-            fields.update({k: v for k, v in o.model_dump().items() if v is not None})
-        return Tolerance(**fields)
-
-    base = default_tolerance(dtype)
-    per_dtype = [contract.tolerances.per_dtype[d] for d in (dtype,) if d in contract.tolerances.per_dtype]
-    base = merged(base, contract.tolerances.default, *per_dtype)
-    return base, {i: merged(base, t) for i, t in contract.tolerances.per_chunk.items()}
-
-
 @dataclass
 class _Run:
     """What one gate run gathered, before it becomes a Verdict."""
@@ -105,6 +89,7 @@ class _Run:
     outcome: OutcomeSummary | None = None
     outcome_findings: tuple[Finding, ...] = ()
     probes: tuple[Mapping[str, Any], ...] = ()
+    fc_dtype: str | None = None
 
 
 def run_gate(
@@ -180,20 +165,26 @@ def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, 
 def _attribute(run: _Run, pack: ProbePack, capture: CaptureResult) -> None:
     assert capture.fc is not None and capture.atlas is not None
     dtype = capture.fc.dtype
-    base, overrides = tolerances_for(run.contract, dtype)
+    base, overrides = tolerances_from_contract(run.contract.tolerances, dtype=dtype)
+    d = run.contract.drafter
+    # with norm_before_fc / fc_norm the fc hook sees the normed tensor; the recording is the raw aux
+    # states (domain.md §1 "Where to tap"), so compare what the target produced
+    served = capture.fc.aux_per_sample if (d.norm_before_fc or d.fc_norm) and capture.fc.aux_per_sample \
+        else capture.fc.per_sample
+    run.fc_dtype = dtype
     run.table = attribute(
-        capture.fc.per_sample, [s.fc_input.to(capture.fc.per_sample[0].dtype) for s in pack.samples],
+        served, [s.fc_input.to(capture.fc.per_sample[0].dtype) for s in pack.samples],
         capture.atlas.per_sample, expected=list(run.contract.fc_input.sources), tolerance=base, overrides=overrides,
     )
     h = pack.hidden_size
     probes = []
-    for i, (served, rec) in enumerate(zip(capture.fc.per_sample, pack.samples, strict=True)):
-        same = served.shape == rec.fc_input.shape
-        err = float((served.float() - rec.fc_input.float()).abs().max()) if same and served.numel() else math.inf
-        finite = bool(served.isfinite().all())
-        ok = same and finite and all(err <= base.atol + base.rtol * float(rec.fc_input.abs().max()) for _ in [0])
-        probes.append({"index": i, "tokens": int(served.shape[0]), "status": "pass" if ok else "fail",
-                       "max_abs_err": err if finite else math.nan, "chunks": int(served.shape[-1] // h)})
+    for i, (got, rec) in enumerate(zip(served, pack.samples, strict=True)):
+        same = got.shape == rec.fc_input.shape
+        err = float((got.float() - rec.fc_input.float()).abs().max()) if same and got.numel() else math.inf
+        finite = bool(got.isfinite().all())
+        ok = same and finite and err <= base.atol + base.rtol * float(rec.fc_input.abs().max())
+        probes.append({"index": i, "tokens": int(got.shape[0]), "status": "pass" if ok else "fail",
+                       "max_abs_err": err if finite else math.nan, "chunks": int(got.shape[-1] // h)})
     run.probes = tuple(probes)
 
 
@@ -203,22 +194,6 @@ def _expected(contract: Contract) -> ExpectedFacts:
         name=contract.name, sources=tuple(contract.fc_input.sources), hidden_size=contract.target.hidden_size,
         norm_flags={"norm_before_fc": d.norm_before_fc, "fc_norm": d.fc_norm, "norm_output": d.norm_output},
         vocab_map_hash=d.vocab_map.d2t_sha256 if d.vocab_map else None,
-    )
-
-
-def _facts(run: _Run, dep: ResolvedDeployment | None, d2t_hash: str | None, vocab_observed: bool) -> DeploymentFacts:
-    sglang_error = "; ".join(f"{f.kind}: {f.message}" for f in run.failures if f.kind != TIMEOUT) or None
-    timeout = next((f for f in run.failures if f.kind == TIMEOUT), None)
-    if dep is None:
-        return DeploymentFacts(sglang_error=sglang_error, timeout_s=1.0 if timeout else None)
-    return DeploymentFacts(
-        sglang_version=dep.sglang_version, architecture=dep.target_architecture,
-        fc_calls=None if run.table is None else (0 if not dep.fc_applied else None),
-        served_width=dep.fc_in_features, ids_fallback_reason=dep.ids_fallback_reason,
-        requested_spec=dep.requested_spec.to_dict(), resolved_spec=dep.resolved_spec.to_dict(),
-        norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output},
-        vocab_map_hash=d2t_hash, vocab_map_observed=vocab_observed, sglang_error=sglang_error,
-        timeout_s=1.0 if timeout else None,
     )
 
 
@@ -335,7 +310,8 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output}
         if dep else None,
         vocab_map_hash=d2t, vocab_map_observed=observed)
-    base, overrides = tolerances_for(c, (run.table and "float32") or c.fc_input.dtype)
+    dtype = run.fc_dtype or c.fc_input.dtype
+    base, overrides = tolerances_from_contract(c.tolerances, dtype=dtype)
     findings += diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
                          layout_fix=layout_fix_text)
     static_layout = run.table is None and dep is not None
@@ -391,9 +367,7 @@ def check_failures(verdict: Verdict, check: str, *, probe: int | None = None) ->
     if not mine and probe_bad is None:
         return None
     lines = [summary_line(verdict)]
-    fix = fix_text(verdict)
-    if fix:
-        lines.append(fix)
+    lines.append(f"Fix: {fix_text(verdict)}")
     if check == "capture":
         lines += chunk_lines(verdict.chunks)
     if probe_bad:

@@ -148,24 +148,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     s = parity_settings(config)
     if s["contract"] is None:
         if "parity" in (config.option.markexpr or "") and not any(i.get_closest_marker("parity") for i in items):
-            items.append(_ConfigItem.from_parent(session, name="parity::configuration", message=(
+            items.append(_ConfigItem.from_parent(session, name="configuration", nodeid="parity::configuration", message=(
                 "pytest -m parity needs a contract: pass --parity-contract FILE --parity-target DIR --parity-draft DIR "
                 "or set parity_contract, parity_target, parity_draft in [tool.pytest.ini_options]")))
         return
     missing = [f"--parity-{k}" for k in ("target", "draft") if s[k] is None]
     if missing:
-        items.append(_ConfigItem.from_parent(session, name="parity::configuration",
+        items.append(_ConfigItem.from_parent(session, name="configuration", nodeid="parity::configuration",
                                              message=f"--parity-contract is set but {', '.join(missing)} is not"))
         return
     num_probes = _num_probes(s["contract"])
     level = s["level"] or "all"
-    new: list[pytest.Item] = [ParityItem.from_parent(session, name="parity::static", check="static")]
+    new: list[pytest.Item] = [_item(session, "static", check="static")]
     if level in ("capture", "outcome", "all"):
-        new += [ParityItem.from_parent(session, name=f"parity::capture[probe-{i}]", check="capture", probe=i)
-                for i in range(num_probes)]
+        new += [_item(session, f"capture[probe-{i}]", check="capture", probe=i) for i in range(num_probes)]
     if level in ("outcome", "all"):
-        new.append(ParityItem.from_parent(session, name="parity::outcome", check="outcome"))
+        new.append(_item(session, "outcome", check="outcome"))
     items.extend(new)
+
+
+def _item(session: pytest.Session, name: str, *, check: str, probe: int | None = None) -> ParityItem:
+    return ParityItem.from_parent(session, name=name, nodeid=f"parity::{name}", check=check, probe=probe)
 
 
 def _num_probes(contract_path: str) -> int:

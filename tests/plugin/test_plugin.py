@@ -1,0 +1,198 @@
+"""The pytest plugin, through pytester: items, options, ini, reports, xdist, and failure paths.
+
+Most tests replace the gate with a canned verdict (the plugin is thin; the gate has its own tests),
+so they exercise exactly the plugin. ``test_real_*`` run the real gate on the bundled models.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = ROOT / "contracts" / "tiny-llama-eagle3.json"
+BUNDLE = ROOT / "fixtures" / "default"
+
+# Inner conftest: replace run_gate with a canned verdict and log every call. Inner runs are subprocesses
+# (runpytest_subprocess), so the replacement never leaks into this session.
+CANNED = '''
+import json, os
+import specparity.gate as gate
+from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.verdict import ChunkReport, FixSuggestion, OutcomeSummary, Verdict
+
+KIND = os.environ.get("CANNED", "pass")
+
+def fake(contract, target, draft, *, sglang_args=None, level="all", python=None, **kw):
+    with open(os.environ["CALLS"], "a") as f:
+        f.write(json.dumps({"contract": str(contract), "target": str(target), "draft": str(draft),
+                            "args": sglang_args, "level": level}) + "\\n")
+    if KIND == "bad-input":
+        from specparity.errors import InputError
+        raise InputError("unknown field (not in contract schema v1)", path=contract, field="drafter.fc_biass")
+    exp = ["layer:1", "layer:3", "layer:5"]
+    findings, status, served = [], "pass", exp
+    if KIND == "fail":
+        status, served = "fail", ["embedding", "layer:1", "layer:3"]
+        findings = [Finding(FindingKind.EXTRA_EMBEDDING, Severity.ERROR, "chunk 0: served embedding, expected layer:1",
+                            chunk=0, details={"check": "capture"})]
+    if KIND == "error":
+        status = "error"
+        findings = [Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
+                            "TypeError: unsupported operand at sglang/srt/models/llama.py:340", details={"check": "sglang"})]
+    return Verdict(contract_name="tiny", contract_hash="ab" * 32, level=level, status=status, sglang_version="0.5.23",
+                   target_architecture="LlamaForCausalLM", draft_path=str(draft), expected_layout=exp,
+                   served_layout=served, chunks=[ChunkReport(i, e, s, 1.0 if e == s else 0.5, 0.0 if e == s else 0.1)
+                                                 for i, (e, s) in enumerate(zip(exp, served))],
+                   findings=findings,
+                   outcome={"pass": OutcomeSummary([0.8], [0.8], 1.8, 1.8, [0.8], "healthy"),
+                            "fail": OutcomeSummary([0.8], [0.1], 1.8, 1.1, [0.8], "wiring")}.get(status),
+                   fix=FixSuggestion("set eagle_config.eagle_aux_hidden_state_layer_ids = [1, 3, 5] in d/config.json")
+                   if status == "fail" else None,
+                   probes=[{"index": i, "tokens": 80, "status": "pass" if status == "pass" else "fail",
+                            "max_abs_err": 0.0} for i in range(4)])
+
+gate.run_gate = fake
+'''
+
+
+@pytest.fixture
+def canned(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    pytester.makeconftest(CANNED)
+    shutil.copy(CONTRACT, pytester.path / "c.json")
+
+    def run(kind: str, *args: str):  # type: ignore[no-untyped-def]
+        monkeypatch.setenv("CANNED", kind)
+        base = ["-m", "parity", "--parity-contract", "c.json", "--parity-target", "t", "--parity-draft", "d", *args]
+        result = pytester.runpytest_subprocess(*base)
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        return result, [json.loads(x) for x in lines]
+
+    return run
+
+
+def test_marker_is_registered_with_usage(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.parity: train/serve parity checks*--parity-contract FILE*"])
+
+
+def test_pass_generates_one_item_per_check_and_probe(canned) -> None:  # type: ignore[no-untyped-def]
+    result, calls = canned("pass", "-v")
+    result.stdout.fnmatch_lines(["*parity::static PASSED*", "*parity::capture?probe-0? PASSED*",
+                                 "*parity::capture?probe-3? PASSED*", "*parity::outcome PASSED*"])
+    result.assert_outcomes(passed=6)
+    assert len(calls) == 1  # one gate run shared by every item
+
+
+def test_fail_shows_house_style_lines_on_capture_items(canned) -> None:  # type: ignore[no-untyped-def]
+    result, _ = canned("fail")
+    result.assert_outcomes(passed=2, failed=4)  # static and outcome own no failing finding here
+    result.stdout.fnmatch_lines([
+        "*FAIL  fc input does not match contract 'tiny'*",
+        "Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = [[]1, 3, 5[]] in d/config.json",
+        "chunk 0: served embedding      expected layer:1*",
+        "error   extra_embedding: chunk 0: served embedding, expected layer:1",
+    ])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_environment_error_fails_every_item_never_skips(canned) -> None:  # type: ignore[no-untyped-def]
+    result, _ = canned("error")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(["*ERROR  could not check fc input*SGLang failed*", "*sglang/srt/models/llama.py:340*"])
+
+
+def test_bad_contract_fails_with_file_and_field(canned) -> None:  # type: ignore[no-untyped-def]
+    result, _ = canned("bad-input")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(["*specparity: c.json: drafter.fc_biass: unknown field*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_options_from_ini_and_level(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    monkeypatch.setenv("CANNED", "pass")
+    pytester.makeconftest(CANNED)
+    shutil.copy(CONTRACT, pytester.path / "c.json")
+    pytester.makeini("""
+        [pytest]
+        parity_contract = c.json
+        parity_target = models/target
+        parity_draft = models/draft
+        parity_level = static
+        parity_sglang_args =
+            speculative_num_steps=3
+            speculative_eagle_topk=1
+    """)
+    result = pytester.runpytest_subprocess("-m", "parity", "-v")
+    result.stdout.fnmatch_lines(["*parity::static PASSED*"])
+    result.assert_outcomes(passed=1)  # static level: no capture or outcome items
+    call = json.loads(calls.read_text())
+    assert call["level"] == "static"
+    assert call["args"] == {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    assert call["target"] == str(pytester.path / "models" / "target")  # ini paths are relative to the rootdir
+
+
+def test_command_line_overrides_ini(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
+    pytester.makeini("[pytest]\nparity_draft = from-ini\n")
+    _, calls = canned("pass", "--parity-sglang-arg", "speculative_num_draft_tokens=16")
+    assert calls[0]["draft"] == "d" and calls[0]["args"] == {"speculative_num_draft_tokens": 16}
+
+
+def test_parity_without_configuration_fails_with_usage(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-m", "parity")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*specparity: pytest -m parity needs a contract: pass --parity-contract FILE*"])
+
+
+def test_contract_without_target_is_a_usage_failure(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-m", "parity", "--parity-contract", "c.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--parity-contract is set but --parity-target, --parity-draft is not*"])
+
+
+def test_plain_runs_are_untouched(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    assert True\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_junit_properties_and_report_dir(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
+    result, _ = canned("fail", "--junitxml=out.xml", "--parity-report", "reports")
+    xml = (pytester.path / "out.xml").read_text()
+    assert '<property name="verdict" value="fail"' in xml
+    assert '<property name="finding.0" value="extra_embedding: chunk 0: served embedding, expected layer:1"' in xml
+    report = json.loads((pytester.path / "reports" / "report.json").read_text())
+    assert report["verdict"] == "fail" and report["served_layout"][0] == "embedding"
+    assert (pytester.path / "reports" / "report.html").read_text().count('id="heatmap"') <= 1
+    result.stdout.fnmatch_lines(["*specparity: report written to*report.json*"])
+
+
+def test_xdist_workers_share_one_gate_run(canned) -> None:  # type: ignore[no-untyped-def]
+    result, calls = canned("pass", "-n", "2")
+    result.assert_outcomes(passed=6)
+    assert len(calls) == 1
+
+
+@pytest.mark.sglang
+def test_real_gate_pass_and_kimi_bug(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    draft = tmp_path / "draft-kimi"
+    shutil.copytree(BUNDLE / "draft", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    common = ["-m", "parity", "--parity-contract", str(CONTRACT), "--parity-target", str(BUNDLE / "target"),
+              "--parity-level", "capture", "-p", "no:cacheprovider"]
+    ok = pytester.runpytest_subprocess(*common, "--parity-draft", str(BUNDLE / "draft"))
+    ok.assert_outcomes(passed=5)
+    bad = pytester.runpytest_subprocess(*common, "--parity-draft", str(draft))
+    bad.assert_outcomes(passed=1, failed=4)
+    bad.stdout.fnmatch_lines(["*FAIL  fc input does not match contract 'tiny-llama-eagle3' (sglang 0.5.23*",
+                              "Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = [[]1, 3, 5[]] in *",
+                              "chunk 0: served embedding      expected layer:1*",
+                              "error   extra_embedding: chunk 0: served embedding, expected layer:1*"])
