@@ -125,3 +125,27 @@ def test_missing_capture_or_final_norm_is_an_error_not_a_pass() -> None:
     with pytest.raises(ValueError, match="final_norm"):
         outcome_from_capture(drafter=d, target_lm_head=head, probes=bare, sglang=None, num_steps=1,
                              capture=_capture([s.fc_input for s in pack.samples]))
+
+
+def test_unsupported_drafter_still_returns_the_capture_and_says_why(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from typing import Any, cast
+
+    from replay_builders import write_dirs
+
+    from specparity.replay import outcome
+
+    draft, target, _ = write_dirs(tmp_path, cfg_extra={"fc_norm": True})
+    pack, _ = _pack_and_head(4)
+    sentinel = _capture([s.fc_input for s in pack.samples])
+    calls: list[dict[str, Any]] = []
+
+    def fake_capture(*args: Any, **kw: Any) -> CaptureResult:
+        calls.append(kw)
+        return sentinel
+
+    monkeypatch.setattr(outcome, "capture_deployment", fake_capture)
+    run = outcome.check_outcome(cast(Any, None), pack, target=target, draft=draft)
+    assert run.capture is sentinel and run.report is None and len(calls) == 1 and calls[0]["atlas"] is True
+    assert [f.kind for f in run.failures] == [UNSUPPORTED_VERSION]
+    assert "fc_norm" in run.failures[0].message

@@ -16,7 +16,7 @@ both implementations drafted the same first token (1.0 in fp32: they compute the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import torch
 from specparity.compare.findings import Finding
 from specparity.contract.model import Contract
 from specparity.contract.probes import ProbePack
+from specparity.errors import InputError
 from specparity.replay.acceptance import (
     AcceptanceResult,
     ReplaySample,
@@ -38,7 +39,8 @@ from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import OutcomeThresholds, diagnose, expected_from_contract
 from specparity.replay.drafter import Eagle3Drafter
 from specparity.replay.served import SglangReplay, capture_with_replay
-from specparity.serving.results import CaptureResult, ServingFailure
+from specparity.serving import capture_deployment
+from specparity.serving.results import BAD_DEPLOYMENT, UNSUPPORTED_VERSION, CaptureResult, ServingFailure
 from specparity.sources import FINAL_NORM
 from specparity.verdict import OutcomeSummary
 
@@ -98,6 +100,11 @@ def outcome_from_capture(
     """Acceptance on both sides and the verdict; raises ValueError when the capture has no fc input."""
     if capture.fc is None:
         raise ValueError("the capture holds no fc input; the outcome level needs a successful capture")
+    width = drafter.shape.fc_in_features
+    bad = [i for i, f in enumerate(capture.fc.per_sample) if int(f.shape[-1]) != width]
+    if bad:
+        raise ValueError(f"SGLang fed fc {int(capture.fc.per_sample[bad[0]].shape[-1])}-wide rows; the drafter's fc "
+                         f"takes {width}")
     atlas = capture.atlas.per_sample if capture.atlas is not None else [{} for _ in probes.samples]
     recorded: list[ReplaySample] = []
     served: list[ReplaySample] = []
@@ -126,19 +133,27 @@ def check_outcome(
     contract: Contract, probes: ProbePack, *, target: str | Path, draft: str | Path,
     server_args: dict[str, object] | None = None, device: str = "cpu", num_steps: int | None = None,
     thresholds: OutcomeThresholds | None = None, timeout_s: float = 600, python: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> OutcomeRun:
     """Capture + replay in one SGLang child, then :func:`outcome_from_capture`.
 
     ``num_steps``: the chain length; default the contract's ``serving.num_steps``, else the deployment's
-    resolved ``speculative_num_steps``, else 3. Raises :class:`~specparity.errors.InputError` for a drafter
-    or target the training-side drafter cannot load.
+    resolved ``speculative_num_steps``, else 3. The capture is always returned (the capture level reuses
+    it). When the outcome cannot be computed (a drafter the training side does not implement, inputs it
+    cannot replay) ``report`` is None and ``failures`` says why; this never raises for those.
     """
-    drafter = Eagle3Drafter.load(draft, target_dir=target)
-    lm_head = read_target_lm_head(target)
+    ids = [s.input_ids.tolist() for s in probes.samples]
+    try:
+        drafter = Eagle3Drafter.load(draft, target_dir=target)
+        lm_head = read_target_lm_head(target)
+    except InputError as e:
+        capture = capture_deployment(target, draft, probes=ids, server_args=server_args, device=device, atlas=True,
+                                     timeout_s=timeout_s, python=python, progress=progress)
+        why = ServingFailure(UNSUPPORTED_VERSION, f"the outcome level cannot replay this drafter: {e}")
+        return OutcomeRun(capture=capture, report=None, failures=(*capture.failures, why))
     capture, replay = capture_with_replay(
-        target, draft, probes=[s.input_ids.tolist() for s in probes.samples],
-        recorded_fc=[s.fc_input for s in probes.samples], server_args=server_args, device=device,
-        timeout_s=timeout_s, python=python)
+        target, draft, probes=ids, recorded_fc=[s.fc_input for s in probes.samples], server_args=server_args,
+        device=device, timeout_s=timeout_s, python=python, progress=progress)
     failures = tuple(capture.failures) + ((replay,) if isinstance(replay, ServingFailure) else ())
     sglang = replay if isinstance(replay, SglangReplay) else None
     if capture.fc is None:
@@ -146,8 +161,12 @@ def check_outcome(
     steps = num_steps or contract.serving.num_steps
     if steps is None and capture.deployment is not None:
         steps = capture.deployment.resolved_spec.num_steps
-    report = outcome_from_capture(
-        drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture,
-        sglang=sglang, num_steps=steps or DEFAULT_NUM_STEPS,
-        expected=expected_from_contract(contract.training_outcome), thresholds=thresholds)
+    try:
+        report = outcome_from_capture(
+            drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture, sglang=sglang,
+            num_steps=steps or DEFAULT_NUM_STEPS, expected=expected_from_contract(contract.training_outcome),
+            thresholds=thresholds)
+    except ValueError as e:
+        why = ServingFailure(BAD_DEPLOYMENT, f"the outcome level cannot replay these inputs: {e}")
+        return OutcomeRun(capture=capture, report=None, failures=(*failures, why), replay=sglang)
     return OutcomeRun(capture=capture, report=report, failures=failures, replay=sglang)
