@@ -268,6 +268,27 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert not any(_alive(p) for p in recorded), "an orphan survived the timeout"
 
 
+def test_raising_progress_callback_still_kills_the_child(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    python = _fake_python(tmp_path, f"echo $$ > {pids}\necho '@@specparity-progress 1 3'\nsleep 300\n")
+
+    def explode(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_child(
+            WorkerRequest(op="capture", target="/t", draft="/d"),
+            python=python,
+            timeout_s=60,
+            progress=explode,
+        )
+    pid = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
 def test_child_crash_carries_stderr_tail(tmp_path: Path) -> None:
     python = _fake_python(tmp_path, "echo 'Fatal Python error: Segmentation fault' >&2\nexit 139\n")
     r = run_child(WorkerRequest(op="capture", target="/t", draft="/d"), python=python, timeout_s=30)

@@ -99,19 +99,21 @@ def run_child(
             t.start()
         deadline = time.monotonic() + timeout_s
         timed_out = False
-        while True:
-            try:
-                proc.wait(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    timed_out = True
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.1)
                     break
-            finally:
-                while progress is not None and not events.empty():
-                    progress(*events.get_nowait())
-        _kill_group(proc)  # also reaps anything the child left in its group
-        proc.wait()
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        break
+                finally:
+                    while progress is not None and not events.empty():
+                        progress(*events.get_nowait())
+        finally:  # also on Ctrl-C or a raising progress callback: never leave SGLang running
+            _kill_group(proc)  # reaps anything the child left in its group too
+            proc.wait()
         for t in threads:
             t.join(timeout=5)
         while progress is not None and not events.empty():
