@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import sys
 import types
 from typing import Any
 
 import pytest
 
 from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.serving.sglang.worker import install_kernel_stub_if_needed
 
 os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # before the first sglang import: is_cpu() is lru_cached
-# TODO(lead): replace with the product's own sgl_kernel stub module (src/specparity/serving/sglang/kernel_stub).
-_STUBS = "/work/shared/reference/sglang-cpu/stubs"
-if _STUBS not in sys.path:
-    sys.path.insert(0, _STUBS)
+install_kernel_stub_if_needed("cpu")  # the product's own sgl_kernel stand-in, as the serving child uses it
 
 try:
     from sglang.srt.models import (
