@@ -53,13 +53,14 @@ class VersionFacts:
 
     minus_one_crash_at: str | None  # innermost sglang file:line of the [-1,1,3] TypeError; None = serves
     kernel_stub_calls: frozenset[str]  # sgl_kernel stand-in ops the capture may call (CPU)
+    fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
 
 
 # Keyed by registry entry name: a new adapter without a row here fails test_every_adapter_has_pinned_facts.
 FACTS: dict[str, VersionFacts] = {
-    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset()),
-    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset()),
-    "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"})),
+    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
+    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
+    "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 
 
@@ -296,6 +297,25 @@ def test_num_draft_tokens_16_is_served_as_steps_plus_one(
     assert any("speculative_num_draft_tokens is adjusted" in w for w in r.spec_warnings), r.spec_warnings
     assert r.server_args["speculative_num_draft_tokens"] == 2
     assert r.served_sources == (layer(1), layer(3), layer(5))
+
+
+@pytest.mark.sglang
+def test_one_aux_state_checkpoint_loads_only_where_fc_width_follows_the_config(
+        facts: tuple[AdapterEntry, VersionFacts], serving_cache: Any, models: dict[str, Path]) -> None:
+    """Draft ids [3] with fc.weight [H, H] (k = 1, H_t == H_d): D5 decides whether SGLang can load it."""
+    _, pinned = facts
+    resolved = _resolve(serving_cache, models, "one_aux_fc_skipped")
+    if pinned.fc_width_fixed_at_3:
+        assert isinstance(resolved, ServingFailure) and resolved.kind == SGLANG_EXCEPTION, resolved
+        assert f"Linear(3*{H}, {H})" in resolved.message
+        d = models["one_aux_fc_skipped"]
+        r = serving_cache.capture(d / "target", d / "draft", probes=PROBES, atlas=False, timeout_s=300)
+        assert r.fc is None and r.failure_kinds() == (SGLANG_EXCEPTION,), r.failures
+        assert "during start-up: AssertionError: Attempted to load weight" in r.failures[0].message
+        assert " at sglang/srt/model_loader/weight_utils.py:" in r.failures[0].message
+    else:
+        assert not isinstance(resolved, ServingFailure), resolved
+        assert not resolved.fc_applied and resolved.served_sources == (layer(3),)
 
 
 # ------------------------------------------------------------------ conventions vs this version's setters

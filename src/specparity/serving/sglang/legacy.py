@@ -19,6 +19,7 @@ of these releases made explicit:
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from specparity.serving.results import (
+    FC_NOT_CALLED,
     SGLANG_EXCEPTION,
     CaptureResult,
     FcCapture,
@@ -153,7 +155,6 @@ class LegacyAdapter:
         hf = model_config.hf_text_config if hasattr(model_config, "hf_text_config") else model_config.hf_config
         num_layers = int(hf.num_hidden_layers)
         sources, unreachable = served_sources(layers_to_capture, num_layers, max_reachable=num_layers - 1)
-        h_t = int(getattr(draft_hf_config, "target_hidden_size", None) or draft_hf_config.hidden_size)
         h_d = int(draft_hf_config.hidden_size)
         ec = getattr(draft_hf_config, "eagle_config", None)
         ec = ec if isinstance(ec, dict) else {}
@@ -174,8 +175,9 @@ class LegacyAdapter:
             layers_to_capture=tuple(int(b) for b in layers_to_capture), served_sources=sources,
             unreachable_boundaries=unreachable,
             fc_in_features=fc[0], fc_out_features=fc[1], fc_bias=fc[2], num_aux_hidden_states=FC_WIDTH_K,
-            # 0.5.3 models/llama_eagle3.py:161: fc only if the width differs from the embedding's
-            fc_applied=FC_WIDTH_K * h_t != h_d,
+            # 0.5.3 models/llama_eagle3.py:161-162: fc runs only if the CAPTURED width (states actually
+            # served x the target's hidden size) differs from the embedding's
+            fc_applied=len(sources) * int(hf.hidden_size) != h_d,
             # Keys these versions ignore (D5): reported as configured, never applied by SGLang.
             norm_before_fc=bool(ec.get("norm_before_fc", getattr(draft_hf_config, "norm_before_fc", False))),
             fc_norm=bool(getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm",
@@ -210,12 +212,21 @@ class LegacyAdapter:
             draft_hf = draft_config.hf_config
             fc = fc_shape_from_checkpoint(Path(request.draft))
             h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
+            if fc is not None and fc.in_features != FC_WIDTH_K * h_t:
+                return ServingFailure(SGLANG_EXCEPTION, (
+                    f"predicted without loading weights: sglang {self.sglang_version} builds fc as "
+                    f"Linear({FC_WIDTH_K}*{h_t}, {draft_hf.hidden_size}) whatever the config says "
+                    f"(models/llama_eagle3.py, fc width fixed before 0.5.12), but the checkpoint's "
+                    f"{fc.weight_key} is [{fc.out_features}, {fc.in_features}]: SGLang's weight loader "
+                    "fails at start-up (AssertionError: Attempted to load weight ... into parameter ...)"))
             fc_t = ((fc.in_features, fc.out_features, fc.bias) if fc is not None
                     else (FC_WIDTH_K * h_t, int(draft_hf.hidden_size), False))
             t2 = time.perf_counter()
-            return self._deployment(request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
-                                    ids=ids, layers_to_capture=layers, fc=fc_t, model_class=cls.__name__,
-                                    timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
+            dep = self._deployment(request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
+                                   ids=ids, layers_to_capture=layers, fc=fc_t, model_class=cls.__name__,
+                                   timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
+            # No fc.weight: the loader leaves fc randomly initialised; the shape is the config's.
+            return dep if fc is not None else dataclasses.replace(dep, fc_source="config: no fc.weight in checkpoint")
         except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
             return exception_failure(exc, prefix="while resolving: ")
 
@@ -280,15 +291,17 @@ class LegacyAdapter:
             tap.remove()
         timings["fc_forward_s"] = time.perf_counter() - t1
         first = tap.fc_inputs[0] if tap.fc_inputs else None
+        judged = judge_fc_capture(
+            hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
+            width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
+            expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
+            aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied, target_ran=tap.target_calls > 0)
         if raised is not None:
-            # SGLang's own exception is the finding; "fc never called" / "0 aux states" only restate it.
-            failures.insert(0, raised)
+            # SGLang's own exception comes first; "fc never called" would only restate a forward that
+            # died before the drafter (what the hooks did see, e.g. a short count, is kept).
+            failures[:0] = [raised, *(f for f in judged if f.kind != FC_NOT_CALLED)]
         else:
-            failures[:0] = judge_fc_capture(
-                hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
-                width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
-                expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
-                aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied, target_ran=tap.target_calls > 0)
+            failures[:0] = judged
         fc: FcCapture | None = None
         if first is not None and int(first.shape[0]) == sum(lengths):
             per_sample = split_rows(first, lengths)
@@ -311,6 +324,15 @@ class LegacyAdapter:
                 failures.append(exception_failure(exc, prefix="during the atlas forward: "))
             timings["atlas_forward_s"] = time.perf_counter() - t2
             progress(3, steps)
+        if request.replay and sum(lengths) > 0:  # specparity.replay (outcome): drafter on recorded vs served fc
+            if raised is None:
+                from specparity.serving.sglang.replay_hooks import run_replay
+
+                run_replay(drafter, request.replay, probes=request.probes,
+                           prefill=lambda: run.spec_prefill(runners, request.probes, self.glue))
+            else:  # the same prefill would raise again; say so in replay_hooks' status protocol
+                Path(str(request.replay["out"]) + ".json").write_text(json.dumps(
+                    {"ok": False, "passes": {}, "error": f"not run: the capture prefill failed ({raised.message})"}))
         if fc is not None:  # the stub list is final only after every forward
             fc.kernel_stub_calls = _stub_calls()
         timings["total_s"] = time.perf_counter() - t0
