@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 pytest.importorskip("sglang")
 
 BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
-LOGIT_ATOL = 1e-4  # fp32, torch_native on CPU; measured max |d| is reported by the test on failure
+LOGIT_ATOL = 2e-5  # fp32, torch_native on CPU; measured max |d| 4.8e-6 (printed with -s)
 
 
 @pytest.fixture(scope="module")
