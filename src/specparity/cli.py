@@ -84,6 +84,23 @@ def _outcome(text: str | None) -> TrainingOutcome | None:
     return TrainingOutcome(accuracy_per_position=values)
 
 
+def _with_measured_acceptance(c: Any, path: Path, *, draft: Path, target: Path) -> Any:
+    from specparity.contract import probe_pack_path, read_probe_pack, save_contract
+    from specparity.replay.outcome import recorded_acceptance
+
+    steps = c.serving.num_steps
+    if steps is None:
+        raise InputError("--measure-acceptance needs --serve-steps (the chain length to measure)", field="--serve-steps")
+    pack = read_probe_pack(probe_pack_path(c, path), expected_sha256=c.probes.sha256)
+    result = recorded_acceptance(pack, draft=draft, target=target, num_steps=steps)
+    outcome = (c.training_outcome or TrainingOutcome()).model_copy(update={
+        "acceptance_per_position": [round(a, 6) for a in result.defined],
+        "expected_acceptance_length": round(result.acceptance_length, 6)})
+    c = c.model_copy(update={"training_outcome": outcome})
+    save_contract(c, path)
+    return c
+
+
 @contract.command("from-specforge")
 @click.option("--hidden-states", "hidden_states", required=True, type=click.Path(path_type=Path),
               help="SpecForge offline output dir (rows_*/data_N.ckpt[.gz]).")
@@ -102,11 +119,14 @@ def _outcome(text: str | None) -> TrainingOutcome | None:
               help="speculative_num_draft_tokens to serve with.")
 @click.option("--train-accuracy", default=None, metavar="A0[,A1,...]",
               help="Training-time draft accuracy per position (e.g. SpecForge acc_0,acc_1), 0..1.")
+@click.option("--measure-acceptance", is_flag=True, default=False,
+              help="Replay the drafter on the probes' recorded fc inputs (no SGLang) and record its acceptance "
+                   "per position as the contract's expectation (needs --serve-steps).")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Contract JSON to write.")
 def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping: Path | None, probes: int,
                    max_probe_tokens: int, name: str | None, created_at: str | None, run_id: str | None,
                    serve_steps: int | None, serve_topk: int | None, serve_draft_tokens: int | None,
-                   train_accuracy: str | None, output: Path) -> None:
+                   train_accuracy: str | None, measure_acceptance: bool, output: Path) -> None:
     """Write a contract (and its probe pack beside it) from SpecForge's offline hidden states."""
     from specparity.training.specforge import contract_from_specforge
 
@@ -116,8 +136,13 @@ def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping
         serving=SpecConfig(num_steps=serve_steps, eagle_topk=serve_topk, num_draft_tokens=serve_draft_tokens),
         training_outcome=_outcome(train_accuracy),
     )
+    if measure_acceptance:
+        c = _with_measured_acceptance(c, path, draft=draft, target=target)
     click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes, "
                f"{c.probes.num_tokens} tokens in {c.probes.file})")
+    if c.training_outcome and c.training_outcome.acceptance_per_position:
+        acc = ", ".join(f"{a:.3f}" for a in c.training_outcome.acceptance_per_position)
+        click.echo(f"measured acceptance per position on the recorded probes: {acc}")
 
 
 @contract.command("from-speculators")

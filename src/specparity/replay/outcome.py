@@ -170,3 +170,21 @@ def check_outcome(
         why = ServingFailure(BAD_DEPLOYMENT, f"the outcome level cannot replay these inputs: {e}")
         return OutcomeRun(capture=capture, report=None, failures=(*failures, why), replay=sglang)
     return OutcomeRun(capture=capture, report=report, failures=failures, replay=sglang)
+
+
+def recorded_acceptance(probes: ProbePack, *, draft: str | Path, target: str | Path, num_steps: int) -> AcceptanceResult:
+    """Acceptance on the recorded fc inputs alone (no SGLang): the training-time expectation a contract carries.
+
+    The same rows, greedy tokens and chain as side (a) of :func:`outcome_from_capture`, so the figure
+    the gate later compares against is measured the same way.
+    """
+    drafter = Eagle3Drafter.load(draft, target_dir=target)
+    lm_head = read_target_lm_head(target)
+    samples = []
+    for i, p in enumerate(probes.samples):
+        if p.final_norm is None:
+            raise InputError("the probe pack holds no final_norm; acceptance needs the target's greedy tokens",
+                             field=f"sample_{i}.final_norm")
+        samples.append(ReplaySample(p.input_ids.to(torch.int64), p.fc_input, greedy_from_final_norm(p.final_norm, lm_head),
+                                    rows_from_loss_mask(p.loss_mask)))
+    return measure(drafter, samples, num_steps=num_steps)
