@@ -1,0 +1,98 @@
+"""The failure catalog: each miswiring, served by the installed SGLang's real code, gives its named finding.
+
+Runs in every SGLang env of the matrix. Where the installed version cannot serve a scenario (e.g. an id
+of -1 crashes llama targets before 0.5.22), the expectation comes from the conventions module's model
+of that version, so the same scenario gives the same finding kinds on every version that serves it.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+import pytest
+
+from specparity.contract.conventions import sglang_capture_plan
+from specparity.gate import run_gate
+from specparity.verdict import Verdict
+
+pytestmark = pytest.mark.sglang
+SGLANG = version("sglang")
+L = 8
+
+_verdicts: dict[tuple[str, str], Verdict] = {}
+
+
+def gate(catalog: dict[str, Any], name: str, *, level: str = "capture", **kw: Any) -> Verdict:
+    key = (name, level + repr(sorted(kw.items())))
+    if key not in _verdicts:
+        contract, target, draft = catalog[name]
+        _verdicts[key] = run_gate(contract, target, draft, level=level, **kw)
+    return _verdicts[key]
+
+
+def kinds(v: Verdict) -> set[str]:
+    return {f.kind.value for f in v.errors}
+
+
+def _serves(ids: list[int]) -> bool:
+    return sglang_capture_plan(ids, num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash is None
+
+
+# scenario -> (status, finding kinds that must be among the errors)
+CASES: dict[str, tuple[str, set[str]]] = {
+    "healthy": ("pass", set()),
+    "embedding_plus_layers": ("fail", {"extra_embedding", "missing_source"}) if _serves([-1, 1, 3])
+    else ("error", {"sglang_error"}),
+    "no_eagle_config": ("fail", {"default_ids_fallback", "off_by_one"}),
+    "ids_plus_one": ("fail", {"off_by_one"}),
+    "far_layers": ("fail", {"missing_source", "off_by_one"}),  # layer:3, 4, 6: layer:1 gone, two shifted
+    "last_layer_id": ("fail", {"capture_count_short"}),
+    "fc_skipped": ("fail", {"fc_not_called", "width_mismatch"}),
+    "nan_target": ("fail", {"nonfinite"}),
+    "norm_before_fc": ("fail", {"norm_mismatch"}),
+    "vocab_map": ("fail", {"vocab_map_mismatch"}),
+    "unloadable_draft": ("error", {"sglang_error"}),
+    "self_inconsistent": ("fail", {"contract_self_inconsistent"}),
+    "order": ("fail", {"order_mismatch"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
+    status, expected = CASES[name]
+    v = gate(catalog, name)
+    assert v.status == status, (name, v.status, [f.to_dict() for f in v.findings])
+    assert expected <= kinds(v), (name, sorted(kinds(v)))
+    if status == "pass":
+        assert v.served_layout == ["layer:1", "layer:3", "layer:5"] and not v.errors
+    else:
+        assert v.exit_code in (1, 3)
+
+
+def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:
+    for name in ("embedding_plus_layers", "ids_plus_one", "no_eagle_config"):
+        v = gate(catalog, name)
+        if v.status == "error":
+            continue  # this version crashes on the config; the error finding carries the message
+        assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary, name
+
+
+def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
+    v = gate(catalog, "healthy", level="static", sglang_args={
+        "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16})
+    assert v.status == "fail" and "spec_config_rewritten" in kinds(v)
+    assert v.resolved_spec_config is not None
+    assert v.resolved_spec_config["resolved"]["num_draft_tokens"] == 2
+    assert v.fix is not None and "--speculative-num-steps 15" in v.fix.summary
+
+
+def test_static_level_sees_the_layout_without_a_forward(catalog: dict[str, Any]) -> None:
+    v = gate(catalog, "ids_plus_one", level="static")
+    assert v.served_layout == ["layer:2", "layer:4", "layer:6"]
+    assert "off_by_one" in kinds(v) and v.chunks[0].cosine is None
+
+
+def test_timeout_is_an_environment_error(catalog: dict[str, Any]) -> None:
+    v = gate(catalog, "healthy", timeout_s=1)
+    assert v.status == "error" and v.exit_code == 3 and "timeout" in kinds(v)
