@@ -206,6 +206,23 @@ def validate(file: Path) -> None:
     click.echo(f"{file}: valid contract {c.name} ({', '.join(c.fc_input.sources)}; {len(pack.samples)} probes)")
 
 
+@contract.command("rehash")
+@click.argument("file", type=click.Path(path_type=Path))
+def rehash(file: Path) -> None:
+    """Recompute the content hash of a contract you edited on purpose (it is validated first)."""
+    import json
+
+    from specparity.contract import parse_contract, save_contract
+    from specparity.contract.io import load_json
+
+    data = load_json(file)
+    if isinstance(data, dict):
+        data.pop("content_hash", None)
+    c = parse_contract(data, path=file)
+    save_contract(c, file)
+    click.echo(f"{file}: content_hash {json.loads(file.read_text())['content_hash'][:12]}…")
+
+
 @contract.command("schema")
 def schema() -> None:
     """Print the contract's JSON Schema."""

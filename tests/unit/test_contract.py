@@ -159,3 +159,12 @@ def test_sources_must_follow_from_the_raw_ids(tmp_path):
     d["layer_ids"]["ids"] = [2, 4, 6]  # SpecForge ids 2,4,6 are layer:2,4,6, not the stated layer:1,3,5
     e = bad(tmp_path, d)
     assert "disagree with layer_ids.ids [2, 4, 6] read as specforge_eagle" in str(e)
+
+
+def test_rehash_accepts_an_intended_edit(tmp_path):
+    data = json.loads(dump_contract(parse_contract(good())))
+    data["drafter"]["fc_bias"] = True
+    p = write(tmp_path, data)
+    res = CliRunner().invoke(main, ["contract", "rehash", str(p)])
+    assert res.exit_code == 0, res.output
+    assert load_contract(p).drafter.fc_bias is True

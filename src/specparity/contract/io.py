@@ -77,8 +77,8 @@ def parse_contract(data: Any, *, path: str | Path = "<contract>") -> Contract:
     return contract
 
 
-def load_contract(path: str | Path) -> Contract:
-    """Read and validate a contract file. Raises :class:`InputError` naming the file and field."""
+def load_json(path: str | Path) -> object:
+    """The JSON in ``path``; a missing, unreadable or malformed file is an :class:`InputError`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -87,10 +87,14 @@ def load_contract(path: str | Path) -> Contract:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read: {e}", path=p) from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", path=p) from None
-    return parse_contract(data, path=p)
+
+
+def load_contract(path: str | Path) -> Contract:
+    """Read and validate a contract file. Raises :class:`InputError` naming the file and field."""
+    return parse_contract(load_json(path), path=Path(path))
 
 
 def dump_contract(contract: Contract) -> str:
