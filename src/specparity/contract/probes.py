@@ -121,12 +121,11 @@ def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> 
         raise InputError(f"not a readable safetensors file: {e}", path=p) from None
     if meta.get("format") != FORMAT:
         raise InputError(f"format is {meta.get('format')!r}, expected {FORMAT!r}", path=p, field="format")
-    try:
-        n = int(meta["num_samples"])  # type: ignore[call-overload]
-        sources = [str(x) for x in meta["sources"]]  # type: ignore[attr-defined]
-        hidden = int(meta["hidden_size"])  # type: ignore[call-overload]
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"bad metadata: {e}", path=p, field="metadata") from None
+    n, sources, hidden = meta.get("num_samples"), meta.get("sources"), meta.get("hidden_size")
+    if not (isinstance(n, int) and isinstance(hidden, int) and isinstance(sources, list)
+            and all(isinstance(x, str) for x in sources)):
+        raise InputError("bad or missing specparity metadata (num_samples, sources, hidden_size)", path=p,
+                         field="metadata")
     samples: list[ProbeSample] = []
     for i in range(n):
         ids = tensors.get(f"sample_{i}.input_ids")
