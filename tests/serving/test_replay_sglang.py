@@ -133,7 +133,8 @@ def test_healthy_deployment_accepts_alike_on_both_inputs(runs: dict[str, Outcome
     report = runs["healthy"].report
     assert report is not None
     print(f"healthy: first draft recorded {rec:.4f} served {srv:.4f}; AL {report.summary.recorded_acceptance_length:.3f}"
-          f" vs {report.summary.served_acceptance_length:.3f}; per position {report.recorded.per_position}")
+          f" vs {report.summary.served_acceptance_length:.3f}; per position recorded {report.recorded.per_position}"
+          f" served {report.served.per_position}")
     assert abs(rec - srv) <= 0.02
     assert rec >= 0.6 and srv >= 0.6
     assert report.summary.diagnosis == "healthy" and report.findings == []
@@ -143,16 +144,14 @@ def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) ->
     """[-1,1,3] on sglang 0.5.23 serves embedding, layer:1, layer:3: acceptance on the served input drops."""
     rec, srv = _first(runs["kimi"])
     healthy_rec, _ = _first(runs["healthy"])
-    print(f"kimi: first draft recorded {rec:.4f} served {srv:.4f} ({100 * (srv - rec):+.1f} points)")
+    report = runs["kimi"].report
+    assert report is not None
+    print(f"kimi: first draft recorded {rec:.4f} served {srv:.4f} ({100 * (srv - rec):+.1f} points); per position "
+          f"recorded {report.recorded.per_position} served {report.served.per_position}")
     assert rec == pytest.approx(healthy_rec)  # same drafter, same recorded input: the config changes nothing there
     assert srv < rec - 0.02
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the bundled drafter barely depends on its fc features (random target at initializer_range 0.02: the "
-    "residual stream hardly changes across layers), so [-1,1,3] costs 3.4 points (75.2% -> 71.8%), not >= 30. "
-    "A bundle regenerated with target initializer_range 0.12 measured 78.6% -> 42.5% (wiring) on sglang 0.5.23; "
-    "remove this marker when fixtures/default is regenerated that way"))
 def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str, OutcomeRun]) -> None:
     rec, srv = _first(runs["kimi"])
     report = runs["kimi"].report
@@ -165,7 +164,8 @@ def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None
     rec, srv = _first(runs["shuffled"])
     report = runs["shuffled"].report
     assert report is not None
-    print(f"shuffled fc: first draft recorded {rec:.4f} served {srv:.4f}")
+    print(f"shuffled fc: first draft recorded {rec:.4f} served {srv:.4f}; per position recorded "
+          f"{report.recorded.per_position} served {report.served.per_position}")
     healthy, _ = _first(runs["healthy"])
     assert rec < healthy - 0.2 and abs(rec - srv) <= 0.02  # the drafter is broken; the wiring is not
     assert report.summary.diagnosis == "model_quality"  # contract states no acceptance: the default floor
