@@ -157,7 +157,10 @@ def _line(c: int, served: str | None, expected: str | None, att: ChunkAttributio
 
 
 def _numbers(att: ChunkAttribution | None) -> str:
-    return f" (cosine {_fmt(att.cosine)}, max|d| vs recorded {_fmt(att.max_abs_err)})" if att else ""
+    if att is None:
+        return ""
+    what = att.attributed or att.best or "its best match"
+    return f" (cosine {_fmt(att.cosine)} with {what}, max|d| vs recorded {_fmt(att.max_abs_err)})"
 
 
 def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance,

@@ -199,7 +199,8 @@ def note_lines(verdict: Verdict) -> list[str]:
         if c.min_passing_atol is not None and verdict.status != "pass":
             atol = fmt_num(c.min_passing_atol)
             if c.served == c.expected:
-                notes.append(f"chunk {c.index} would have passed with atol >= {atol}")
+                if c.min_passing_atol > 0:  # an exact chunk needs no note
+                    notes.append(f"chunk {c.index} would have passed with atol >= {atol}")
             else:
                 notes.append(f"chunk {c.index} would need atol >= {atol} to pass, but it serves "
                              f"{c.served or 'an unknown source'} instead of {c.expected}: "
