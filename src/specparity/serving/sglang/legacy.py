@@ -216,7 +216,7 @@ class LegacyAdapter:
                 return ServingFailure(SGLANG_EXCEPTION, (
                     f"predicted without loading weights: sglang {self.sglang_version} builds fc as "
                     f"Linear({FC_WIDTH_K}*{h_t}, {draft_hf.hidden_size}) whatever the config says "
-                    f"(models/llama_eagle3.py, fc width fixed before 0.5.12), but the checkpoint's "
+                    f"({self.glue.fc_build_cite}; fc width fixed before 0.5.12), but the checkpoint's "
                     f"{fc.weight_key} is [{fc.out_features}, {fc.in_features}]: SGLang's weight loader "
                     "fails at start-up (AssertionError: Attempted to load weight ... into parameter ...)"))
             fc_t = ((fc.in_features, fc.out_features, fc.bias) if fc is not None

@@ -34,6 +34,8 @@ class LegacyGlue:
     ids_reader_cite: str = ""
     # where layer 0 computes hidden_states + residual with residual None (boundary 0), for messages
     boundary0_crash_cite: str = ""
+    # where the drafter builds fc = Linear(3*H_t, H_d) regardless of the config (D5), for messages
+    fc_build_cite: str = ""
 
 
 @dataclass

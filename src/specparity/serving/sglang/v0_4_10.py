@@ -23,6 +23,7 @@ GLUE = LegacyGlue(
     torch_drift=True,
     ids_reader_cite="sglang 0.4.10.post2 model_executor/model_runner.py:346-366",
     boundary0_crash_cite="sglang 0.4.10.post2 models/llama.py:332",
+    fc_build_cite="sglang 0.4.10.post2 models/llama_eagle3.py:124-128",
 )
 
 

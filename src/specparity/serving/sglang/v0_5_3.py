@@ -19,6 +19,7 @@ GLUE = LegacyGlue(
     draft_input_module="sglang.srt.speculative.eagle_info",
     ids_reader_cite="sglang 0.5.3 model_executor/model_runner.py:450-470",
     boundary0_crash_cite="sglang 0.5.3 models/llama.py:340",
+    fc_build_cite="sglang 0.5.3 models/llama_eagle3.py:134-138",
 )
 
 
