@@ -18,6 +18,7 @@ server args).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -37,7 +38,6 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("python", "parity_python", "interpreter whose SGLang serves (default: this one)"),
 )
 VERDICT_KEY = pytest.StashKey[Verdict]()
-REPORTED_KEY = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -179,13 +179,6 @@ def _num_probes(contract_path: str) -> int:
         return 1  # the gate run reports the real problem with the file
 
 
-def _shared_dir(config: pytest.Config) -> Path:
-    """A directory every xdist worker of this run sees (the parent of the per-worker basetemp)."""
-    factory = config._tmp_path_factory  # type: ignore[attr-defined]
-    base = Path(factory.getbasetemp())
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def _run_gate(config: pytest.Config) -> Verdict:
     from specparity.errors import SpecparityError
     from specparity.gate import parse_sglang_args, run_gate
@@ -201,47 +194,61 @@ def _run_gate(config: pytest.Config) -> Verdict:
 
 
 def _verdict(session: pytest.Session) -> Verdict:
-    """The session's one gate run; under xdist the first worker runs it and the others wait for it."""
+    """The session's one gate run. Under pytest-xdist the first worker runs it and the others read its
+    result, through a file keyed by this run's id and the settings (never reused by a later run)."""
     config = session.config
     if VERDICT_KEY in config.stash:
         return config.stash[VERDICT_KEY]
-    from specparity.verdict import verdict_from_dict
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        verdict = _run_gate(config)
+    else:
+        from specparity.verdict import verdict_from_dict
 
-    shared = _shared_dir(config)
-    result = shared / "specparity-verdict.json"
-    with open(shared / "specparity-verdict.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if result.is_file():
-                verdict = verdict_from_dict(json.loads(result.read_text()))
-            else:
-                verdict = _run_gate(config)
-                result.write_text(json.dumps(verdict.to_dict()))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        key = hashlib.sha256(json.dumps([worker.get("testrunuid"), parity_settings(config)], sort_keys=True,
+                                        default=str).encode()).hexdigest()[:16]
+        # every worker's basetemp is <run basetemp>/popen-gw<N>; their parent is shared
+        shared = Path(config._tmp_path_factory.getbasetemp()).parent  # type: ignore[attr-defined]
+        result = shared / f"specparity-verdict-{key}.json"
+        with open(shared / f"specparity-verdict-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if result.is_file():
+                    verdict = verdict_from_dict(json.loads(result.read_text()))
+                else:
+                    verdict = _run_gate(config)
+                    result.write_text(json.dumps(verdict.to_dict()))
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
     config.stash[VERDICT_KEY] = verdict
     return verdict
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the controller writes the report once
-    s = parity_settings(session.config)
-    if s["report"] is None or s["contract"] is None:
-        return
-    verdict = session.config.stash.get(VERDICT_KEY, None)
-    if verdict is None:
-        result = _shared_dir(session.config) / "specparity-verdict.json"
-        if not result.is_file():
-            return
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: take the verdict a worker ran, so the report is written once, here."""
+    data = getattr(node, "workeroutput", {}).get("specparity_verdict")
+    if data and VERDICT_KEY not in node.config.stash:
         from specparity.verdict import verdict_from_dict
 
-        verdict = verdict_from_dict(json.loads(result.read_text()))
+        node.config.stash[VERDICT_KEY] = verdict_from_dict(json.loads(data))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    verdict = config.stash.get(VERDICT_KEY, None)
+    worker_output = getattr(config, "workeroutput", None)
+    if worker_output is not None:  # an xdist worker hands its verdict to the controller
+        if verdict is not None:
+            worker_output["specparity_verdict"] = json.dumps(verdict.to_dict())
+        return
+    s = parity_settings(config)
+    if s["report"] is None or verdict is None:
+        return
     from specparity.report import write_reports
 
     paths = write_reports(verdict, Path(s["report"]))
-    session.config.stash[REPORTED_KEY] = True
-    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         tr.write_line(f"specparity: report written to {', '.join(str(p) for p in paths)}")
 

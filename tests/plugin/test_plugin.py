@@ -173,10 +173,19 @@ def test_junit_properties_and_report_dir(canned, pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["*specparity: report written to*report.json*"])
 
 
-def test_xdist_workers_share_one_gate_run(canned) -> None:  # type: ignore[no-untyped-def]
-    result, calls = canned("pass", "-n", "2")
+def test_xdist_workers_share_one_gate_run(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
+    result, calls = canned("pass", "-n", "2", "--parity-report", "reports")
     result.assert_outcomes(passed=6)
     assert len(calls) == 1
+    assert json.loads((pytester.path / "reports" / "report.json").read_text())["verdict"] == "pass"
+
+
+def test_a_later_run_never_reuses_an_earlier_verdict(canned) -> None:  # type: ignore[no-untyped-def]
+    first, _ = canned("pass", "-n", "2")
+    first.assert_outcomes(passed=6)
+    second, calls = canned("fail", "-n", "2")
+    second.assert_outcomes(passed=2, failed=4)
+    assert len(calls) == 2
 
 
 @pytest.mark.sglang
