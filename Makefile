@@ -2,6 +2,8 @@
 # Both create or reuse .venv/ at the repo root (scripts/venv.sh).
 VENV := .venv
 PY := $(VENV)/bin/python
+# two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 .PHONY: install demo test lint type fixtures clean-venv
 
