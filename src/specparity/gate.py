@@ -314,7 +314,9 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     base, overrides = tolerances_from_contract(c.tolerances, dtype=dtype)
     findings += diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
                          layout_fix=layout_fix_text)
-    static_layout = run.table is None and dep is not None
+    # without tensors the layout comes from SGLang's resolved capture list, unless SGLang failed: a config
+    # it crashes on is reported as that crash (with the fix), not as a layout it would never serve
+    static_layout = run.table is None and dep is not None and not run.failures
     if static_layout and dep is not None:
         findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text)
     if dep is not None:
