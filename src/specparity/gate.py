@@ -290,6 +290,20 @@ def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
     return out
 
 
+def _missing_evidence(run: _Run, level: str) -> list[Finding]:
+    """A level that produced no evidence is never a pass, even when nothing reported a failure."""
+    if run.failures:
+        return []
+    out = []
+    if level != "static" and run.table is None:
+        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
+                           "the capture returned no fc input or layer atlas to compare", details={"check": "capture"}))
+    if level in ("outcome", "all") and run.outcome is None:
+        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
+                           "the outcome check produced no acceptance figures", details={"check": "outcome"}))
+    return out
+
+
 def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdict:
     c, dep = run.contract, run.deployment
     cfg, d2t, observed, keys = _draft_facts(run.draft)
@@ -322,6 +336,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
     findings += run.outcome_findings
+    findings += _missing_evidence(run, level)
     findings = _tag(findings, level, static_layout)
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
