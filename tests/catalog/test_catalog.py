@@ -14,6 +14,7 @@ import pytest
 
 from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
+from specparity.serving.sglang.adapter import parse_version
 from specparity.verdict import Verdict
 
 pytestmark = pytest.mark.sglang
@@ -39,6 +40,11 @@ def _serves(ids: list[int]) -> bool:
     return sglang_capture_plan(ids, num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash is None
 
 
+# D5 (domain.md §7): before 0.5.12 the drafter builds fc = Linear(3*H_t, H_d) whatever the config says
+# (sglang 0.5.3 models/llama_eagle3.py:134-138); tests/serving/version_facts.py pins the same per adapter family.
+FC_WIDTH_FIXED_AT_3 = parse_version(SGLANG) < (0, 5, 12)
+
+
 # scenario -> (status, finding kinds that must be among the errors)
 CASES: dict[str, tuple[str, set[str]]] = {
     "healthy": ("pass", set()),
@@ -48,11 +54,17 @@ CASES: dict[str, tuple[str, set[str]]] = {
     "ids_plus_one": ("fail", {"off_by_one"}),
     "far_layers": ("fail", {"missing_source", "off_by_one"}),  # layer:3, 4, 6: layer:1 gone, two shifted
     "last_layer_id": ("fail", {"capture_count_short"}),
-    "fc_skipped": ("fail", {"fc_not_called", "width_mismatch"}),
+    # before 0.5.12 fc is Linear(3*H_t, H_d) whatever the config says (D5): the 1-aux [H, H] fc cannot load
+    "fc_skipped": ("error", {"sglang_error"}) if FC_WIDTH_FIXED_AT_3
+    else ("fail", {"fc_not_called", "width_mismatch"}),
     "nan_target": ("fail", {"nonfinite"}),
     "norm_before_fc": ("fail", {"norm_mismatch"}),
     "vocab_map": ("fail", {"vocab_map_mismatch"}),
-    "unloadable_draft": ("error", {"sglang_error"}),
+    # ids [1,3,5,6] with a 3 x 64 fc: where fc is sized from the ids (4 x 64) the checkpoint cannot load; where
+    # it is fixed at 3*H_t it loads, SGLang captures 4 states and its own fc matmul raises on the 256-wide input
+    # (measured on 0.5.3 and 0.4.10.post2): the crash and the 4th chunk are both reported
+    "unloadable_draft": ("fail", {"sglang_error", "width_mismatch", "layout_mismatch"}) if FC_WIDTH_FIXED_AT_3
+    else ("error", {"sglang_error"}),
     "self_inconsistent": ("fail", {"contract_self_inconsistent"}),
     "order": ("fail", {"order_mismatch"}),
 }
@@ -72,9 +84,7 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
 
 def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:
     for name in ("embedding_plus_layers", "ids_plus_one", "no_eagle_config"):
-        v = gate(catalog, name)
-        if v.status == "error":
-            continue  # this version crashes on the config; the error finding carries the message
+        v = gate(catalog, name)  # also where this version crashes on the config: the fix is the same ids
         assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary, name
 
 
@@ -96,3 +106,17 @@ def test_static_level_sees_the_layout_without_a_forward(catalog: dict[str, Any])
 def test_timeout_is_an_environment_error(catalog: dict[str, Any]) -> None:
     v = gate(catalog, "healthy", timeout_s=1)
     assert v.status == "error" and v.exit_code == 3 and "timeout" in kinds(v)
+
+
+def test_a_config_sglang_crashes_on_is_reported_as_that_crash(catalog: dict[str, Any]) -> None:
+    """[-1,1,3]: where the installed version crashes (llama before 0.5.22), the verdict is that crash alone,
+    SGLang's own message quoted, with the fix; no layout finding for a layout SGLang never served."""
+    v = gate(catalog, "embedding_plus_layers")
+    crash = sglang_capture_plan([-1, 1, 3], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash
+    if crash is None:
+        assert v.served_layout == ["embedding", "layer:1", "layer:3"] and v.status == "fail"
+        return
+    assert (v.status, v.exit_code) == ("error", 3)
+    assert kinds(v) == {"sglang_error"}, [f.to_dict() for f in v.errors]
+    assert crash in v.errors[0].message and " at sglang/srt/models/llama.py:" in v.errors[0].message
+    assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary

@@ -110,8 +110,10 @@ def hf_hidden_states(base_models: Path) -> list[tuple[torch.Tensor, ...]]:
     """transformers forward of the base target per probe: ``output_hidden_states`` (L+1 entries of [T, H])."""
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(base_models / "target"), dtype=torch.float32)
+    # no dtype keyword: transformers 4.54.1 (the 0.4.10.post2 env) rejects ``dtype=``; the checkpoint is float32
+    hf = AutoModelForCausalLM.from_pretrained(str(base_models / "target"))
     hf.eval()
+    assert all(p.dtype == torch.float32 for p in hf.parameters()), {p.dtype for p in hf.parameters()}
     out = []
     with torch.no_grad():
         for p in PROBES:

@@ -5,7 +5,8 @@ behaviour is picked through the adapter registry for the installed version, neve
 unmarked tests check the registry, the matrix wiring and the pure helpers of the old-version adapters
 (they run in the ``unit`` env).
 
-Facts pinned here (domain.md §3.4, §5, §7 D9; sglang-cpu.md §9):
+Facts pinned here (table: ``version_facts.FACTS``, shared with the other real-SGLang tests; domain.md §3.4,
+§5, §7 D9; sglang-cpu.md §9):
 - draft ids ``[1,3,5]``: the fc input equals HF ``layer:1,3,5`` on every version;
 - ``[-1,1,3]``: TypeError ``hs + None`` at models/llama.py:332 (0.4.10.post2) / :340 (0.5.3), reported as
   ``sglang_exception``; 0.5.23 serves ``embedding, layer:1, layer:3``;
@@ -17,8 +18,6 @@ Facts pinned here (domain.md §3.4, §5, §7 D9; sglang-cpu.md §9):
 from __future__ import annotations
 
 import configparser
-import dataclasses
-import importlib.metadata
 import itertools
 import json
 import os
@@ -34,6 +33,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from serving_probes import PROBES
+from version_facts import FACTS, SGLANG_VERSION, VersionFacts
 
 from specparity.contract.sglang_capture import TYPE_ERROR_HS_NONE, sglang_capture_plan
 from specparity.serving.results import SGLANG_EXCEPTION, UNSUPPORTED_VERSION, ServingFailure
@@ -45,23 +45,6 @@ TOL = 1e-5
 H = 64
 NUM_LAYERS = 8
 SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
-
-
-@dataclasses.dataclass(frozen=True)
-class VersionFacts:
-    """What one adapter family's SGLang does with the bundled llama target (measured, sglang-cpu.md §9)."""
-
-    minus_one_crash_at: str | None  # innermost sglang file:line of the [-1,1,3] TypeError; None = serves
-    kernel_stub_calls: frozenset[str]  # sgl_kernel stand-in ops the capture may call (CPU)
-    fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
-
-
-# Keyed by registry entry name: a new adapter without a row here fails test_every_adapter_has_pinned_facts.
-FACTS: dict[str, VersionFacts] = {
-    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
-    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
-    "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
-}
 
 
 # ================================================================================ no sglang needed
@@ -164,13 +147,6 @@ def test_legacy_shims_only_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ================================================================================ real SGLang
-SGLANG_VERSION: str | None
-try:
-    SGLANG_VERSION = importlib.metadata.version("sglang")
-except importlib.metadata.PackageNotFoundError:
-    SGLANG_VERSION = None
-
-
 @pytest.fixture(scope="module")
 def facts() -> tuple[AdapterEntry, VersionFacts]:
     """The installed SGLang's registry entry and its pinned facts; no sglang is a failure, not a skip."""
@@ -180,21 +156,6 @@ def facts() -> tuple[AdapterEntry, VersionFacts]:
     entry = select_adapter(SGLANG_VERSION)
     assert isinstance(entry, AdapterEntry), entry
     return entry, FACTS[entry.name]
-
-
-@pytest.fixture(scope="module")
-def hf_hidden_states(base_models: Path) -> list[tuple[torch.Tensor, ...]]:
-    """Overrides the conftest fixture: its ``dtype=`` keyword needs transformers >= 4.56, and the
-    0.4.10.post2 env pins 4.54.1. The checkpoint is float32, so no dtype argument is needed."""
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(str(base_models / "target")).float().eval()
-    out = []
-    with torch.no_grad():
-        for p in PROBES:
-            hs = hf(torch.tensor([p]), output_hidden_states=True).hidden_states
-            out.append(tuple(h[0] for h in hs))
-    return out
 
 
 def _capture(cache: Any, models: dict[str, Path], name: str) -> Any:

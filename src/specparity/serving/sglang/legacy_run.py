@@ -90,6 +90,24 @@ def target_class(model_config: Any) -> type[Any]:
     return cls
 
 
+@contextmanager
+def _cuda_sync_noop_on_cpu() -> Iterator[None]:
+    """``set_embed``/``set_embed_and_head`` end with ``torch.cuda.empty_cache(); torch.cuda.synchronize()``
+    (0.5.3 ``models/llama.py:709-710, :724-725``; 0.4.10.post2 ``:722-723, :737-738``), which a CPU torch
+    rejects; they only release CUDA memory, so on a CPU-only torch they become no-ops for the call."""
+    if torch.cuda.is_available():
+        yield
+        return
+    saved = (torch.cuda.empty_cache, torch.cuda.synchronize)
+    setattr(torch.cuda, "empty_cache", lambda: None)  # noqa: B010 (module attribute, restored below)
+    setattr(torch.cuda, "synchronize", lambda device=None: None)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(torch.cuda, "empty_cache", saved[0])  # noqa: B010
+        setattr(torch.cuda, "synchronize", saved[1])  # noqa: B010
+
+
 def start_runners(sa: Any) -> Runners:
     """Target ModelRunner, then the draft ModelRunner on the target's pools (sglang-cpu.md §9 steps 3-5)."""
     from sglang.srt.configs.model_config import ModelConfig
@@ -108,6 +126,17 @@ def start_runners(sa: Any) -> Runners:
     draft_runner = ModelRunner(model_config=draft_config, is_draft_worker=True,
                                req_to_token_pool=target_runner.req_to_token_pool,
                                token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator, **common)
+    # == EAGLEWorker.__init__ (0.5.3 speculative/eagle_worker.py:143-154; 0.4.10.post2 :139-142): the EAGLE-3
+    # drafter's embed_tokens is the target's (SpecForge checkpoints carry none); without this step the
+    # drafter embeds its inputs with whatever torch.empty left in the parameter (NaN draft logits seen on
+    # 0.4.10.post2). fc sits before the embedding is used, so the fc capture never depended on it.
+    embed, head = target_runner.model.get_embed_and_head()
+    drafter = draft_runner.model
+    with _cuda_sync_noop_on_cpu():
+        if getattr(drafter, "load_lm_head_from_target", False):  # 0.5.3 only: a draft without draft_vocab_size
+            drafter.set_embed_and_head(embed, head)
+        else:
+            drafter.set_embed(embed)
     return Runners(server_args=sa, target_runner=target_runner, draft_runner=draft_runner, setter_calls=calls)
 
 

@@ -1,0 +1,48 @@
+"""What each adapter family's SGLang really does with the bundled llama target (measured, sglang-cpu.md §9).
+
+Shared by the real-SGLang tests (tests/serving, tests/catalog): they pick their expectation for the
+installed version from here, never by skipping. ``test_versions.py`` checks every registry entry has a row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+
+from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionFacts:
+    """One adapter family's measured behaviour."""
+
+    minus_one_crash_at: str | None  # innermost sglang file:line of the [-1,1,3] TypeError; None = serves
+    kernel_stub_calls: frozenset[str]  # sgl_kernel stand-in ops the capture may call (CPU)
+    fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
+
+
+# Keyed by registry entry name: a new adapter without a row here fails test_every_adapter_has_pinned_facts.
+FACTS: dict[str, VersionFacts] = {
+    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
+    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
+    "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
+}
+
+SGLANG_VERSION: str | None
+try:
+    SGLANG_VERSION = importlib.metadata.version("sglang")
+except importlib.metadata.PackageNotFoundError:
+    SGLANG_VERSION = None
+
+
+def installed_entry() -> AdapterEntry:
+    """The installed SGLang's registry entry; no or an unsupported sglang is an assertion error, not a skip."""
+    assert SGLANG_VERSION is not None, "the sglang tests need SGLang installed (scripts/venv.sh, venv-sglang.sh)"
+    entry = select_adapter(SGLANG_VERSION)
+    assert isinstance(entry, AdapterEntry), entry
+    return entry
+
+
+def installed_facts() -> VersionFacts:
+    """The pinned facts of the installed SGLang's adapter family."""
+    return FACTS[installed_entry().name]
