@@ -151,8 +151,11 @@ def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, 
             run.outcome = out.report.summary
             run.outcome_findings = tuple(out.report.findings)
         extra = tuple(f for f in out.failures if f not in out.capture.failures and out.capture.fc is not None)
-        # the SGLang-side replay is optional evidence; its failure is noted but the outcome still stands
+        # the SGLang-side replay is extra evidence: when it cannot run the training-side figures stand
+        # (a warning), but a drafter that serves NaN/Inf logits is itself a failure
         run.outcome_findings += tuple(
+            Finding(FindingKind.NONFINITE, Severity.ERROR, f.message, details={"check": "outcome"})
+            if f.kind == "nonfinite" else
             Finding(FindingKind.SGLANG_ERROR, Severity.WARNING, f"SGLang drafter replay unavailable: {f.message}",
                     details={"check": "outcome"}) for f in extra)
         return out.capture
@@ -271,7 +274,8 @@ def _tag(findings: Sequence[Finding], level: str, static_layout: bool) -> list[F
 def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
     expected = list(contract.fc_input.sources)
     if run.table is None:
-        served = list(run.deployment.served_sources) if run.deployment else []
+        # a layout SGLang resolved but crashed on was never served: leave those chunks unknown
+        served = list(run.deployment.served_sources) if run.deployment and not run.failures else []
         return [ChunkReport(i, expected[i] if i < len(expected) else None, served[i] if i < len(served) else None)
                 for i in range(max(len(expected), len(served)))]
     t = run.table
@@ -347,7 +351,8 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     if status == "pass" and dep is None:
         status = "error"  # never a pass without SGLang having resolved the deployment
     served_layout: list[str | None] | None = (
-        run.table.served_sources() if run.table is not None else (list(dep.served_sources) if dep else None))
+        run.table.served_sources() if run.table is not None
+        else (list(dep.served_sources) if dep and not run.failures else None))
     heat = None
     if run.table is not None:
         rows, cols, values = run.table.heatmap()

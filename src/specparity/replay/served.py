@@ -25,6 +25,7 @@ from specparity import serving
 from specparity.serving.process import run_child
 from specparity.serving.results import (
     BAD_DEPLOYMENT,
+    NONFINITE,
     SGLANG_EXCEPTION,
     UNSUPPORTED_VERSION,
     CaptureResult,
@@ -71,6 +72,10 @@ def _read_replay(out: Path, n: int) -> SglangReplay | ServingFailure:
         return ServingFailure(SGLANG_EXCEPTION, f"drafter replay failed: {status.get('error')}\n"
                                                 f"{status.get('traceback', '')}")
     tensors = load_file(str(out))
+    bad = sorted(k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all()))
+    if bad:
+        return ServingFailure(NONFINITE, f"SGLang's drafter produced NaN/Inf logits ({', '.join(bad[:4])}"
+                                         f"{', ...' if len(bad) > 4 else ''}): its acceptance cannot be measured")
     return SglangReplay(
         served_logits=[tensors[f"served/{i}"] for i in range(n)],
         recorded_logits=[tensors[f"recorded/{i}"] for i in range(n)],
