@@ -85,8 +85,7 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
 def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:
     for name in ("embedding_plus_layers", "ids_plus_one", "no_eagle_config"):
         v = gate(catalog, name)  # also where this version crashes on the config: the fix is the same ids
-        assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary
-    assert v.served_layout is None and all(c.served is None for c in v.chunks)  # never served: unknown, name
+        assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary, name
 
 
 def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
@@ -121,3 +120,4 @@ def test_a_config_sglang_crashes_on_is_reported_as_that_crash(catalog: dict[str,
     assert kinds(v) == {"sglang_error"}, [f.to_dict() for f in v.errors]
     assert crash in v.errors[0].message and " at sglang/srt/models/llama.py:" in v.errors[0].message
     assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary
+    assert v.served_layout is None and all(c.served is None for c in v.chunks)  # never served: unknown
