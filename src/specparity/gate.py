@@ -32,11 +32,11 @@ from specparity.compare.tolerances import tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, probe_pack_path, read_probe_pack
 from specparity.errors import InputError
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.results import SPEC_SERVER_ARGS
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
-_SPEC_ARGS = {"num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
-              "num_draft_tokens": "speculative_num_draft_tokens"}
+_SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
 _STATIC_KINDS = frozenset({FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.SPEC_CONFIG_REWRITTEN,
                            FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH})

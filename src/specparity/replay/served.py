@@ -96,7 +96,7 @@ def capture_with_replay(
         bad = ServingFailure(BAD_DEPLOYMENT, "recorded fc inputs do not match the probes row for row")
         return CaptureResult(None, None, None, (bad,)), bad
     sized = _sized_server_args(server_args, device=device, probes=probes)
-    request = serving._request("capture", target, draft, server_args=sized, device=device, probes=probes,
+    request = serving.make_request("capture", target, draft, server_args=sized, device=device, probes=probes,
                                atlas=atlas)
     if isinstance(request, ServingFailure):
         return CaptureResult(None, None, None, (request,)), request

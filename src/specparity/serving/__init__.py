@@ -41,6 +41,7 @@ __all__ = [
     "ServingFailure",
     "SpecSettings",
     "capture_deployment",
+    "make_request",
     "resolve_deployment",
     "supported_range",
 ]
@@ -63,7 +64,7 @@ def _check_probes(probes: Sequence[Sequence[int]]) -> ServingFailure | None:
     return None
 
 
-def _request(
+def make_request(
     op: str,
     target: str | Path,
     draft: str | Path,
@@ -73,6 +74,7 @@ def _request(
     probes: Sequence[Sequence[int]] = (),
     atlas: bool = True,
 ) -> WorkerRequest | ServingFailure:
+    """Check the deployment's directories, probes and args; the child's request or why there is none."""
     t, d = Path(target), Path(draft)
     bad = _check_model_dir(t, "target") or _check_model_dir(d, "draft") or _check_probes(probes)
     if bad is not None:
@@ -115,7 +117,7 @@ def resolve_deployment(
     ``dtype="float32"`` and ``disable_cuda_graph=True`` unless given. ``python`` runs the child with
     another interpreter (a deploy repo's venv with its own SGLang).
     """
-    request = _request("resolve", target, draft, server_args=server_args, device=device)
+    request = make_request("resolve", target, draft, server_args=server_args, device=device)
     if isinstance(request, ServingFailure):
         return request
     t0 = time.perf_counter()
@@ -149,7 +151,7 @@ def capture_deployment(
     and atlas stages. Failures (fc never called, fewer aux states than fc expects, SGLang raising,
     NaN/Inf, timeout) are in ``failures``; a result without ``fc`` always carries at least one.
     """
-    request = _request(
+    request = make_request(
         "capture", target, draft, server_args=server_args, device=device, probes=probes, atlas=atlas
     )
     if isinstance(request, ServingFailure):

@@ -41,6 +41,10 @@ FAILURE_KINDS = (
 )
 
 
+# ServerArgs keywords of the speculative triple, in SpecSettings field order (every SGLang version).
+SPEC_SERVER_ARGS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+
+
 @dataclass(frozen=True)
 class SpecSettings:
     """The speculative-decoding triple; ``None`` where unset."""

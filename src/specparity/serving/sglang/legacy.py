@@ -30,6 +30,7 @@ import torch
 from specparity.serving.results import (
     FC_NOT_CALLED,
     SGLANG_EXCEPTION,
+    SPEC_SERVER_ARGS,
     CaptureResult,
     FcCapture,
     LayerAtlas,
@@ -51,7 +52,7 @@ from specparity.serving.sglang.common import (
 )
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
-SPEC_KEYS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+SPEC_KEYS = SPEC_SERVER_ARGS
 REPORTED_ARGS = (
     "model_path", "speculative_algorithm", "speculative_draft_model_path", *SPEC_KEYS, "device", "dtype",
     "attention_backend", "disable_cuda_graph", "disable_overlap_schedule", "page_size", "tp_size", "pp_size",

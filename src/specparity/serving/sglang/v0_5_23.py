@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from specparity.serving.results import (
+    SPEC_SERVER_ARGS,
     CaptureResult,
     FcCapture,
     LayerAtlas,
@@ -36,7 +37,7 @@ from specparity.serving.sglang.common import (
     split_rows,
 )
 
-SPEC_KEYS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+SPEC_KEYS = SPEC_SERVER_ARGS
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.
 # fmt: off
 REPORTED_ARGS = (
