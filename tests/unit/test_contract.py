@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,38 @@ def test_rehash_accepts_an_intended_edit(tmp_path):
     res = CliRunner().invoke(main, ["contract", "rehash", str(p)])
     assert res.exit_code == 0, res.output
     assert load_contract(p).drafter.fc_bias is True
+
+
+# --- issue 11 item 6: the hash covers the stored JSON, so older contracts keep loading ----------------------
+LEGACY = Path(__file__).resolve().parent / "data" / "contract-0.1.0.json"
+
+
+def _sha_of_stored(data: dict[str, Any]) -> str:
+    """The rule restated from the docs, not imported: sha256 of sorted, compact JSON without content_hash."""
+    body = {k: v for k, v in data.items() if k != "content_hash"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_contract_written_by_0_1_0_keeps_loading():
+    data = json.loads(LEGACY.read_text())
+    assert data["provenance"]["specparity_version"] == "0.1.0"
+    assert data["content_hash"] == "339a52da5833167eddf93b25e8bc2d26ddff8ca855bc8777572f7902cde99368"
+    c = load_contract(LEGACY)
+    assert c.name == "tiny-llama-eagle3" and c.fc_input.sources == ["layer:1", "layer:3", "layer:5"]
+    assert c.content_hash == _sha_of_stored(data)
+
+
+def test_a_field_defaulted_after_the_writer_does_not_break_its_hash(tmp_path):
+    """A writer that predates a defaulted field never stored it; the loader fills the default in, and the
+    hash still verifies because it covers what was stored, not the re-dumped model."""
+    data = json.loads(LEGACY.read_text())
+    for key in ("alignment", "training_outcome"):  # both have defaults in the model
+        del data[key]
+    del data["serving"]["eagle_topk"]
+    data["content_hash"] = _sha_of_stored(data)
+    c = load_contract(write(tmp_path, data))
+    assert c.alignment.recorded_row == "token_t" and c.serving.eagle_topk is None
+    # and an edit of the stored content is still caught
+    data["name"] = "renamed"
+    assert bad(tmp_path, data).field == "content_hash"

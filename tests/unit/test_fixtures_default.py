@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ BUNDLE = FIXTURES / "default"
 sys.path.insert(0, str(FIXTURES))
 
 import bundle_manifest  # noqa: E402
+import bundle_recordings  # noqa: E402
 import eagle3_draft  # noqa: E402
 
 L, H, V, DRAFT_V = 8, 64, 512, 256
@@ -113,16 +115,44 @@ def test_specforge_records_have_the_offline_format() -> None:
 
 
 def test_recordings_are_the_hf_hidden_states_of_the_bundled_target(target: Any) -> None:
-    for i, rec in enumerate(_records()):
+    """Within the stated tolerance (bundle_manifest.RECORDING_ATOL/RTOL), not bit for bit: an HF forward on
+    another CPU's kernels rounds differently (measured 1.8e-5 on baseline kernels, fixtures/README.md)."""
+    problems, worst = bundle_recordings.recording_mismatches(BUNDLE)
+    assert not problems, problems
+    assert worst < bundle_manifest.RECORDING_ATOL
+    for rec in _records()[:1]:
         n = _real_length(rec)
         with torch.no_grad():
             hs = target(input_ids=rec["input_ids"][None, :n], output_hidden_states=True).hidden_states
         assert len(hs) == L + 1
-        expected = torch.cat([hs[j + 1][0] for j in AUX_IDS], dim=-1)  # hs[j+1] is layer:j
-        assert torch.equal(rec["aux_hidden_state"][0, :n], expected), f"data_{i}: aux != layer:1,3,5"
-        assert torch.equal(rec["hidden_state"][0, :n], hs[L][0]), f"data_{i}: hidden_state != final_norm"
-        # the chunks are distinguishable: a wrong layer would not pass as the right one
-        assert (hs[2][0] - hs[3][0]).abs().max() > 1e-3
+        # the chunks are distinguishable: a wrong layer is far outside the tolerance
+        assert (hs[2][0] - hs[3][0]).abs().max() > 100 * bundle_manifest.RECORDING_ATOL
+
+
+def test_recordings_check_holds_on_other_cpu_kernels() -> None:
+    """The same check with ATen's baseline kernels instead of this CPU's AVX2/AVX-512 ones: the clean-clone
+    CI failure of issue 11 item 1 (bit-exact comparison), reproduced on one machine."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(FIXTURES / "bundle_recordings.py"), str(BUNDLE)],
+                          capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    worst = float(proc.stdout.split("max |recorded - hf| ")[1].split()[0])
+    assert worst < bundle_manifest.RECORDING_ATOL  # measured 1.8e-5 on an AVX2 machine (0 where native = baseline)
+
+
+def test_a_wrong_or_perturbed_recording_is_caught(tmp_path: Path) -> None:
+    """The tolerance is not so loose that a wrong layer, or an error 10x the stated one, passes."""
+    import shutil
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(BUNDLE / "target", copy / "target")
+    rec = _records()[0]
+    bad = dict(rec)
+    bad["aux_hidden_state"] = rec["aux_hidden_state"] + 10 * bundle_manifest.RECORDING_ATOL
+    (copy / "hidden_states").mkdir()
+    torch.save(bad, copy / "hidden_states" / "data_0.ckpt")
+    problems, _ = bundle_recordings.recording_mismatches(copy)
+    assert [p.split(":")[:2] for p in problems] == [["data_0.ckpt", "aux_hidden_state"]]
 
 
 def test_conversations_are_tokenized_with_the_chat_template(tokenizer: Any) -> None:
@@ -259,24 +289,51 @@ def test_drafter_agrees_with_the_target_on_the_probes(target: Any) -> None:
 
 
 @pytest.mark.slow
-def test_regeneration_is_bit_identical(tmp_path: Path) -> None:
+def test_regeneration_reproduces_the_bundle(tmp_path: Path) -> None:
+    """Single-thread regeneration gives the committed bundle: exact where float math cannot change it,
+    within bundle_manifest's stated tolerances where it can (fixtures/README.md "Determinism")."""
     out = tmp_path / "default"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(FIXTURES / "make_default.py"), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    fresh, committed = json.loads((out / "MANIFEST.json").read_text()), _json("MANIFEST.json")
-    differing = sorted(
-        k
-        for k in fresh["files"].keys() | committed["files"].keys()
-        if fresh["files"].get(k) != committed["files"].get(k)
-    )
-    assert not differing, f"regenerated bundle differs from fixtures/default in: {differing}"
-    assert fresh == committed
+    differing = bundle_manifest.compare_bundles(out, BUNDLE)
+    assert not differing, f"regenerated bundle differs from fixtures/default: {differing}"
+
+
+def _tiny_bundle(root: Path, *, shift: float = 0.0, ids: int = 3, eps: float = 1e-5) -> Path:
+    (root / "target").mkdir(parents=True)
+    (root / "hidden_states").mkdir()
+    (root / "target" / "config.json").write_text(json.dumps({"rms_norm_eps": eps}))
+    bundle_manifest.save_safetensors({"w": torch.ones(4) + shift}, root / "target" / "model.safetensors")
+    torch.save({"input_ids": torch.tensor([1, 2, ids]), "hidden_state": torch.full((1, 3, 2), 5.0) + 100 * shift},
+               root / "hidden_states" / "data_0.ckpt")
+    bundle_manifest.write_manifest(root)
+    return root
+
+
+def test_bundle_comparison_tolerates_rounding_and_catches_content(tmp_path: Path) -> None:
+    """What the regeneration test relies on: last-bit float noise passes (the committed manifest's
+    float hashes would not), integer ids and configs are exact, and a real float change fails."""
+    base = _tiny_bundle(tmp_path / "a")
+    rounding = _tiny_bundle(tmp_path / "b", shift=1e-7)
+    assert json.loads((base / "MANIFEST.json").read_text()) != json.loads((rounding / "MANIFEST.json").read_text())
+    assert bundle_manifest.compare_bundles(rounding, base) == []
+    assert bundle_manifest.compare_bundles(_tiny_bundle(tmp_path / "c", ids=4), base) == [
+        "hidden_states/data_0.ckpt:input_ids: integer/bool content differs"
+    ]
+    assert bundle_manifest.compare_bundles(_tiny_bundle(tmp_path / "d", eps=1e-6), base) == [
+        "target/config.json: file content differs"
+    ]
+    moved = bundle_manifest.compare_bundles(_tiny_bundle(tmp_path / "e", shift=1e-4), base)
+    assert [m.split(":")[:2] for m in moved] == [["hidden_states/data_0.ckpt", "hidden_state"],
+                                                 ["target/model.safetensors", "w"]]
 
 
 ANSWER_TOKENS = 32  # make_default.ANSWER_TOKENS: the greedy answer's cap

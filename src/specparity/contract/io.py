@@ -1,14 +1,16 @@
 """Load, save, hash and describe contracts.
 
-The content hash is sha256 over the canonical JSON of the contract without ``content_hash``
-(keys sorted, no whitespace), so it is stable across key order and formatting of the file.
-Loading never modifies the file it reads.
+The content hash is sha256 over the canonical JSON of the contract *as stored* without ``content_hash``
+(keys sorted, no whitespace), so it is stable across key order and formatting of the file, and a later
+specparity that adds a defaulted field still verifies a contract an older one wrote (the defaults it fills
+in are not part of what was hashed). Loading never modifies the file it reads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,15 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def content_hash(contract: Contract) -> str:
-    """sha256 of the canonical JSON of ``contract`` without its ``content_hash`` field."""
-    body = contract.model_dump(mode="json", exclude={"content_hash"})
+def stored_hash(data: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a stored contract object without its ``content_hash`` key."""
+    body = {k: v for k, v in data.items() if k != "content_hash"}
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def content_hash(contract: Contract) -> str:
+    """The hash :func:`dump_contract` stores for ``contract``: :func:`stored_hash` of the JSON it writes."""
+    return stored_hash(contract.model_dump(mode="json"))
 
 
 def with_hash(contract: Contract) -> Contract:
@@ -66,7 +73,7 @@ def parse_contract(data: Any, *, path: str | Path = "<contract>") -> Contract:
     except ValidationError as e:
         raise validation_error(e, path) from None
     if contract.content_hash is not None:
-        actual = content_hash(contract)
+        actual = stored_hash(data)
         if actual != contract.content_hash:
             raise InputError(
                 f"content_hash does not match the contract's content (computed {actual[:12]}…); "
