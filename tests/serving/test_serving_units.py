@@ -214,6 +214,51 @@ def test_cache_key_ignores_server_arg_order(items: dict[str, int]) -> None:
     assert forward != cache_key("capture", "/t", "/d", server_args=items, device="cpu", probes=[[2, 1]])
 
 
+def _model_dirs(root: Path) -> tuple[Path, Path]:
+    for role in ("target", "draft"):
+        (root / role).mkdir(parents=True)
+        (root / role / "config.json").write_text(json.dumps({"num_hidden_layers": 8}))
+        (root / role / "model.safetensors").write_bytes(b"0" * 64)
+    return root / "target", root / "draft"
+
+
+def test_session_cache_is_keyed_by_content_not_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 item 5: an in-place edit of a config or a weight file must not reuse the stale result."""
+    import specparity.serving.cache as cache_mod
+
+    calls: list[int] = []
+
+    def fake_resolve(target: Path, draft: Path, **_: object) -> ServingFailure:
+        calls.append(json.loads((Path(draft) / "config.json").read_text())["num_hidden_layers"])
+        return ServingFailure("bad_deployment", f"call {len(calls)}")
+
+    monkeypatch.setattr(cache_mod, "resolve_deployment", fake_resolve)
+    cache = cache_mod.SessionCache()
+    target, draft = _model_dirs(tmp_path)
+    first = cache.resolve(target, draft)
+    assert cache.resolve(target, draft) is first and calls == [8]  # unchanged: a hit
+    (draft / "config.json").write_text(json.dumps({"num_hidden_layers": 1}))  # same path, new content
+    assert cache.resolve(target, draft).message == "call 2" and calls == [8, 1]
+    weights = target / "model.safetensors"
+    st = weights.stat()
+    weights.write_bytes(b"1" * 64)  # same size; a rewrite moves the mtime
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert cache.resolve(target, draft).message == "call 3"
+    assert cache.resolve(target, draft, server_args={"speculative_num_steps": 2}).message == "call 4"
+    assert cache.resolve(target, draft, python="/nonexistent/python").message == "call 5"
+    assert cache.resolve(target, draft).message == "call 3"  # the same content again: a hit
+    assert (cache.hits, cache.misses) == (2, 5)
+
+
+def test_cache_key_names_the_interpreter_and_its_sglang(tmp_path: Path) -> None:
+    from specparity.serving.cache import interpreter_identity
+
+    here = interpreter_identity(None)
+    assert here.startswith(os.path.realpath(sys.executable) + " sglang=")
+    assert here.split("sglang=")[1] not in ("", "unknown")
+    assert "unknown" in interpreter_identity(str(tmp_path / "no-python"))
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def test_target_without_config_is_bad_deployment(tmp_path: Path) -> None:
     (tmp_path / "target").mkdir()

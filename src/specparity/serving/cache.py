@@ -1,14 +1,22 @@
 """A per-process cache of child results, so one pytest session starts SGLang once per deployment.
 
-Keyed by (operation, target, draft, device, sorted server args, probes hash, atlas, interpreter).
+Keyed by content, not by path: (operation, a fingerprint of the target and of the draft directory, device,
+sorted server args, probes hash, atlas, the interpreter and the SGLang version it imports). A directory's
+fingerprint hashes its JSON files' bytes (configs, tokenizer) and every other file's name, size and mtime, so
+an in-place edit of a config or a rewritten weight file is a new key, not a stale hit.
 Cached objects are shared: callers must treat them (and their tensors) as read-only. The pytest
 plugin wraps :data:`SESSION_CACHE` in session-scoped fixtures; this module knows nothing of pytest.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +32,47 @@ def probes_hash(probes: Sequence[Sequence[int]]) -> str:
     return hashlib.sha256(json.dumps([list(p) for p in probes]).encode()).hexdigest()[:16]
 
 
+def directory_fingerprint(path: str | Path) -> str:
+    """Hash of a model directory's content: JSON bytes, and name/size/mtime of every other file."""
+    root = Path(path)
+    h = hashlib.sha256(str(root.resolve()).encode())
+    if not root.is_dir():
+        h.update(b"missing" if not root.exists() else b"not a directory")
+        return h.hexdigest()[:16]
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = file.relative_to(root).as_posix()
+        try:
+            st = file.stat()
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            if file.suffix == ".json":
+                h.update(file.read_bytes())
+        except OSError as e:  # unreadable: its own key, so a later readable state is a miss
+            h.update(f"{rel}\0{type(e).__name__}\0".encode())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def _sglang_version_of(python: str) -> str:
+    if python == sys.executable:
+        try:
+            return importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+    code = "import importlib.metadata as m\ntry: print(m.version('sglang'))\nexcept m.PackageNotFoundError: print('absent')"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({type(e).__name__})"
+    return out.stdout.strip() or f"unknown (exit {out.returncode})"
+
+
+def interpreter_identity(python: str | None) -> str:
+    """The interpreter a child runs under (resolved path) and the SGLang version it imports."""
+    exe = python or sys.executable
+    return f"{os.path.realpath(exe)} sglang={_sglang_version_of(exe)}"
+
+
 def cache_key(
     op: str,
     target: str | Path,
@@ -35,17 +84,17 @@ def cache_key(
     atlas: bool = False,
     python: str | None = None,
 ) -> CacheKey:
-    """The key one call is cached under."""
+    """The key one call is cached under (computed afresh on every call: it stats the two directories)."""
     args = json.dumps(sorted((str(k), repr(v)) for k, v in (server_args or {}).items()))
     return (
         op,
-        str(Path(target).resolve()),
-        str(Path(draft).resolve()),
+        directory_fingerprint(target),
+        directory_fingerprint(draft),
         device,
         args,
         probes_hash(probes),
         str(atlas),
-        python or "",
+        interpreter_identity(python),
     )
 
 
