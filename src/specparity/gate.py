@@ -219,8 +219,9 @@ def _failure_findings(run: _Run) -> list[Finding]:
     return out
 
 
-def _draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None]:
-    """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names."""
+def _draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
+    """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
+    ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""
     from specparity.training.drafts import read_specforge_draft
 
     cfg_path = draft / "config.json"
@@ -230,9 +231,13 @@ def _draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[st
         raise InputError(f"cannot read the deployed draft config: {e}", path=cfg_path) from None
     try:
         info = read_specforge_draft(draft)
-    except InputError:
-        return cfg, None, False, None  # SGLang reports what it makes of an odd config; the gate goes on
-    return cfg, info.vocab_map.d2t_sha256 if info.vocab_map else None, True, info.checkpoint_keys
+    except InputError as e:  # SGLang reports what it makes of an odd config; the gate goes on, and says so
+        skipped = Finding(FindingKind.CHECK_SKIPPED, Severity.WARNING,
+                          f"vocab-map and checkpoint-key checks not run: the deployed draft could not be read ({e})",
+                          details={"check": "static", "skipped": ["vocab_map", "checkpoint_keys"],
+                                   "reason": str(e)})
+        return cfg, None, False, None, [skipped]
+    return cfg, info.vocab_map.d2t_sha256 if info.vocab_map else None, True, info.checkpoint_keys, []
 
 
 def _config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None,
@@ -310,8 +315,8 @@ def _missing_evidence(run: _Run, level: str) -> list[Finding]:
 
 def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdict:
     c, dep = run.contract, run.deployment
-    cfg, d2t, observed, keys = _draft_facts(run.draft)
-    findings = _failure_findings(run)
+    cfg, d2t, observed, keys, skipped = _draft_facts(run.draft)
+    findings = _failure_findings(run) + skipped
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:

@@ -43,6 +43,8 @@ class FindingKind(str, enum.Enum):
     # the environment could not run the check
     SGLANG_ERROR = "sglang_error"
     TIMEOUT = "timeout"
+    # a check that could not run on this deployment: a warning naming what was not checked and why
+    CHECK_SKIPPED = "check_skipped"
 
 
 class Severity(str, enum.Enum):

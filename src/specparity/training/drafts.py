@@ -83,10 +83,9 @@ def _weights_facts(
 ) -> tuple[tuple[int, ...] | None, bool, VocabMap | None, list[str] | None]:
     if directory is None:
         return None, False, None, None
-    has_weights = any(directory.glob("*.safetensors")) or any(
-        (directory / n).is_file() for n in ("pytorch_model.bin", "model.bin", "model.pt")
-    )
-    if not has_weights:
+    from specparity.checkpoint_files import weight_files
+
+    if not weight_files(directory).files:
         return None, False, None, None
     w = read_weights(directory)
     fc = w.get("fc.weight", w.get("model.fc.weight"))

@@ -158,24 +158,26 @@ def read_target(target: str | Path) -> TargetInfo:
 
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint directory (model.safetensors, or pytorch_model.bin safe-loaded)."""
+    """All tensors of a checkpoint directory: every shard SGLang would load (checkpoint_files.weight_files),
+    safetensors, or ``*.bin``/``*.pt`` safe-loaded; trainer state such as ``training_args.bin`` is skipped."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    files = sorted(directory.glob("*.safetensors"))
+    from specparity.checkpoint_files import weight_files
+
+    files = weight_files(directory).files
+    if not files:
+        raise InputError("no weights found (*.safetensors, or *.bin / *.pt besides trainer state)", path=directory)
     out: dict[str, torch.Tensor] = {}
     for f in files:
-        try:
-            out.update(load_file(str(f)))
-        except (SafetensorError, OSError) as e:
-            raise InputError(f"unreadable safetensors file: {e}", path=f) from None
-    if files:
-        return out
-    for name in ("pytorch_model.bin", "model.bin", "model.pt"):
-        f = directory / name
-        if f.is_file():
-            data = safe_torch_load(f)
-            if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
-                raise InputError("expected a dict of tensors", path=f)
-            return dict(data)
-    raise InputError("no weights found (model.safetensors or pytorch_model.bin)", path=directory)
+        if f.suffix == ".safetensors":
+            try:
+                out.update(load_file(str(f)))
+            except (SafetensorError, OSError) as e:
+                raise InputError(f"unreadable safetensors file: {e}", path=f) from None
+            continue
+        data = safe_torch_load(f)
+        if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+            raise InputError("expected a dict of tensors", path=f)
+        out.update(data)
+    return out

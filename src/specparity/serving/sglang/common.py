@@ -47,20 +47,25 @@ def _safetensors_keys(path: Path) -> dict[str, Any]:
 
 
 def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only."""
+    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only.
+
+    The files are the ones SGLang loads (specparity.checkpoint_files: shards named by an index, no
+    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway).
+    """
+    from specparity.checkpoint_files import weight_files
+
     shapes: dict[str, tuple[int, ...]] = {}
-    st_files = sorted(draft_dir.glob("*.safetensors"))
-    for f in st_files:
-        for k, v in _safetensors_keys(f).items():
-            shapes[k] = tuple(int(x) for x in v["shape"])
-    if not st_files:
+    for f in weight_files(draft_dir).files:
+        if f.suffix == ".safetensors":
+            for k, v in _safetensors_keys(f).items():
+                shapes[k] = tuple(int(x) for x in v["shape"])
+            continue
         import torch
 
-        for f in sorted(draft_dir.glob("*.bin")) + sorted(draft_dir.glob("*.pt")):
-            state = torch.load(f, map_location="meta", weights_only=True)
-            for k, t in state.items():
-                if hasattr(t, "shape"):
-                    shapes[k] = tuple(int(x) for x in t.shape)
+        state = torch.load(f, map_location="meta", weights_only=True)
+        for k, t in state.items():
+            if hasattr(t, "shape"):
+                shapes[k] = tuple(int(x) for x in t.shape)
     return shapes
 
 
