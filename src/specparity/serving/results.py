@@ -27,6 +27,7 @@ SGLANG_MISSING = "sglang_missing"
 UNSUPPORTED_VERSION = "unsupported_version"
 BAD_DEPLOYMENT = "bad_deployment"
 CHILD_CRASHED = "child_crashed"
+DRAFT_UNREADABLE = "draft_unreadable"  # a draft config SGLang cannot read at all (e.g. speculators format)
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -38,6 +39,7 @@ FAILURE_KINDS = (
     UNSUPPORTED_VERSION,
     BAD_DEPLOYMENT,
     CHILD_CRASHED,
+    DRAFT_UNREADABLE,
 )
 
 
@@ -115,6 +117,13 @@ class ResolvedDeployment:
     # where fc_in/out/bias came from: "checkpoint" (static resolve), "sglang_module" (live drafter), or
     # "config: no fc.weight in checkpoint" (SGLang would serve a randomly initialised fc)
     fc_source: str = "checkpoint"
+    # static level on real objects (serving/sglang/v0_5_23_static.py): the dotted module path that holds
+    # layers_to_capture ("model", "language_model.model"), the draft class SGLang constructs and its fc
+    # module (in, out, bias), and notes on how the deployment was resolved
+    capture_owner: str = ""
+    draft_model_class: str = ""
+    draft_fc_module: tuple[int | None, int | None, bool | None] | None = None
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -143,8 +152,10 @@ class ResolvedDeployment:
                 v = None if v is None else tuple(int(x) for x in v)
             elif f.name in ("layers_to_capture", "unreachable_boundaries"):
                 v = tuple(int(x) for x in v)
-            elif f.name in ("spec_warnings", "served_sources"):
+            elif f.name in ("spec_warnings", "served_sources", "notes"):
                 v = tuple(str(x) for x in v)
+            elif f.name == "draft_fc_module":
+                v = None if v is None else tuple(v)
             elif f.name in ("server_args", "timings"):
                 v = dict(v)
             kw[f.name] = v

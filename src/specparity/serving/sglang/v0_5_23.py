@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,12 +29,12 @@ from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
-    fc_shape_from_checkpoint,
     judge_fc_capture,
     nonfinite_failures,
     served_sources,
     split_rows,
 )
+from specparity.serving.sglang.v0_5_23_static import max_reachable_boundary
 
 SPEC_KEYS = SPEC_SERVER_ARGS
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.
@@ -49,8 +48,6 @@ REPORTED_ARGS = (
     "enable_return_aux_hidden_states", "return_aux_hidden_state_layer_ids",
 )
 # fmt: on
-# Model classes whose layer loop reaches boundary L (gpt_oss >= 0.5.17, domain.md §3.1); others stop at L-1.
-BOUNDARY_L_REACHABLE = frozenset({"GptOssForCausalLM"})
 
 
 def make_adapter(*, sglang_version: str, name: str) -> Adapter:
@@ -175,7 +172,7 @@ class Adapter:
         view = resolved_view(sa)
         hf = model_config.hf_text_config
         num_layers = int(hf.num_hidden_layers)
-        max_b = num_layers if model_class in BOUNDARY_L_REACHABLE else num_layers - 1
+        max_b = max_reachable_boundary(model_class, num_layers)
         sources, unreachable = served_sources(layers_to_capture, num_layers, max_reachable=max_b)
         h_t_draft = int(getattr(draft_hf_config, "target_hidden_size", None) or draft_hf_config.hidden_size)
         h_d = int(draft_hf_config.hidden_size)
@@ -220,80 +217,10 @@ class Adapter:
 
     # ---------------------------------------------------------------- static resolve
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
-        """ServerArgs + SGLang's own id reader + the real class's setter; no weights, no forward."""
-        t0 = time.perf_counter()
-        try:
-            import sglang.srt.server_args  # noqa: F401  (timed apart: the import dominates on 2 cores)
+        """ServerArgs as deployed, then the real target and draft on the meta device and the real setter."""
+        from specparity.serving.sglang.v0_5_23_static import resolve_static
 
-            ti = time.perf_counter()
-            sa, warnings = self._server_args(request)
-            t1 = time.perf_counter()
-            self._publish(sa)
-            from sglang.srt.configs.model_config import ModelConfig
-            from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-                configure_aux_hidden_state_capture,
-            )
-            from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-                resolve_spec_aux_hidden_state_config,
-            )
-            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-            model_config = ModelConfig.from_server_args(sa)
-            spec = resolve_spec_aux_hidden_state_config(
-                server_args=sa,
-                model_config=model_config,
-                is_draft_worker=False,
-                spec_algorithm=SpeculativeAlgorithm.from_string(sa.speculative_algorithm),
-            )
-            cls = run.model_class(model_config)
-            model = run.setter_model(cls, model_config.hf_config)
-            # sglang 0.5.23 model_runner_components/attention_backend_setup.py:40-61, as TpModelWorker calls it.
-            configure_aux_hidden_state_capture(
-                model=model,
-                eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
-                eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
-                dflash_use_aux_hidden_state=False,
-                dflash_target_layer_ids=None,
-                is_dspark=False,
-            )
-            layers = list(model.model.layers_to_capture) if model.capture_aux_hidden_states else []
-            draft_hf = spec.draft_model_config.hf_config
-            fc = fc_shape_from_checkpoint(Path(request.draft))
-            k = _draft_k(draft_hf)
-            h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
-            fc_t = (
-                (fc.in_features, fc.out_features, fc.bias)
-                if fc is not None
-                else (k * h_t, int(draft_hf.hidden_size), False)
-            )
-            t2 = time.perf_counter()
-            dep = self._deployment(
-                request,
-                sa,
-                warnings,
-                model_config=model_config,
-                draft_hf_config=draft_hf,
-                ids=spec.eagle_aux_hidden_state_layer_ids,
-                layers_to_capture=layers,
-                fc=fc_t,
-                k=k,
-                model_class=cls.__name__,
-                timings={
-                    "sglang_import_s": ti - t0,
-                    "server_args_s": t1 - ti,
-                    "resolve_s": t2 - t1,
-                    "total_s": t2 - t0,
-                },
-            )
-            # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
-            # (models/llama_eagle3.py:338-353); the shape above is then the config's, not the checkpoint's.
-            return (
-                dep
-                if fc is not None
-                else dataclasses.replace(dep, fc_source="config: no fc.weight in checkpoint")
-            )
-        except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
-            return exception_failure(exc, prefix="while resolving: ")
+        return resolve_static(self, request)
 
     # ---------------------------------------------------------------- capture (real forward)
     def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:

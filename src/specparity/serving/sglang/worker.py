@@ -69,6 +69,8 @@ def main(argv: list[str]) -> int:
     if isinstance(entry, ServingFailure):
         write_result(out_dir, entry)
         return 0
+    # target and draft are local directories (serving.make_request checks them): never reach the hub
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if request.device == "cpu":
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     install_kernel_stub_if_needed(request.device)

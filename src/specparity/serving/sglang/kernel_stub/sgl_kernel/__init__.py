@@ -15,6 +15,12 @@ Rules:
   sglang/kernels/ops/kvcache/cache_move.py:191``). It copies slot 0 onto itself, a no-op.
 - Any other op raises ``NotImplementedError`` naming it, so a new kernel on the fc-input path can never
   be silently faked: a test asserts the capture path recorded nothing but the warm-up copy.
+- The real package also registers ops under ``torch.ops.sgl_kernel``. A few model files bind some of
+  them at import time when ``is_cpu()`` (:data:`IMPORT_TIME_OPS`, e.g. sglang 0.5.23
+  ``models/qwen3_5.py:283-297``), so without them the module (and its EAGLE-3 class) cannot even be
+  imported. Only those names resolve, to the same raising, recorded stand-in; every other
+  ``torch.ops.sgl_kernel`` name stays missing, so ``hasattr`` probes that pick a code path
+  (``models/qwen3_moe.py:98``, ``models/utils.py:456``) keep answering False.
 """
 
 from __future__ import annotations
@@ -86,3 +92,32 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 sys.meta_path.append(_StubFinder())
+
+# torch.ops.sgl_kernel.<name> read at module import under SGLANG_USE_CPU_ENGINE=1 (sglang 0.5.23):
+# models/qwen3_5.py:283-297 (also imported by qwen3_5_mtp, qwen3_5_text, qwen4_exp, minicpm*,
+# interns2*, muse_glimmer), models/grok.py:71-73.
+IMPORT_TIME_OPS = frozenset({
+    "fused_sigmoid_mul_cpu", "fused_qk_gemma_rmsnorm_cpu", "fused_qk_gemma_rmsnorm_with_gate_cpu",
+    "fused_qkvzba_split_reshape_cat_contiguous_cpu",
+    "fused_moe_router_cpu", "rmsnorm_cpu", "fused_dual_residual_rmsnorm_cpu",
+})
+
+
+def _install_torch_ops_namespace() -> None:
+    import torch
+
+    base = type(torch.ops.sgl_kernel)
+
+    class _StubOpNamespace(base):  # type: ignore[misc, valid-type]
+        def __getattr__(self, op_name: str) -> Any:
+            try:
+                return super().__getattr__(op_name)
+            except AttributeError:
+                if op_name in IMPORT_TIME_OPS:
+                    return _Unavailable(f"ops.{op_name}")
+                raise
+
+    torch.ops.sgl_kernel = _StubOpNamespace("sgl_kernel")  # type: ignore[attr-defined]
+
+
+_install_torch_ops_namespace()

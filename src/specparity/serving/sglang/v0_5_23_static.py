@@ -1,0 +1,328 @@
+"""SGLang 0.5.23 static resolution on real model objects, on the meta device (no weights, no memory).
+
+The target and the draft are built the way SGLang's own loader builds them: ``ModelConfig`` from the
+resolved ``ServerArgs``, the class from SGLang's model registry (``model_loader/utils.py:198-240``),
+constructed by ``model_loader/loader.py:285-313`` ``_initialize_model`` under
+``set_default_torch_dtype`` and ``torch.device("meta")``, which is exactly what SGLang itself does to
+build its structural signature (``model_loader/loader.py:1880-1915``). Then the real
+``set_eagle3_layers_to_capture`` runs on the real object, through whatever delegation the class has
+(Kimi-K2.5 ``models/kimi_k25.py:928-939``, Llama-4 ``models/mllama4.py:971-973``, ...), and we read
+back what it stored. No fake ``self``, no source grepping.
+
+Interface for other version families (issue 13): :func:`init_single_rank`, :func:`build_meta_model`
+and :func:`read_capture` take SGLang objects and return plain data; only the import paths inside them
+are 0.5.23-specific. This module imports sglang: use it only inside the serving child process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.sglang.common import (
+    collect_sglang_warnings,
+    exception_failure,
+    fc_shape_from_checkpoint,
+)
+
+# The layer loop reaches boundary L (the entry of the final norm) only in these classes:
+# sglang 0.5.23 models/gpt_oss.py:730-737 and models/minimax_m3.py:1955-1963 capture when end_layer is
+# listed; every other loop tests `i in layers_to_capture` for i < end_layer (models/llama.py:485-493).
+BOUNDARY_L_REACHABLE = frozenset(
+    {"GptOssForCausalLM", "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"}
+)
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class CaptureSetting:
+    """What the real ``set_eagle3_layers_to_capture`` stored on the real object.
+
+    ``owner`` is the dotted module path that holds ``layers_to_capture`` (``"model"`` for Llama,
+    ``"language_model.model"`` for Kimi-K2.5 and Llama-4); ``flag_owners`` the modules whose
+    ``capture_aux_hidden_states`` the setter turned on.
+    """
+
+    layers_to_capture: tuple[int, ...]
+    owner: str
+    flag_owners: tuple[str, ...]
+    layer_flags: tuple[int, ...] = ()  # MiniMax-M3: decoder layers flagged `_is_layer_to_capture`
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """The draft model as SGLang constructs it: its class and the ``fc`` module it would load into."""
+
+    architecture: str
+    fc_in_features: int | None
+    fc_out_features: int | None
+    fc_bias: bool | None
+    num_aux_hidden_states: int | None
+
+
+_PARALLEL_READY = False
+
+
+def init_single_rank(server_args: Any, *, model_config: Any) -> None:
+    """SGLang's own process set-up for rank 0 of a one-rank world, as its CPU path runs it.
+
+    Same calls as ``Scheduler.init_model_worker()`` up to the model load (sglang-cpu.md §2 steps 3-6):
+    ``runtime_context.publish``, ``one_batch._init_process_global_configs``, ``PortArgs.init_new``,
+    ``bootstrap.init_parallel_runtime`` (gloo, CPU) and ``bootstrap.init_layer_runtime``. The parallel
+    groups can be built once per process (``distributed/bootstrap.py:102-112``); later calls in the
+    same process re-publish and keep the groups (all one-rank worlds are alike).
+    """
+    global _PARALLEL_READY
+    from sglang.benchmark.one_batch import _init_process_global_configs
+    from sglang.srt.distributed import bootstrap
+    from sglang.srt.runtime_context import SpawnRanks, publish
+    from sglang.srt.server_args import PortArgs
+
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
+    _init_process_global_configs()
+    if not _PARALLEL_READY:
+        port_args = PortArgs.init_new(server_args)
+        bootstrap.init_parallel_runtime(server_args=server_args, device="cpu", dist_port=port_args.nccl_port)
+        _PARALLEL_READY = True
+    bootstrap.init_layer_runtime(model_config=model_config)
+
+
+def _load_config(server_args: Any) -> Any:
+    # model_runner.py:1286-1296 builds it with build_load_config (load_model_utils.py:200-240).
+    from sglang.srt.model_executor.model_runner_components.load_model_utils import build_load_config
+    from sglang.srt.runtime_context import get_model
+
+    return build_load_config(
+        server_args=server_args,
+        tp_rank=0,
+        remote_instance_weight_transporter_engine=None,
+        remote_instance_weight_transporter_session_id="",
+        draft_model_idx=None,
+        weight_cache_mode=get_model().weight_cache_mode,
+        weight_cache_socket=None,
+    )
+
+
+def build_meta_model(model_config: Any, *, server_args: Any) -> torch.nn.Module:
+    """The model class SGLang's loader picks for ``model_config``, constructed on the meta device.
+
+    As ``model_loader/loader.py:1890-1896``: quantization config, default dtype, ``torch.device("meta")``,
+    ``_initialize_model``. Rotary caches SGLang memoised on meta are dropped afterwards, as its own
+    signature code does (``loader.py:1880-1888``), so a later real load in this process is unaffected.
+    """
+    from sglang.srt.layers.rotary_embedding.factory import _ROPE_DICT
+    from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    load_config = _load_config(server_args)
+    try:
+        quant_config = _get_quantization_config(model_config, load_config)
+        with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+            model: torch.nn.Module = _initialize_model(model_config, load_config, quant_config)
+    finally:
+        for key in [k for k, v in _ROPE_DICT.items()
+                    if any(t.device.type == "meta" for t in (*v.parameters(), *v.buffers()))]:
+            del _ROPE_DICT[key]
+    return model
+
+
+def read_capture(model: torch.nn.Module, configure: Callable[[torch.nn.Module], None]) -> CaptureSetting:
+    """Run ``configure(model)`` (which calls the model's own ``set_eagle3_layers_to_capture``) and read
+    back what it stored.
+
+    Every module's ``layers_to_capture`` / ``capture_aux_hidden_states`` is set to a sentinel first, so
+    what comes back is what the setter wrote, wherever it delegated to; untouched attributes are put
+    back. ``layers_to_capture`` is empty when nothing was stored (aux capture off).
+    """
+    saved: dict[tuple[str, str], Any] = {}
+    modules = dict(model.named_modules())
+    for name, mod in modules.items():
+        for attr in ("layers_to_capture", "capture_aux_hidden_states"):
+            if attr in vars(mod):
+                saved[(name, attr)] = vars(mod)[attr]
+                setattr(mod, attr, _UNSET)
+    try:
+        configure(model)
+    finally:
+        stored: list[tuple[str, list[int]]] = []
+        flags: list[str] = []
+        for name, mod in modules.items():
+            value = vars(mod).get("layers_to_capture", _UNSET)
+            if value is not _UNSET:
+                stored.append((name, [int(b) for b in value]))
+            if vars(mod).get("capture_aux_hidden_states", _UNSET) is True:
+                flags.append(name or "<model>")
+        for (name, attr), value in saved.items():  # what the setter did not touch goes back as it was
+            if vars(modules[name]).get(attr, _UNSET) is _UNSET:
+                setattr(modules[name], attr, value)
+    if not stored:
+        return CaptureSetting((), "", tuple(flags))
+    owner, layers = stored[0]
+    layer_flags = tuple(
+        i for i, lyr in enumerate(getattr(modules[owner], "layers", ()) or ())
+        if getattr(lyr, "_is_layer_to_capture", False) is True
+    )
+    return CaptureSetting(tuple(layers), owner or "<model>", tuple(flags), layer_flags)
+
+
+def setter_call(ids: list[int] | None) -> Callable[[torch.nn.Module], None]:
+    """``configure`` for :func:`read_capture`: the plain ``model.set_eagle3_layers_to_capture(ids)``."""
+
+    def call(model: torch.nn.Module) -> None:
+        model.set_eagle3_layers_to_capture(None if ids is None else list(ids))  # type: ignore[operator]
+
+    return call
+
+
+def draft_shape(model: torch.nn.Module) -> DraftShape:
+    """The draft's ``fc`` (``models/llama_eagle3.py:155-167``) as constructed; None where it has none."""
+    inner = getattr(model, "model", None)
+    fc = getattr(inner, "fc", None)
+    k = getattr(inner, "num_aux_hidden_states", None)
+    return DraftShape(
+        architecture=type(model).__name__,
+        fc_in_features=int(fc.in_features) if fc is not None else None,
+        fc_out_features=int(fc.out_features) if fc is not None else None,
+        fc_bias=(fc.bias is not None) if fc is not None else None,
+        num_aux_hidden_states=int(k) if k is not None else None,
+    )
+
+
+def max_reachable_boundary(model_class: str, num_layers: int) -> int:
+    """The largest boundary the class's layer loop can capture (see :data:`BOUNDARY_L_REACHABLE`)."""
+    return num_layers if model_class in BOUNDARY_L_REACHABLE else num_layers - 1
+
+
+# ServerArgs keywords that shape the parallel world; the meta build runs as rank 0 of a one-rank world
+# (the capture list does not depend on them: every rank's setter stores the same list, and only the
+# last PP rank captures, models/llama.py:929-931).
+SINGLE_RANK_ARGS = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1}
+
+
+def static_server_args_kwargs(request: Any) -> dict[str, Any]:
+    """ServerArgs keywords for the static level: the deployment's own args, nothing for this CPU.
+
+    The capture level's CPU overrides (torch_native, float32, no CUDA graphs) do not apply here: the
+    speculative auto-parameters and per-architecture validations (``arg_groups/model_hook.py:515-543``
+    for gpt-oss) depend on device, backend and dtype. ``device`` defaults to ``cuda``, where SGLang
+    deployments run; SGLang's own auto-detection would describe this machine instead.
+    """
+    kw: dict[str, Any] = {"log_level": "warning", "device": "cuda"}
+    kw.update(request.server_args)
+    kw.update(
+        model_path=request.target,
+        speculative_draft_model_path=request.draft,
+        speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"),
+    )
+    return kw
+
+
+def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
+    from sglang.srt.server_args import ServerArgs
+
+    with collect_sglang_warnings() as warnings:
+        sa = ServerArgs(**kw)
+        sa.resolve_once()
+    return sa, list(warnings)
+
+
+def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
+    """The static level on 0.5.23: resolved ServerArgs, real meta-device target and draft, real setter.
+
+    ``adapter`` is the 0.5.23 :class:`~specparity.serving.sglang.v0_5_23.Adapter` (its ``_deployment``
+    assembles the record shared with the capture level).
+    """
+    from specparity.serving.sglang.draft_format import unreadable_draft
+
+    bad = unreadable_draft(Path(request.draft))
+    if bad is not None:
+        return bad
+    t0 = time.perf_counter()
+    try:
+        import sglang.srt.server_args  # noqa: F401  (timed apart: the import dominates on 2 cores)
+    except Exception as exc:
+        return exception_failure(exc, prefix="importing sglang: ")
+    ti = time.perf_counter()
+    kw = static_server_args_kwargs(request)
+    try:
+        sa, warnings = _server_args(kw)
+    except Exception as exc:
+        return exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
+    t1 = time.perf_counter()
+    notes: list[str] = []
+    try:
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+            configure_aux_hidden_state_capture,
+        )
+        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+            resolve_spec_aux_hidden_state_config,
+        )
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        build_sa = sa
+        wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
+        if wide:
+            build_sa, _ = _server_args({**kw, **SINGLE_RANK_ARGS})
+            notes.append("models built as rank 0 of a one-rank world (deployment: "
+                         + ", ".join(f"{k}={v}" for k, v in wide.items())
+                         + "); every rank's setter stores the same capture list")
+        model_config = ModelConfig.from_server_args(build_sa)
+        init_single_rank(build_sa, model_config=model_config)
+        spec = resolve_spec_aux_hidden_state_config(
+            server_args=build_sa,
+            model_config=model_config,
+            is_draft_worker=False,
+            spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
+        )
+        target = build_meta_model(model_config, server_args=build_sa)
+        # as TpModelWorker.init_attention_backends calls it (attention_backend_setup.py:40-61)
+        setting = read_capture(target, lambda m: configure_aux_hidden_state_capture(
+            model=m,
+            eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
+            eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
+            dflash_use_aux_hidden_state=False,
+            dflash_target_layer_ids=None,
+            is_dspark=False,
+        ))
+        draft_mc = spec.draft_model_config
+        draft = draft_shape(build_meta_model(draft_mc, server_args=build_sa))
+    except Exception as exc:  # SGLang raising while building is a typed result, not a crash
+        return exception_failure(exc, prefix="while resolving: ")
+    t2 = time.perf_counter()
+    draft_hf = draft_mc.hf_config
+    ckpt = fc_shape_from_checkpoint(Path(request.draft))
+    k = draft.num_aux_hidden_states or 3
+    if ckpt is not None:
+        fc = (ckpt.in_features, ckpt.out_features, ckpt.bias)
+    elif draft.fc_in_features is not None and draft.fc_out_features is not None:
+        fc = (draft.fc_in_features, draft.fc_out_features, bool(draft.fc_bias))
+    else:
+        h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
+        fc = (k * h_t, int(draft_hf.hidden_size), False)
+    dep = adapter._deployment(
+        request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
+        ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
+        fc=fc, k=k, model_class=type(target).__name__,
+        timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
+                 "total_s": t2 - t0},
+    )
+    return dataclasses.replace(
+        dep,
+        # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
+        # (models/llama_eagle3.py:338-353); the shape is then the constructed module's.
+        fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
+        capture_owner=setting.owner,
+        draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
+        if draft.fc_in_features is not None else None,
+        draft_model_class=draft.architecture,
+        notes=tuple(notes),
+    )
