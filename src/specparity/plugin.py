@@ -1,18 +1,22 @@
 """pytest plugin: ``pytest -m parity`` runs the gate with ordinary pytest output.
 
-Thin over :mod:`specparity.gate`. When a contract is configured (``--parity-contract`` or the
-``parity_contract`` ini key), the plugin adds generated items, all marked ``parity``:
+Thin over :mod:`specparity.gate`. Each configured deployment (``--parity-contract``, the
+``parity_contract`` ini key, ``[tool.specparity.deployments.<name>]`` tables or ``parity_deployments``
+ini lines; see :mod:`specparity.deployments`) is one group of items, all marked ``parity``, with node ids
+that do not depend on the rootdir or the invocation dir:
 
-- ``parity::static``            the deployment as SGLang resolves it (ids, capture list, fc width, spec args)
-- ``parity::capture[probe-<i>]`` SGLang's real fc input on probe sample ``i``, chunk by chunk
-- ``parity::outcome``           drafter acceptance on recorded vs captured inputs
+- ``parity::<name>::static``            the deployment as the engine resolves it (ids, capture list, fc width)
+- ``parity::<name>::capture[probe-<i>]`` the engine's real fc input on probe sample ``i``, chunk by chunk
+- ``parity::<name>::outcome``           drafter acceptance on recorded vs captured inputs
 
-All items share one gate run per session (under pytest-xdist, one per run: the first worker runs it
-and the others read its result). A check that could not run fails; nothing is skipped.
+``<name>`` is the deployment's name; a deployment given by options is named after its contract. The
+items of one deployment share one gate run (one engine start) per session; under pytest-xdist, one per
+run: the first worker runs it and the others read its result. A check that could not run fails;
+nothing is skipped. Collection reads only JSON and TOML: torch and the engine load when an item runs.
 
-Fixtures: ``parity_contract``, ``parity_verdict`` (the whole gate), ``sglang_resolve`` and
-``sglang_capture`` (session-cached factories over the serving adapter, keyed by target, draft and
-server args).
+Fixtures: ``parity_contract``, ``parity_verdict`` (the whole gate, one deployment), ``parity_verdicts``
+(by deployment name), ``sglang_resolve`` and ``sglang_capture`` (session-cached factories over the
+serving adapter, keyed by target, draft and server args).
 """
 
 from __future__ import annotations
@@ -27,7 +31,18 @@ from typing import Any
 
 import pytest
 
+from specparity.deployments import (
+    DEFAULT_ENGINE,
+    Deployment,
+    contract_name,
+    from_ini_line,
+    from_pyproject,
+    unique,
+)
+from specparity.errors import InputError
 from specparity.verdict import Verdict
+
+PARITY_ROOT = "parity"  # first segment of every parity node id: parity::<deployment>::<check>
 
 _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("contract", "parity_contract", "contract JSON written at training time"),
@@ -37,7 +52,9 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("level", "parity_level", "static | capture | outcome | all (default all)"),
     ("python", "parity_python", "interpreter whose SGLang serves (default: this one)"),
 )
-VERDICT_KEY = pytest.StashKey[Verdict]()
+_PATH_OPTIONS = ("contract", "target", "draft", "report", "python")
+VERDICTS_KEY = pytest.StashKey[dict[str, Verdict]]()
+DEPLOYMENTS_KEY = pytest.StashKey[list[Deployment]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="SGLang server argument for the deployment, repeatable (ini: parity_sglang_args, one per line)",
     )
     parser.addini("parity_sglang_args", "SGLang server arguments KEY=VALUE, one per line", type="linelist", default=[])
+    parser.addini("parity_deployments", "deployments to check, one per line: NAME contract=PATH target=PATH "
+                  "draft=PATH [engine=NAME] [level=L] [python=PATH] [engine_arg=KEY=VALUE ...] "
+                  "(or [tool.specparity.deployments.NAME] tables in pyproject.toml)", type="linelist", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,37 +78,72 @@ def pytest_configure(config: pytest.Config) -> None:
         "parity: train/serve parity checks of an EAGLE-3 drafter against its contract "
         "(pytest -m parity --parity-contract FILE --parity-target DIR --parity-draft DIR)",
     )
+    # Parity node ids name no file, so show them as they are: pytest would otherwise print them
+    # relative to the invocation dir (``../../parity::...``; _pytest/config/__init__.py:1438-1444,
+    # cwd_relative_nodeid, used by terminal.py:1077 for -v lines and the short summary).
+    relative = config.cwd_relative_nodeid
+
+    def cwd_relative_nodeid(nodeid: Any) -> Any:
+        return nodeid if str(nodeid).startswith(f"{PARITY_ROOT}::") else relative(nodeid)
+
+    setattr(config, "cwd_relative_nodeid", cwd_relative_nodeid)  # noqa: B010 - a method, not plugin state
 
 
-def _setting(config: pytest.Config, ini: str) -> str | None:
+def _setting(config: pytest.Config, ini: str) -> tuple[str | None, bool]:
+    """(value, from_ini) for one option; the command line wins."""
     value = config.getoption(ini)
-    if value is None:
-        value = config.getini(ini)
-    return str(value) if value else None
-
-
-def _resolve_path(config: pytest.Config, value: str | None, *, from_ini: bool) -> str | None:
-    if value is None:
-        return None
-    p = Path(value)
-    if not p.is_absolute() and from_ini:
-        p = Path(config.rootpath) / p  # ini paths are relative to the rootdir, like pytest's own
-    return str(p)
+    if value is not None:
+        return str(value), False
+    value = config.getini(ini)
+    return (str(value) if value else None), True
 
 
 def parity_settings(config: pytest.Config) -> dict[str, Any]:
+    """The single-deployment options (``--parity-*`` / ``parity_*`` ini keys); ini paths are relative to
+    the rootdir, like pytest's own."""
     out: dict[str, Any] = {}
     for name, ini, _ in _OPTIONS:
-        from_ini = config.getoption(ini) is None
-        value = _setting(config, ini)
-        out[name] = _resolve_path(config, value, from_ini=from_ini) if name in ("contract", "target", "draft", "report") else value
+        value, from_ini = _setting(config, ini)
+        if value is not None and name in _PATH_OPTIONS and from_ini and not Path(value).is_absolute():
+            value = str(Path(config.rootpath) / value)
+        out[name] = value
     args = config.getoption("parity_sglang_args")
     out["sglang_args"] = list(args) if args is not None else list(config.getini("parity_sglang_args"))
+    out["engine"] = config.getoption("parity_engine", default=None) or DEFAULT_ENGINE  # issue 14's option
     return out
 
 
+def _single(config: pytest.Config, s: dict[str, Any]) -> Deployment:
+    return Deployment(name=contract_name(s["contract"]), contract=s["contract"], target=s["target"],
+                      draft=s["draft"], engine=s["engine"], engine_args=tuple(s["sglang_args"]),
+                      level=s["level"] or "all", python=s["python"])
+
+
+def deployments(config: pytest.Config) -> list[Deployment]:
+    """The deployments this session checks (module docstring of :mod:`specparity.deployments`).
+
+    Raises InputError for a malformed declaration (the message names the file and field).
+    """
+    if DEPLOYMENTS_KEY in config.stash:
+        return config.stash[DEPLOYMENTS_KEY]
+    s = parity_settings(config)
+    if config.getoption("parity_contract") is not None:
+        found = [_single(config, s)]
+    else:
+        pyproject = config.inipath if config.inipath is not None and config.inipath.name == "pyproject.toml" \
+            else Path(config.rootpath) / "pyproject.toml"
+        where = str(config.inipath or Path(config.rootpath))
+        found = from_pyproject(pyproject) + [
+            from_ini_line(line, base=Path(config.rootpath), where=where)
+            for line in config.getini("parity_deployments") if line.strip()]
+        if s["contract"] is not None:
+            found.append(_single(config, s))
+    config.stash[DEPLOYMENTS_KEY] = unique(found)
+    return config.stash[DEPLOYMENTS_KEY]
+
+
 class ParityItem(pytest.Item):
-    """One gate check, reported as a pytest test."""
+    """One gate check of one deployment, reported as a pytest test."""
 
     def __init__(self, *, check: str, probe: int | None = None, **kw: Any) -> None:
         super().__init__(**kw)
@@ -96,8 +151,14 @@ class ParityItem(pytest.Item):
         self.probe = probe
         self.add_marker(pytest.mark.parity)
 
+    @property
+    def deployment(self) -> Deployment:
+        assert isinstance(self.parent, ParityDeployment)
+        return self.parent.deployment
+
     def runtest(self) -> None:
-        verdict = _verdict(self.session)
+        verdict = _verdict(self.session, self.deployment)
+        self.user_properties.append(("deployment", self.deployment.name))
         self.user_properties.append(("verdict", verdict.status))
         for n, f in enumerate(verdict.findings):
             self.user_properties.append((f"finding.{n}", f"{f.kind.value}: {f.message}"))
@@ -113,6 +174,27 @@ class ParityItem(pytest.Item):
         if isinstance(excinfo.value, GateSetupError):
             return f"specparity: {excinfo.value}"
         return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        return "specparity", None, self.name
+
+
+class ParityDeployment(pytest.Collector):
+    """The items of one deployment: ``static``, ``capture[probe-<i>]`` per probe sample, ``outcome``."""
+
+    def __init__(self, *, deployment: Deployment, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.deployment = deployment
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        level = self.deployment.level
+        items: list[pytest.Item | pytest.Collector] = [ParityItem.from_parent(self, name="static", check="static")]
+        if level in ("capture", "outcome", "all"):
+            items += [ParityItem.from_parent(self, name=f"capture[probe-{i}]", check="capture", probe=i)
+                      for i in range(self.deployment.num_probes)]
+        if level in ("outcome", "all"):
+            items.append(ParityItem.from_parent(self, name="outcome", check="outcome"))
+        return items
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return "specparity", None, self.name
@@ -144,68 +226,77 @@ class _ConfigItem(pytest.Item):
         return "specparity", None, self.name
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    s = parity_settings(config)
-    if s["contract"] is None:
-        if "parity" in (config.option.markexpr or "") and not any(i.get_closest_marker("parity") for i in items):
-            items.append(_ConfigItem.from_parent(session, name="configuration", nodeid="parity::configuration", message=(
-                "pytest -m parity needs a contract: pass --parity-contract FILE --parity-target DIR --parity-draft DIR "
-                "or set parity_contract, parity_target, parity_draft in [tool.pytest.ini_options]")))
-        return
-    missing = [f"--parity-{k}" for k in ("target", "draft") if s[k] is None]
-    if missing:
-        items.append(_ConfigItem.from_parent(session, name="configuration", nodeid="parity::configuration",
-                                             message=f"--parity-contract is set but {', '.join(missing)} is not"))
-        return
-    num_probes = _num_probes(s["contract"])
-    level = s["level"] or "all"
-    new: list[pytest.Item] = [_item(session, "static", check="static")]
-    if level in ("capture", "outcome", "all"):
-        new += [_item(session, f"capture[probe-{i}]", check="capture", probe=i) for i in range(num_probes)]
-    if level in ("outcome", "all"):
-        new.append(_item(session, "outcome", check="outcome"))
-    items.extend(new)
+def _config_item(session: pytest.Session, message: str) -> _ConfigItem:
+    return _ConfigItem.from_parent(session, name="configuration", nodeid=f"{PARITY_ROOT}::configuration",
+                                   message=message)
 
 
-def _item(session: pytest.Session, name: str, *, check: str, probe: int | None = None) -> ParityItem:
-    return ParityItem.from_parent(session, name=name, nodeid=f"parity::{name}", check=check, probe=probe)
-
-
-def _num_probes(contract_path: str) -> int:
+def _parity_nodes(session: pytest.Session, config: pytest.Config,
+                  items: list[pytest.Item]) -> list[pytest.Item | pytest.Collector]:
     try:
-        data = json.loads(Path(contract_path).read_text(encoding="utf-8"))
-        return max(1, int(data["probes"]["num_samples"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return 1  # the gate run reports the real problem with the file
+        found = deployments(config)
+    except InputError as e:
+        return [_config_item(session, str(e))]
+    if not found:
+        if "parity" in (config.option.markexpr or "") and not any(i.get_closest_marker("parity") for i in items):
+            return [_config_item(session, (
+                "pytest -m parity needs a contract: pass --parity-contract FILE --parity-target DIR --parity-draft DIR, "
+                "set parity_contract, parity_target, parity_draft in [tool.pytest.ini_options], "
+                "or declare [tool.specparity.deployments.NAME] tables in pyproject.toml"))]
+        return []
+    missing = [f"--parity-{k}" for d in found if d.source == "command line"
+               for k in ("target", "draft") if getattr(d, k) is None]
+    if missing:
+        return [_config_item(session, f"--parity-contract is set but {', '.join(missing)} is not")]
+    return [ParityDeployment.from_parent(session, name=d.name, nodeid=f"{PARITY_ROOT}::{d.name}", deployment=d)
+            for d in found]
 
 
-def _run_gate(config: pytest.Config) -> Verdict:
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselection (_pytest/mark/__init__.py), which then sees them
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Collect the parity items through ``Session.genitems`` (_pytest/main.py:1050-1064), so that pytest
+    reports their collection like any other: "collected N items" counts them, --collect-only lists them."""
+    for node in _parity_nodes(session, config, items):
+        items.extend(session.genitems(node))
+
+
+def _run_gate(deployment: Deployment) -> Verdict:
+    import inspect
+
     from specparity.errors import SpecparityError
     from specparity.gate import parse_sglang_args, run_gate
 
-    s = parity_settings(config)
+    kwargs: dict[str, Any] = {}
+    if deployment.engine != DEFAULT_ENGINE:
+        if "engine" not in inspect.signature(run_gate).parameters:
+            raise GateSetupError(f"deployment {deployment.name!r}: engine {deployment.engine!r} is not supported "
+                                 f"by this specparity (only {DEFAULT_ENGINE!r})")
+        kwargs["engine"] = deployment.engine
     try:
         return run_gate(
-            s["contract"], s["target"], s["draft"], sglang_args=parse_sglang_args(s["sglang_args"]),
-            level=s["level"] or "all", python=s["python"],
+            deployment.contract, deployment.target or "", deployment.draft or "",
+            sglang_args=parse_sglang_args(deployment.engine_args), level=deployment.level, python=deployment.python,
+            **kwargs,
         )
     except SpecparityError as e:
         raise GateSetupError(str(e)) from None
 
 
-def _verdict(session: pytest.Session) -> Verdict:
-    """The session's one gate run. Under pytest-xdist the first worker runs it and the others read its
-    result, through a file keyed by this run's id and the settings (never reused by a later run)."""
+def _verdict(session: pytest.Session, deployment: Deployment) -> Verdict:
+    """The one gate run of ``deployment`` in this session. Under pytest-xdist the first worker to need
+    it runs it and the others read its result, through a file keyed by this run's id and the
+    deployment's settings (never reused by a later run)."""
     config = session.config
-    if VERDICT_KEY in config.stash:
-        return config.stash[VERDICT_KEY]
+    verdicts = config.stash.setdefault(VERDICTS_KEY, {})
+    if deployment.name in verdicts:
+        return verdicts[deployment.name]
     worker = getattr(config, "workerinput", None)
     if worker is None:
-        verdict = _run_gate(config)
+        verdict = _run_gate(deployment)
     else:
         from specparity.verdict import verdict_from_dict
 
-        key = hashlib.sha256(json.dumps([worker.get("testrunuid"), parity_settings(config)], sort_keys=True,
+        key = hashlib.sha256(json.dumps([worker.get("testrunuid"), deployment.to_dict()], sort_keys=True,
                                         default=str).encode()).hexdigest()[:16]
         # every worker's basetemp is <run basetemp>/popen-gw<N>; their parent is shared
         shared = Path(config._tmp_path_factory.getbasetemp()).parent  # type: ignore[attr-defined]
@@ -216,38 +307,46 @@ def _verdict(session: pytest.Session) -> Verdict:
                 if result.is_file():
                     verdict = verdict_from_dict(json.loads(result.read_text()))
                 else:
-                    verdict = _run_gate(config)
+                    verdict = _run_gate(deployment)
                     result.write_text(json.dumps(verdict.to_dict()))
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-    config.stash[VERDICT_KEY] = verdict
+    verdicts[deployment.name] = verdict
     return verdict
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist controller: take the verdict a worker ran, so the report is written once, here."""
-    data = getattr(node, "workeroutput", {}).get("specparity_verdict")
-    if data and VERDICT_KEY not in node.config.stash:
+    """xdist controller: take the verdicts a worker ran, so the reports are written once, here."""
+    data = getattr(node, "workeroutput", {}).get("specparity_verdicts")
+    if data:
         from specparity.verdict import verdict_from_dict
 
-        node.config.stash[VERDICT_KEY] = verdict_from_dict(json.loads(data))
+        verdicts = node.config.stash.setdefault(VERDICTS_KEY, {})
+        for name, d in json.loads(data).items():
+            verdicts.setdefault(name, verdict_from_dict(d))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    verdict = config.stash.get(VERDICT_KEY, None)
+    verdicts = config.stash.get(VERDICTS_KEY, {})
     worker_output = getattr(config, "workeroutput", None)
-    if worker_output is not None:  # an xdist worker hands its verdict to the controller
-        if verdict is not None:
-            worker_output["specparity_verdict"] = json.dumps(verdict.to_dict())
+    if worker_output is not None:  # an xdist worker hands its verdicts to the controller
+        if verdicts:
+            worker_output["specparity_verdicts"] = json.dumps({k: v.to_dict() for k, v in verdicts.items()})
         return
-    s = parity_settings(config)
-    if s["report"] is None or verdict is None:
+    report = parity_settings(config)["report"]
+    if report is None or not verdicts:
         return
     from specparity.report import write_reports
 
-    paths = write_reports(verdict, Path(s["report"]))
+    try:
+        several = len(deployments(config)) > 1
+    except InputError:
+        return
+    paths: list[Path] = []
+    for name, verdict in verdicts.items():  # one deployment: DIR/report.*; several: DIR/<name>/report.*
+        paths += write_reports(verdict, Path(report) / name if several else Path(report))
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
         tr.write_line(f"specparity: report written to {', '.join(str(p) for p in paths)}")
@@ -256,25 +355,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # --- fixtures ----------------------------------------------------------------------------------------
 
 
+def _only_deployment(config: pytest.Config, fixture: str) -> Deployment:
+    try:
+        found = deployments(config)
+    except InputError as e:
+        pytest.fail(f"specparity: {e}", pytrace=False)
+    if len(found) != 1:
+        pytest.fail(f"{fixture} needs exactly one deployment (--parity-contract FILE --parity-target DIR "
+                    f"--parity-draft DIR); {len(found)} are configured"
+                    + (f": {', '.join(d.name for d in found)}; use parity_verdicts" if found else ""), pytrace=False)
+    return found[0]
+
+
 @pytest.fixture(scope="session")
 def parity_contract(pytestconfig: pytest.Config) -> Any:
-    """The configured contract (``--parity-contract``), validated."""
+    """The configured contract (``--parity-contract``, or the one deployment's), validated."""
     from specparity.contract import load_contract
 
-    path = parity_settings(pytestconfig)["contract"]
-    if path is None:
-        pytest.fail("parity_contract needs --parity-contract FILE (or the parity_contract ini key)", pytrace=False)
-    return load_contract(path)
+    return load_contract(_only_deployment(pytestconfig, "parity_contract").contract)
 
 
 @pytest.fixture(scope="session")
 def parity_verdict(request: pytest.FixtureRequest) -> Verdict:
-    """The gate's verdict for the configured contract and deployment (one run per session)."""
-    if parity_settings(request.config)["contract"] is None:
-        pytest.fail("parity_verdict needs --parity-contract, --parity-target and --parity-draft", pytrace=False)
+    """The gate's verdict for the configured deployment (one run per session, shared with the parity items)."""
+    deployment = _only_deployment(request.config, "parity_verdict")
     try:
-        return _verdict(request.session)
+        return _verdict(request.session, deployment)
     except GateSetupError as e:
+        pytest.fail(f"specparity: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def parity_verdicts(request: pytest.FixtureRequest) -> dict[str, Verdict]:
+    """Every configured deployment's verdict, by deployment name (one gate run each per session)."""
+    try:
+        return {d.name: _verdict(request.session, d) for d in deployments(request.config)}
+    except (GateSetupError, InputError) as e:
         pytest.fail(f"specparity: {e}", pytrace=False)
 
 

@@ -83,8 +83,8 @@ def test_marker_is_registered_with_usage(pytester: pytest.Pytester) -> None:
 
 def test_pass_generates_one_item_per_check_and_probe(canned) -> None:  # type: ignore[no-untyped-def]
     result, calls = canned("pass", "-v")
-    result.stdout.fnmatch_lines(["*parity::static PASSED*", "*parity::capture?probe-0? PASSED*",
-                                 "*parity::capture?probe-3? PASSED*", "*parity::outcome PASSED*"])
+    result.stdout.fnmatch_lines(["parity::tiny-llama-eagle3::static PASSED*", "parity::tiny-llama-eagle3::capture?probe-0? PASSED*",
+                                 "parity::tiny-llama-eagle3::capture?probe-3? PASSED*", "parity::tiny-llama-eagle3::outcome PASSED*"])
     result.assert_outcomes(passed=6)
     assert len(calls) == 1  # one gate run shared by every item
 
@@ -131,7 +131,7 @@ def test_options_from_ini_and_level(pytester: pytest.Pytester, monkeypatch, tmp_
             speculative_eagle_topk=1
     """)
     result = pytester.runpytest_subprocess("-m", "parity", "-v")
-    result.stdout.fnmatch_lines(["*parity::static PASSED*"])
+    result.stdout.fnmatch_lines(["parity::tiny-llama-eagle3::static PASSED*"])
     result.assert_outcomes(passed=1)  # static level: no capture or outcome items
     call = json.loads(calls.read_text())
     assert call["level"] == "static"
@@ -206,3 +206,117 @@ def test_real_gate_pass_and_kimi_bug(pytester: pytest.Pytester, tmp_path: Path) 
                               "Fix: set eagle_config.eagle_aux_hidden_state_layer_ids = [[]1, 3, 5[]] in *",
                               "chunk 0: served embedding      expected layer:1*",
                               "error   extra_embedding: chunk 0: served embedding, expected layer:1*"])
+
+
+# --- node ids, collection and several deployments ------------------------------------------------
+
+DEPLOYMENTS = '''
+[tool.pytest.ini_options]
+addopts = "-p no:cacheprovider"
+
+[tool.specparity.deployments.llama-a]
+contract = "c.json"
+target = "models/target"
+draft = "models/draft-a"
+engine_args = { speculative_num_steps = 3, speculative_eagle_topk = 1 }
+
+[tool.specparity.deployments.llama-b]
+contract = "c.json"
+target = "models/target"
+draft = "models/draft-b"
+level = "capture"
+engine = "sglang"
+'''
+
+
+def test_node_ids_do_not_depend_on_the_invocation_dir(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
+    sub = pytester.mkdir("deep").joinpath("er")
+    sub.mkdir()
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(sub)  # the rootdir stays pytester.path (the ini file); the invocation dir is two below
+        result, _ = canned("pass", "-v", f"--rootdir={pytester.path}", "--parity-contract", str(pytester.path / "c.json"))
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["collecting ... collected 6 items",
+                                 "parity::tiny-llama-eagle3::static PASSED*",
+                                 "parity::tiny-llama-eagle3::capture[[]probe-0[]] PASSED*",
+                                 "parity::tiny-llama-eagle3::outcome PASSED*"])
+    assert "../" not in out and "parity::static" not in out
+
+
+def test_collect_only_counts_and_lists_the_items(canned) -> None:  # type: ignore[no-untyped-def]
+    result, calls = canned("pass", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "parity::tiny-llama-eagle3::static",
+        *(f"parity::tiny-llama-eagle3::capture[[]probe-{i}[]]" for i in range(4)),
+        "parity::tiny-llama-eagle3::outcome",
+        "6 tests collected in *",
+    ])
+    assert calls == []  # collecting never runs the gate
+    deselected, _ = canned("pass", "-m", "not parity")  # the later -m wins: every parity item is deselected
+    deselected.stdout.fnmatch_lines(["collected 6 items / 6 deselected / 0 selected"])
+
+
+def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    monkeypatch.setenv("CANNED", "pass")
+    pytester.makeconftest(CANNED)
+    shutil.copy(CONTRACT, pytester.path / "c.json")
+    pytester.makepyprojecttoml(DEPLOYMENTS)
+    result = pytester.runpytest_subprocess("-m", "parity", "-v", "--parity-report", "reports")
+    result.stdout.fnmatch_lines([
+        "collecting ... collected 11 items",
+        "parity::llama-a::static PASSED*", "parity::llama-a::capture[[]probe-3[]] PASSED*",
+        "parity::llama-a::outcome PASSED*",
+        "parity::llama-b::static PASSED*", "parity::llama-b::capture[[]probe-3[]] PASSED*",
+    ])
+    result.assert_outcomes(passed=11)  # llama-b is capture level: no outcome item
+    got = [json.loads(x) for x in calls.read_text().splitlines()]
+    assert len(got) == 2  # one gate run (one engine start) per deployment
+    by_draft = {Path(c["draft"]).name: c for c in got}
+    assert by_draft["draft-a"]["args"] == {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    assert by_draft["draft-a"]["level"] == "all" and by_draft["draft-b"]["level"] == "capture"
+    assert by_draft["draft-b"]["target"] == str(pytester.path / "models" / "target")  # relative to pyproject.toml
+    for name in ("llama-a", "llama-b"):
+        report = json.loads((pytester.path / "reports" / name / "report.json").read_text())
+        assert report["verdict"] == "pass" and report["draft_path"].endswith(f"draft-{name[-1]}")
+    only_b = pytester.runpytest_subprocess("-m", "parity", "-k", "llama-b")
+    only_b.assert_outcomes(passed=5)
+    assert len(calls.read_text().splitlines()) == 3  # -k llama-b started only llama-b's engine
+
+
+def test_deployments_from_ini_lines(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    monkeypatch.setenv("CANNED", "fail")
+    pytester.makeconftest(CANNED)
+    shutil.copy(CONTRACT, pytester.path / "c.json")
+    pytester.makeini("""
+        [pytest]
+        parity_deployments =
+            one contract=c.json target=t draft=d1 level=static
+            two contract=c.json target=t draft=d2 level=capture engine_arg=speculative_num_steps=2
+    """)
+    result = pytester.runpytest_subprocess("-m", "parity")
+    result.assert_outcomes(passed=2, failed=4)  # static items own no failing finding; two's captures fail
+    result.stdout.fnmatch_lines(["collected 6 items", "FAILED parity::two::capture[[]probe-0[]]*"])
+    got = [json.loads(x) for x in calls.read_text().splitlines()]
+    assert sorted((Path(c["draft"]).name, c["level"], c["args"]) for c in got) == [
+        ("d1", "static", {}), ("d2", "capture", {"speculative_num_steps": 2})]
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ('[tool.specparity.deployments.x]\ncontract = "c.json"\ntarget = "t"\n',
+     "*specparity: */pyproject.toml: tool.specparity.deployments.x.draft: missing key 'draft'*"),
+    ('[tool.specparity.deployments.x]\ncontract = "c.json"\ntarget = "t"\ndraft = "d"\ntarget_dir = "t"\n',
+     "*tool.specparity.deployments.x.target_dir: unknown key 'target_dir'*"),
+    ('[tool.specparity.deployments.x]\ncontract = "c.json"\ntarget = "t"\ndraft = "d"\nlevel = "most"\n',
+     "*tool.specparity.deployments.x.level: unknown level 'most'*"),
+])
+def test_bad_deployment_table_names_file_and_field(pytester: pytest.Pytester, toml: str, message: str) -> None:
+    pytester.makepyprojecttoml(toml)
+    result = pytester.runpytest_subprocess("-m", "parity", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
+    assert "Traceback" not in result.stdout.str()
