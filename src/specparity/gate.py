@@ -40,7 +40,8 @@ _SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERV
 # findings the static check owns; everything else found with tensors belongs to the capture check
 _STATIC_KINDS = frozenset({FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.SPEC_CONFIG_REWRITTEN,
                            FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH})
-_OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT})
+_OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
+                            FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 
 
 def parse_sglang_args(pairs: Sequence[str]) -> dict[str, object]:
@@ -151,13 +152,14 @@ def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, 
             run.outcome = out.report.summary
             run.outcome_findings = tuple(out.report.findings)
         extra = tuple(f for f in out.failures if f not in out.capture.failures and out.capture.fc is not None)
-        # the SGLang-side replay is extra evidence: when it cannot run the training-side figures stand
-        # (a warning), but a drafter that serves NaN/Inf logits is itself a failure
+        # without SGLang's own drafter replay the outcome rests on specparity's training-side drafter alone:
+        # never a pass on that (issue 11 item 8), an environment error; NaN/Inf drafter logits are a failure
         run.outcome_findings += tuple(
             Finding(FindingKind.NONFINITE, Severity.ERROR, f.message, details={"check": "outcome"})
             if f.kind == "nonfinite" else
-            Finding(FindingKind.SGLANG_ERROR, Severity.WARNING, f"SGLang drafter replay unavailable: {f.message}",
-                    details={"check": "outcome"}) for f in extra)
+            Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
+                    f"SGLang drafter replay unavailable, so the outcome cannot pass on the training-side replay "
+                    f"alone: {f.message}", details={"check": "outcome"}) for f in extra)
         return out.capture
     from specparity.serving import capture_deployment
 

@@ -74,7 +74,11 @@ class OutcomeSummary:
     recorded_acceptance_length: float
     served_acceptance_length: float
     expected_acceptance: Sequence[float] | None
-    diagnosis: Literal["healthy", "wiring", "model_quality"]
+    diagnosis: Literal["healthy", "wiring", "model_quality", "inconclusive"]
+    # first draft position: 95% Wilson interval over the scored tokens (replay.acceptance.wilson_interval)
+    recorded_interval: tuple[float, float] | None = None
+    served_interval: tuple[float, float] | None = None
+    scored_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +88,9 @@ class OutcomeSummary:
             "served_acceptance_length": self.served_acceptance_length,
             "expected_acceptance": list(self.expected_acceptance) if self.expected_acceptance is not None else None,
             "diagnosis": self.diagnosis,
+            "recorded_interval": list(self.recorded_interval) if self.recorded_interval is not None else None,
+            "served_interval": list(self.served_interval) if self.served_interval is not None else None,
+            "scored_tokens": self.scored_tokens,
         }
 
 

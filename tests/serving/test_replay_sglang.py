@@ -208,8 +208,8 @@ def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None
     healthy, _ = _first(runs["healthy"])
     assert rec < healthy - 0.2 and abs(rec - srv) <= 0.02  # the drafter is broken; the wiring is not
     assert report.summary.diagnosis == "model_quality"  # contract states no acceptance: the default floor
-    assert [(f.kind, f.severity) for f in report.findings] == [
-        (FindingKind.ACCEPTANCE_BELOW_CONTRACT, Severity.WARNING)]
+    # below the floor on its own inputs is an error even without a training-time figure (issue 11 item 8)
+    assert [(f.kind, f.severity) for f in report.findings] == [(FindingKind.MODEL_QUALITY, Severity.ERROR)]
     # with the acceptance training measured (draft_training.json: top-1 on the probes) it is an error
     summary, findings = diagnose(report.recorded, report.served, expected=[healthy])
     assert summary.diagnosis == "model_quality"

@@ -67,3 +67,34 @@ def test_outcome_level_without_figures_is_never_a_pass() -> None:
     run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
     v = gate._verdict(run, level="all", timings={})
     assert v.status != "pass" and any("no acceptance figures" in f.message for f in v.errors)
+
+
+def test_outcome_cannot_pass_on_the_training_side_replay_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 item 8: when SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
+    import torch
+
+    import specparity.replay.outcome as outcome_mod
+    from specparity.compare.findings import FindingKind, Severity
+    from specparity.replay.acceptance import AcceptanceResult
+    from specparity.replay.diagnosis import diagnose
+    from specparity.serving.results import CaptureResult, FcCapture, ServingFailure
+
+    fc = FcCapture(per_sample=[torch.zeros(4, 192)], dtype="float32", sglang_version="0.5.23", hook_calls=1,
+                   aux_states_captured=3, aux_states_expected=3, kernel_stub_calls=())
+    capture = CaptureResult(deployment=_deployment(), fc=fc, atlas=None, failures=())
+    good = AcceptanceResult(1, (300,), (255,))
+    summary, findings = diagnose(good, good)
+    assert summary.diagnosis == "healthy" and findings == []
+    report = outcome_mod.OutcomeReport(summary=summary, findings=findings, recorded=good, served=good, num_steps=1,
+                                       first_draft_source="training_side", sglang_agreement=None)
+    replay_failed = ServingFailure("sglang_exception", "the drafter replay raised RuntimeError at sglang/x.py:1")
+    monkeypatch.setattr(outcome_mod, "check_outcome", lambda *a, **k: outcome_mod.OutcomeRun(
+        capture=capture, report=report, failures=(replay_failed,)))
+    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
+    gate._capture(run, None, BUNDLE / "target", BUNDLE / "draft", {}, level="outcome",  # type: ignore[arg-type]
+                  device="cpu", python=None, timeout_s=1, progress=None)
+    assert run.outcome is summary
+    [f] = run.outcome_findings
+    assert (f.kind, f.severity) == (FindingKind.SGLANG_ERROR, Severity.ERROR)
+    assert "training-side replay alone" in f.message and "sglang/x.py:1" in f.message
+    assert gate._verdict(run, level="outcome", timings={}).status != "pass"

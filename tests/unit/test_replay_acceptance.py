@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -129,43 +130,82 @@ def _res(first: float, rows: int = 100) -> AcceptanceResult:
     return AcceptanceResult(2, (rows, hits), (hits, hits // 2))
 
 
-@pytest.mark.parametrize(("rec", "srv", "expected", "diag", "kinds"), [
-    (0.70, 0.69, None, "healthy", []),
-    (0.70, 0.19, None, "wiring", [FindingKind.ACCEPTANCE_COLLAPSE]),
-    (0.70, 0.19, [0.72, 0.5], "wiring", [FindingKind.ACCEPTANCE_COLLAPSE]),
-    (0.10, 0.09, None, "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
-    (0.45, 0.44, None, "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
-    (0.55, 0.54, [0.80], "model_quality", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
-    (0.70, 0.58, [0.72], "healthy", [FindingKind.ACCEPTANCE_BELOW_CONTRACT]),
+def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:  # two-sided 95%
+    """Textbook Wilson score interval (restated here, not imported from the code under test)."""
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = (z / (1 + z * z / n)) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def test_wilson_interval_matches_the_textbook_values() -> None:
+    from specparity.replay.acceptance import wilson_interval
+
+    # 81 of 263 (Newcombe 1998, example 1 rounded): [0.2553, 0.3662]; 0 of 10: [0, 0.2775]
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+B, M, C, INC = (FindingKind.ACCEPTANCE_BELOW_CONTRACT, FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_COLLAPSE,
+              FindingKind.ACCEPTANCE_INCONCLUSIVE)
+
+
+@pytest.mark.parametrize(("rec", "srv", "expected", "rows", "diag", "kinds"), [
+    (0.70, 0.69, None, 100, "healthy", []),
+    (0.70, 0.19, None, 100, "wiring", [C]),
+    (0.70, 0.19, [0.72, 0.5], 100, "wiring", [C]),
+    # no expectation in the contract: below the floor on its own inputs is an error, not a warning
+    (0.10, 0.09, None, 100, "model_quality", [M]),
+    (0.45, 0.44, None, 100, "model_quality", [M]),
+    (0.55, 0.54, [0.80], 100, "model_quality", [B]),
+    # 12 points down: over 2000 tokens that cannot be a 15-point collapse; over 100 it could be
+    (0.70, 0.58, [0.72], 2000, "healthy", [B]),
+    (0.70, 0.58, [0.72], 100, "inconclusive", [INC, B]),
+    # weak evidence: 20 tokens neither confirm a 20-point drop nor clear a 10-point one
+    (0.70, 0.50, None, 20, "inconclusive", [INC]),
+    (0.70, 0.60, None, 20, "inconclusive", [INC]),
 ])
-def test_verdict_table(rec: float, srv: float, expected: list[float] | None, diag: str,
+def test_verdict_table(rec: float, srv: float, expected: list[float] | None, rows: int, diag: str,
                        kinds: list[FindingKind]) -> None:
-    summary, findings = diagnose(_res(rec), _res(srv), expected=expected)
+    summary, findings = diagnose(_res(rec, rows), _res(srv, rows), expected=expected)
     assert summary.diagnosis == diag
     assert [f.kind for f in findings] == kinds
     assert summary.recorded_acceptance[0] == pytest.approx(rec)
     assert summary.served_acceptance[0] == pytest.approx(srv)
+    assert summary.scored_tokens == rows
+    assert summary.served_interval == pytest.approx(_wilson(round(srv * rows), rows))
     for f in findings:
         assert f"{100 * srv:.1f}%" in f.message or f"{100 * rec:.1f}%" in f.message
     severities = {f.kind: f.severity for f in findings}
-    if FindingKind.ACCEPTANCE_COLLAPSE in severities:
-        assert severities[FindingKind.ACCEPTANCE_COLLAPSE] is Severity.ERROR
+    for kind in (C, M, INC):
+        if kind in severities:
+            assert severities[kind] is Severity.ERROR
     if diag == "model_quality":
-        want = Severity.ERROR if expected else Severity.WARNING
-        assert severities[FindingKind.ACCEPTANCE_BELOW_CONTRACT] is want
+        assert severities[B if expected else M] is Severity.ERROR
 
 
 @settings(max_examples=300, deadline=None)
-@given(rec=st.integers(0, 100), srv=st.integers(0, 100), exp=st.one_of(st.none(), st.integers(10, 100)))
-def test_verdict_rule_for_all_inputs(rec: int, srv: int, exp: int | None) -> None:
+@given(rec=st.integers(0, 100), srv=st.integers(0, 100), exp=st.one_of(st.none(), st.integers(10, 100)),
+       rows=st.sampled_from([20, 100, 1000]))
+def test_verdict_rule_for_all_inputs(rec: int, srv: int, exp: int | None, rows: int) -> None:
     th = OutcomeThresholds()
     expected = None if exp is None else [exp / 100]
-    summary, findings = diagnose(_res(rec / 100), _res(srv / 100), expected=expected, thresholds=th)
+    summary, findings = diagnose(_res(rec / 100, rows), _res(srv / 100, rows), expected=expected, thresholds=th)
+    r0, s0 = round(rec / 100 * rows) / rows, round(srv / 100 * rows) / rows
+    lo, hi = _wilson(round(srv / 100 * rows), rows)
     bar = th.floor if expected is None else expected[0] - th.contract_margin
-    low = rec < round(100 * bar)
-    collapsed = rec - srv >= round(100 * th.collapse)
-    assert summary.diagnosis == ("model_quality" if low else "wiring" if collapsed else "healthy")
-    assert (FindingKind.ACCEPTANCE_COLLAPSE in [f.kind for f in findings]) == collapsed
+    low = r0 < bar - 1e-9
+    collapsed = r0 - hi >= th.collapse - 1e-9
+    cleared = r0 - lo < th.collapse - 1e-9
+    assert summary.diagnosis == ("model_quality" if low else "wiring" if collapsed else
+                                 "healthy" if cleared else "inconclusive")
+    kinds = [f.kind for f in findings]
+    assert (C in kinds) == collapsed and (INC in kinds) == (not collapsed and not cleared)
+    # the outcome never passes on weak evidence: healthy only when the interval clears a collapse
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    assert (summary.diagnosis == "healthy") == (not errors)
+    assert s0 == pytest.approx(summary.served_acceptance[0])
 
 
 def test_expected_from_contract() -> None:
@@ -187,3 +227,16 @@ def test_rows_follow_the_loss_mask_of_the_next_token() -> None:
     assert rows is not None and rows.tolist() == [False, True, True, False, False, False]
     assert rows_from_loss_mask(None) is None
     assert rows_from_loss_mask(torch.zeros(5, dtype=torch.int64)) is None
+
+
+def test_reports_carry_the_interval_and_the_scored_tokens() -> None:
+    from specparity.report.terminal import outcome_lines
+
+    summary, _ = diagnose(_res(0.8, 250), _res(0.8, 250))
+    d = summary.to_dict()
+    assert d["scored_tokens"] == 250
+    assert d["served_interval"] == pytest.approx(list(_wilson(200, 250)))
+    assert d["recorded_interval"] == d["served_interval"]
+    line = outcome_lines(summary)[-1]
+    lo, hi = _wilson(200, 250)
+    assert "250 scored tokens" in line and f"served [{lo:.3f}, {hi:.3f}]" in line

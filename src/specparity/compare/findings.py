@@ -40,6 +40,8 @@ class FindingKind(str, enum.Enum):
     # outcome: drafter acceptance on recorded vs served fc inputs (specparity.replay)
     ACCEPTANCE_COLLAPSE = "acceptance_collapse"
     ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"
+    MODEL_QUALITY = "model_quality"  # below the floor on its own inputs, with no expectation in the contract
+    ACCEPTANCE_INCONCLUSIVE = "acceptance_inconclusive"  # too few scored tokens to clear or confirm a collapse
     # the environment could not run the check
     SGLANG_ERROR = "sglang_error"
     TIMEOUT = "timeout"

@@ -38,6 +38,7 @@ padding are skipped. Without a loss mask every row is scored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,24 @@ def rows_from_loss_mask(loss_mask: torch.Tensor | None) -> torch.Tensor | None:
     rows = torch.zeros(loss_mask.shape[0], dtype=torch.bool)
     rows[:-1] = loss_mask[1:] == 1
     return rows
+
+
+WILSON_Z = 1.959964  # two-sided 95%
+
+
+def wilson_interval(successes: int, trials: int, *, z: float = WILSON_Z) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; (0, 1) when there are no trials.
+
+    Acceptance is a proportion of scored tokens and is noisy at probe-pack sizes (speculators #793 saw
+    first-position acceptance swing 0.073-0.118 across identical environments), so verdicts use its interval.
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,11 @@ class AcceptanceResult:
     def acceptance_length(self) -> float:
         """``1 + sum_j a_j`` over the horizon (EAGLE's acceptance length; a lower bound past the horizon)."""
         return 1.0 + sum(self.defined)
+
+    @property
+    def first_interval(self) -> tuple[float, float]:
+        """95% Wilson interval of the first-position acceptance over the scored tokens (:func:`wilson_interval`)."""
+        return wilson_interval(self.accepted[0] if self.accepted else 0, self.rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_steps": self.num_steps, "at_risk": list(self.at_risk), "accepted": list(self.accepted),

@@ -44,6 +44,7 @@ DIAGNOSIS_TEXT = {
     "healthy": "healthy; the drafter accepts served fc inputs as well as recorded ones",
     "wiring": "wiring; acceptance drops on the served fc input, so the serving path (not the model) is at fault",
     "model_quality": "model quality; acceptance is low on the recorded fc input too, so the drafter itself is weak",
+    "inconclusive": "inconclusive; too few scored tokens to clear or confirm a drop on the served fc input",
 }
 
 
@@ -189,6 +190,10 @@ def outcome_lines(outcome: OutcomeSummary) -> list[str]:
         f"  acceptance length: recorded {outcome.recorded_acceptance_length:.2f}, "
         f"served {outcome.served_acceptance_length:.2f}"
     )
+    if outcome.recorded_interval is not None and outcome.served_interval is not None:
+        r, v = outcome.recorded_interval, outcome.served_interval
+        lines.append(f"  first draft, 95% Wilson interval over {outcome.scored_tokens} scored tokens: "
+                     f"recorded [{r[0]:.3f}, {r[1]:.3f}], served [{v[0]:.3f}, {v[1]:.3f}]")
     return lines
 
 
