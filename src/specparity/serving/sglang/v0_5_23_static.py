@@ -205,6 +205,12 @@ def max_reachable_boundary(model_class: str, num_layers: int) -> int:
 # (the capture list does not depend on them: every rank's setter stores the same list, and only the
 # last PP rank captures, models/llama.py:929-931).
 SINGLE_RANK_ARGS = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1}
+# What a CPU-only machine can resolve when a validation needs the deployment's GPU: this platform, then
+# also no overlap scheduling, which SGLang itself turns off for speculative decoding on CPU.
+HARDWARE_FALLBACKS: tuple[dict[str, Any], ...] = (
+    {"device": "cpu"},
+    {"device": "cpu", "disable_overlap_schedule": True},
+)
 
 
 def static_server_args_kwargs(request: Any) -> dict[str, Any]:
@@ -252,13 +258,32 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         return exception_failure(exc, prefix="importing sglang: ")
     ti = time.perf_counter()
     kw = static_server_args_kwargs(request)
+    notes: list[str] = []
     try:
         sa, warnings = _server_args(kw)
     except Exception as exc:
-        return exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
+        refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
+        if kw.get("device") != "cuda" or torch.cuda.is_available():
+            return refusal
+        # A validation that reads the platform (e.g. arg_groups/mamba_hook.py:113-121 asks whether this
+        # machine snapshots Mamba state) cannot pass on a machine without the deployment's GPU: say so,
+        # and resolve what can be resolved on this machine's platform, as SGLang's CPU path would.
+        for fallback in HARDWARE_FALLBACKS:
+            try:
+                sa, warnings = _server_args({**kw, **fallback})
+            except Exception:
+                continue
+            shown = ", ".join(f"{k}={v}" for k, v in fallback.items())
+            notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}', which "
+                         f"needs a GPU this machine lacks; server args were resolved with {shown}, so the "
+                         "speculative settings shown follow SGLang's defaults for that")
+            kw = {**kw, **fallback}
+            break
+        else:
+            return refusal
     t1 = time.perf_counter()
-    notes: list[str] = []
     try:
+        from sglang.srt.arg_groups.model_override_base import resolved_view
         from sglang.srt.configs.model_config import ModelConfig
         from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
             configure_aux_hidden_state_capture,
@@ -270,12 +295,20 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
 
         build_sa = sa
         wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
+        build_kw = {**kw, **SINGLE_RANK_ARGS}
         if wide:
-            build_sa, _ = _server_args({**kw, **SINGLE_RANK_ARGS})
             notes.append("models built as rank 0 of a one-rank world (deployment: "
                          + ", ".join(f"{k}={v}" for k, v in wide.items())
                          + "); every rank's setter stores the same capture list")
-        model_config = ModelConfig.from_server_args(build_sa)
+        if kw.get("device") == "cuda" and not torch.cuda.is_available():
+            # Model constructors may create CUDA streams (runtime_context.py:990-1004): the meta build
+            # publishes this machine's device, with the attention backend SGLang resolved for the deployment
+            view = resolved_view(sa)
+            build_kw.update(device="cpu", attention_backend=view.attention_backend)
+        if wide or build_kw.get("device") != kw.get("device"):
+            build_sa, _ = _server_args(build_kw)
+        deployed_config = ModelConfig.from_server_args(sa)
+        model_config = deployed_config if build_sa is sa else ModelConfig.from_server_args(build_sa)
         init_single_rank(build_sa, model_config=model_config)
         spec = resolve_spec_aux_hidden_state_config(
             server_args=build_sa,
@@ -309,7 +342,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
         fc = (k * h_t, int(draft_hf.hidden_size), False)
     dep = adapter._deployment(
-        request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
+        request, sa, warnings, model_config=deployed_config, draft_hf_config=draft_hf,
         ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
         fc=fc, k=k, model_class=type(target).__name__,
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
