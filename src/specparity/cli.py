@@ -1,4 +1,4 @@
-"""The ``specparity`` command: the gate and the contract tools.
+"""The ``specparity`` command: the gate, ``explain`` and the contract tools.
 
 Exit codes: 0 pass, 1 parity failure, 2 bad input or usage, 3 environment error
 (:mod:`specparity.errors`). Errors print one short line naming the file and field; never a traceback
@@ -261,6 +261,35 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
     click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
     write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
     sys.exit(verdict.exit_code)
+
+
+@main.command("explain")
+@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target model dir (config.json).")
+@click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft model dir (config.json).")
+@click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE",
+              help="SGLang server argument as deployed (repeatable); device defaults to cuda.")
+@click.option("--python", "python", default=None, help="Interpreter whose SGLang resolves (default: this one).")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True, help="Seconds before SGLang is stopped.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the answer as JSON.")
+def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], python: str | None, timeout_s: float,
+                json_path: Path | None) -> None:
+    """Which target layers SGLang will feed the drafter's fc, and why. No contract needed.
+
+    Exit 0 resolved, 1 SGLang refuses the deployment, 2 bad input, 3 environment.
+    """
+    import json
+
+    from specparity.explain import explain
+    from specparity.gate import parse_sglang_args
+
+    result = explain(target, draft, sglang_args=parse_sglang_args(sglang_args), python=python, timeout_s=timeout_s)
+    click.echo(result.summary)
+    for line in result.lines:
+        click.echo(f"  {line}")
+    if json_path is not None:
+        json_path.write_text(json.dumps({"exit_code": result.exit_code, "summary": result.summary, **result.data},
+                                        indent=2) + "\n", encoding="utf-8")
+    sys.exit(result.exit_code)
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m specparity`

@@ -208,6 +208,8 @@ _FAILURE_FINDING: dict[str, FindingKind] = {
     "capture_shape": FindingKind.WIDTH_MISMATCH,
     "nonfinite": FindingKind.NONFINITE,
     "timeout": FindingKind.TIMEOUT,
+    # a draft config SGLang cannot read is the deployment's fault, not the environment's: exit 1
+    "draft_unreadable": FindingKind.CONFIG_MISMATCH,
 }
 
 

@@ -1,0 +1,102 @@
+"""``specparity explain`` end to end: real SGLang in the child, real classes on the meta device, no contract.
+
+The 61-layer Kimi-K2.5 target (tests/serving/configs/kimi-k2.5.json, DeepSeek-V3 text model, H=7168) with
+draft ids [2, 30, 58] is the seed incident's shape: sglang 0.5.23's DeepSeek rule reads the ids raw because
+the first id is not 1 (models/deepseek_v2.py:3458-3473), so fc is fed layer:1, layer:29, layer:57.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from version_facts import SGLANG_VERSION
+
+from specparity.cli import main
+from specparity.contract.sglang_capture import sglang_capture_plan
+
+pytestmark = pytest.mark.sglang
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = Path(__file__).resolve().parent / "configs"
+DEFAULT = REPO / "fixtures" / "default"
+
+
+def eagle3_draft(hidden: int, vocab: int, ids: list[int] | None) -> dict[str, object]:
+    """A SpecForge-style LlamaForCausalLMEagle3 draft config (SpecForge configs/*-eagle3.json field names)."""
+    cfg: dict[str, object] = {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": hidden, "intermediate_size": 4 * hidden, "max_position_embeddings": 4096,
+        "num_attention_heads": max(1, hidden // 128), "num_key_value_heads": max(1, hidden // 1024),
+        "num_hidden_layers": 1, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "vocab_size": vocab, "draft_vocab_size": 32000,
+    }
+    if ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+    return cfg
+
+
+def deployment(root: Path, target_config: str, draft: dict[str, object]) -> tuple[Path, Path]:
+    (root / "target").mkdir(parents=True)
+    (root / "draft").mkdir()
+    shutil.copy(CONFIGS / target_config, root / "target" / "config.json")
+    (root / "draft" / "config.json").write_text(json.dumps(draft))
+    return root / "target", root / "draft"
+
+
+def run_explain(tmp_path: Path, target: Path, draft: Path, *args: str) -> tuple[int, str, dict[str, object]]:
+    out = tmp_path / "explain.json"
+    r = CliRunner().invoke(main, ["explain", "--target", str(target), "--draft", str(draft), "--json", str(out),
+                                  *args])
+    return r.exit_code, r.output, json.loads(out.read_text()) if out.is_file() else {}
+
+
+def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> None:
+    target, draft = deployment(tmp_path, "kimi-k2.5.json", eagle3_draft(7168, 163840, [2, 30, 58]))
+    code, text, data = run_explain(tmp_path, target, draft, "--sglang-arg", "tp_size=8")
+    assert code == 0, text
+    assert data["served_sources"] == ["layer:1", "layer:29", "layer:57"]
+    assert data["layers_to_capture"] == [2, 30, 58] and data["capture_owner"] == "language_model.model"
+    assert data["target_architecture"] == "KimiK25ForConditionalGeneration" and data["num_layers"] == 61
+    assert data["draft_ids"] == [2, 30, 58] and data["ids_fallback"] is None
+    assert data["ids_source"] == "draft config.json: eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert data["fc_in_features"] == 3 * 7168
+    assert "models/deepseek_v2.py:3458-3473" in text and "models/kimi_k25.py:928-939" in text
+    plan = sglang_capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
+                               version=str(SGLANG_VERSION))
+    assert tuple(data["served_sources"]) == plan.served_sources  # type: ignore[arg-type]
+    for key in ("engine", "engine_version", "resolved_spec"):
+        assert key in data
+
+
+def test_bundled_default_serves_layers_1_3_5(tmp_path: Path) -> None:
+    code, text, data = run_explain(tmp_path, DEFAULT / "target", DEFAULT / "draft")
+    assert code == 0, text
+    assert data["served_sources"] == ["layer:1", "layer:3", "layer:5"]
+    assert data["fc_checkpoint"] == {"in_features": 192, "out_features": 64, "bias": False}
+    assert "layer:1, layer:3, layer:5" in text
+
+
+def test_speculators_draft_is_refused_with_how_to_convert(tmp_path: Path) -> None:
+    spec_draft = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                  "eagle_aux_hidden_state_layer_ids": [2, 4, 6], "transformer_layer_config": {"model_type": "llama"}}
+    code, text, data = run_explain(tmp_path, DEFAULT / "target", _draft_dir(tmp_path, spec_draft))
+    assert code == 1, text
+    assert "model_type is missing" in text and "speculators" in text
+    assert "LlamaForCausalLMEagle3" in text and "eagle_config" in text and "[1, 3, 5]" in text
+    assert data["error"]["kind"] == "draft_unreadable"  # type: ignore[index]
+
+
+def test_missing_config_is_exit_2(tmp_path: Path) -> None:
+    code, text, _ = run_explain(tmp_path, tmp_path, DEFAULT / "draft")
+    assert code == 2 and "no config.json" in text
+
+
+def _draft_dir(tmp_path: Path, cfg: dict[str, object]) -> Path:
+    d = tmp_path / "spec_draft"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
