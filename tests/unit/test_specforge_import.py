@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 from sf_builders import write_record
@@ -155,3 +156,38 @@ def test_cli_writes_contract_that_validates(specforge_run, tmp_path):
     ok = CliRunner().invoke(main, ["contract", "validate", str(out)])
     assert ok.exit_code == 0 and "valid contract" in ok.output
     assert json.loads(out.read_text())["fc_input"]["sources"] == ["layer:0", "layer:1", "layer:2"]
+
+
+# --- issue 11 item 9: contract creation reads the probes plus a bounded sample, not the whole dataset --------
+def test_contract_creation_loads_a_bounded_number_of_files(specforge_run, tmp_path, monkeypatch):
+    import specparity.training.specforge as sf
+
+    run = specforge_run(samples=40)
+    loaded: list[str] = []
+    real = sf.load_record
+
+    def counting(path, index, **kw):  # type: ignore[no-untyped-def]
+        loaded.append(path.name)
+        return real(path, index, **kw)
+
+    monkeypatch.setattr(sf, "load_record", counting)
+    c, _ = _make(run, tmp_path / "c.json", probes=4)
+    assert c.probes.num_samples == 4
+    # 4 probes + CHECK_SAMPLE (4) spread over the other 36 files, the last one included
+    assert loaded == [f"data_{i}.ckpt" for i in (0, 1, 2, 3, 4, 16, 27, 39)]
+
+
+@pytest.mark.parametrize("bad", [39, 3])
+def test_a_width_error_in_a_checked_file_is_still_bad_input(specforge_run, tmp_path, bad):
+    run = specforge_run(samples=40)
+    write_record(run.hidden_states / "rows_0-2000" / f"data_{bad}.ckpt", seq=10, width=16, hidden=8, seed=bad)
+    _assert_bad(_cli(run, tmp_path / "c.json"), f"data_{bad}.ckpt", "aux_hidden_state", "width 16")
+
+
+def test_mixed_dtypes_among_the_checked_files_are_bad_input(specforge_run, tmp_path):
+    run = specforge_run(samples=6)
+    f = run.hidden_states / "rows_0-2000" / "data_5.ckpt"
+    rec = torch.load(f, weights_only=True)
+    rec["aux_hidden_state"] = rec["aux_hidden_state"].to(torch.bfloat16)
+    torch.save(rec, f)
+    _assert_bad(_cli(run, tmp_path / "c.json"), "data_5.ckpt", "aux_hidden_state", "bfloat16")

@@ -5,11 +5,16 @@ SpecForge's ``scripts/prepare_hidden_states.py`` (SF a6b6b02, ``HiddenStatesGene
 ``--compress``; some forks write ``data_{idx}.pt``) with keys ``input_ids [S]``, ``loss_mask [S]``,
 ``aux_hidden_state [1, S, k*H]`` and ``hidden_state [1, S, H]`` (final norm). Row t belongs to
 token t: no shift on disk (domain.md §4). Files are streamed one at a time and safe-loaded.
+
+Contract creation is O(probes), not O(dataset): it lists the files (names only), loads the probe samples,
+and checks width and dtype on them plus a bounded spread of the other files (:data:`CHECK_SAMPLE`, always
+including the last). A 100K-sample run no longer loads terabytes to write a contract of 4 probes.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from specparity.training.drafts import DraftInfo, read_specforge_draft, read_voc
 from specparity.training.hfdir import TargetInfo, read_target, safe_torch_load
 
 REQUIRED_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
+CHECK_SAMPLE = 4  # files beyond the probes whose width and dtype are checked (evenly spread, last included)
 _NAME = re.compile(r"^data_(\d+)\.(ckpt|ckpt\.gz|pt)$")
 
 
@@ -46,10 +52,17 @@ def list_hidden_state_files(directory: str | Path) -> list[tuple[int, Path]]:
     if not d.is_dir():
         raise InputError("hidden-states directory not found", path=d)
     found: list[tuple[int, Path]] = []
-    for p in [*d.glob("rows_*/*"), *d.glob("*")]:
-        m = _NAME.match(p.name)
-        if m and p.is_file():
-            found.append((int(m.group(1)), p))
+    # os.scandir: names and d_type only, no stat per file (a run holds up to 10^5 files)
+    with os.scandir(d) as top:
+        entries = list(top)
+    groups = [e.path for e in entries if e.name.startswith("rows_") and e.is_dir()]
+    for group in groups:
+        with os.scandir(group) as inner:
+            entries += list(inner)
+    for e in entries:
+        m = _NAME.match(e.name)
+        if m and e.is_file():
+            found.append((int(m.group(1)), Path(e.path)))
     if not found:
         raise InputError("no SpecForge hidden-state files (rows_*/data_N.ckpt, .ckpt.gz or data_N.pt)", path=d)
     found.sort()
@@ -99,6 +112,15 @@ def iter_records(directory: str | Path, *, hidden_size: int | None = None) -> It
     """Stream the records, one file in memory at a time."""
     for index, path in list_hidden_state_files(directory):
         yield load_record(path, index, hidden_size=hidden_size)
+
+
+def checked_files(files: list[tuple[int, Path]], probes: int, *, sample: int = CHECK_SAMPLE) -> list[tuple[int, Path]]:
+    """The probe files (the first ``probes``) plus at most ``sample`` of the rest, evenly spread, last included."""
+    head, rest = files[:probes], files[probes:]
+    if len(rest) <= sample:
+        return head + rest
+    picks = sorted({round(i * (len(rest) - 1) / (sample - 1)) for i in range(sample)}) if sample > 1 else [len(rest) - 1]
+    return head + [rest[i] for i in picks]
 
 
 def strip_padding(rec: SpecForgeRecord, pad_token_id: int | None) -> int:
@@ -178,7 +200,9 @@ def contract_from_specforge(
     pad = tgt.pad_token_id
     samples: list[ProbeSample] = []
     dtype: torch.dtype | None = None
-    for rec in iter_records(hidden_states, hidden_size=tgt.hidden_size):
+    files = list_hidden_state_files(hidden_states)
+    for index, path in checked_files(files, probes):
+        rec = load_record(path, index, hidden_size=tgt.hidden_size)
         if rec.aux_hidden_state.shape[1] != width:
             raise InputError(
                 f"width {rec.aux_hidden_state.shape[1]} != {len(sources)} sources x {h_t} = {width} "
@@ -186,6 +210,9 @@ def contract_from_specforge(
                 path=rec.path,
                 field="aux_hidden_state",
             )
+        if dtype is not None and rec.aux_hidden_state.dtype != dtype:
+            raise InputError(f"dtype {rec.aux_hidden_state.dtype} differs from the {dtype} of the files before it",
+                             path=rec.path, field="aux_hidden_state")
         dtype = dtype or rec.aux_hidden_state.dtype
         if len(samples) < probes:
             n = min(strip_padding(rec, pad), max_probe_tokens)
