@@ -123,6 +123,12 @@ def build_meta_model(model_config: Any, *, server_args: Any) -> torch.nn.Module:
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
     load_config = _load_config(server_args)
+    if getattr(server_args, "device", None) == "cpu":
+        # model_runner.py:1301-1304: on CPU the runner adds the *_cpu head counts some files read
+        # (models/qwen3_5.py:377) before it loads
+        from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
+
+        model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, 1)
     try:
         quant_config = _get_quantization_config(model_config, load_config)
         with set_default_torch_dtype(model_config.dtype), torch.device("meta"):

@@ -1,0 +1,80 @@
+"""Every SGLang 0.5.23 registry class with an EAGLE-3 setter, resolved on the meta device by the product's path.
+
+In-process (the static path keeps one one-rank world per process, v0_5_23_static.init_single_rank): for each
+architecture, a target config (tests/serving/static_configs.py) with a draft whose ids distinguish the rules,
+through ``resolve_static`` — SGLang's ServerArgs, ModelConfig, registry, ``_initialize_model`` on meta, and the
+real ``set_eagle3_layers_to_capture`` — and the result must equal the conventions module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from static_configs import NOT_TARGETS, PENDING, TARGETS, target_config
+from version_facts import SGLANG_VERSION as _INSTALLED
+
+from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
+from specparity.serving.sglang.worker import install_kernel_stub_if_needed
+
+_ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
+if isinstance(_ENTRY, AdapterEntry) and _ENTRY.name != "sglang-0.5.23":
+    pytest.skip(f"the registry table is 0.5.23's; sglang {_INSTALLED} is covered by its own family tests",
+                allow_module_level=True)
+
+os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # before the first sglang import, as the serving child does
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+install_kernel_stub_if_needed("cpu")
+
+from specparity.contract.sglang_capture import sglang_capture_plan  # noqa: E402
+from specparity.serving import ResolvedDeployment  # noqa: E402
+from specparity.serving.sglang.adapter import WorkerRequest  # noqa: E402
+from specparity.serving.sglang.v0_5_23 import make_adapter  # noqa: E402
+from specparity.serving.sglang.v0_5_23_static import resolve_static  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name="sglang-0.5.23")
+
+
+def _draft(root: Path, ids: list[int] | None) -> Path:
+    d = root / "draft"
+    d.mkdir()
+    cfg: dict[str, object] = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
+                              "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+                              "num_key_value_heads": 2, "vocab_size": 512, "draft_vocab_size": 256,
+                              "max_position_embeddings": 512, "torch_dtype": "bfloat16"}
+    if ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_every_registry_class_with_a_setter_is_accounted_for() -> None:
+    from sglang.srt.models.registry import ModelRegistry
+
+    with_setter = {name for name, cls in ModelRegistry.models.items() if hasattr(cls, "set_eagle3_layers_to_capture")}
+    unaccounted = with_setter - set(TARGETS) - NOT_TARGETS - set(PENDING)
+    assert not unaccounted, f"registry classes with an EAGLE-3 setter and no config: {sorted(unaccounted)}"
+    assert not (set(TARGETS) & set(PENDING)), "a class is both covered and pending"
+
+
+@pytest.mark.parametrize("ids_kind", ["first_not_1", "first_1", "default"])
+@pytest.mark.parametrize("architecture", sorted(TARGETS))
+def test_real_setter_on_meta_equals_conventions(architecture: str, ids_kind: str, tmp_path: Path) -> None:
+    cfg = target_config(architecture)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(cfg))
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    num_layers = int(text["num_hidden_layers"])  # type: ignore[index]
+    ids = {"first_not_1": [2, num_layers // 2, num_layers - 3], "first_1": [1, num_layers // 2 - 1, num_layers - 4],
+           "default": None}[ids_kind]
+    r = resolve_static(ADAPTER, WorkerRequest(op="resolve", target=str(tmp_path / "target"),
+                                              draft=str(_draft(tmp_path, ids))))
+    assert isinstance(r, ResolvedDeployment), r
+    assert r.target_architecture == architecture and r.num_layers == num_layers
+    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=str(_INSTALLED))
+    assert r.layers_to_capture == plan.layers_to_capture
+    assert r.served_sources == plan.served_sources
+    assert (r.draft_config_ids is None) is (ids is None)
