@@ -34,8 +34,7 @@ from specparity.replay.diagnosis import diagnose
 from specparity.replay.drafter import Eagle3Drafter
 from specparity.replay.outcome import OutcomeRun, check_outcome
 
-pytestmark = [pytest.mark.sglang, pytest.mark.slow]
-pytest.importorskip("sglang")
+pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.usefixtures("sglang_required")]
 
 BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
 LOGIT_ATOL = 2e-5  # fp32, torch_native on CPU; measured max |d| 4.8e-6 (printed with -s)
@@ -168,17 +167,18 @@ def test_kimi_miswiring_crashes_where_the_version_crashes(runs: dict[str, Outcom
     assert KIMI_CRASH in run.failures[0].message and " at sglang/" in run.failures[0].message
 
 
-def _kimi_served(runs: dict[str, OutcomeRun]) -> bool:
-    if KIMI_CRASH is not None:  # the crash itself is pinned by test_kimi_miswiring_crashes_where_the_version_crashes
-        assert runs["kimi"].report is None
-        return False
-    return True
+# On versions whose llama forward crashes on [-1,1,3] there is no served acceptance to measure: the two tests
+# below are skipped by name at collection (shown in the -ra summary), never passed by an early return; the
+# crash itself is asserted by test_kimi_miswiring_crashes_where_the_version_crashes.
+_KIMI_SERVED = pytest.mark.skipif(
+    KIMI_CRASH is not None,
+    reason=f"sglang {SGLANG_VERSION} crashes on [-1,1,3] ({KIMI_CRASH}); pinned by "
+           "test_kimi_miswiring_crashes_where_the_version_crashes")
 
 
+@_KIMI_SERVED
 def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) -> None:
     """[-1,1,3] on sglang 0.5.23 serves embedding, layer:1, layer:3: acceptance on the served input drops."""
-    if not _kimi_served(runs):
-        return
     rec, srv = _first(runs["kimi"])
     healthy_rec, _ = _first(runs["healthy"])
     report = runs["kimi"].report
@@ -189,9 +189,8 @@ def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) ->
     assert srv < rec - 0.02
 
 
+@_KIMI_SERVED
 def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str, OutcomeRun]) -> None:
-    if not _kimi_served(runs):
-        return
     rec, srv = _first(runs["kimi"])
     report = runs["kimi"].report
     assert report is not None

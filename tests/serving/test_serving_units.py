@@ -259,6 +259,19 @@ def test_cache_key_names_the_interpreter_and_its_sglang(tmp_path: Path) -> None:
     assert "unknown" in interpreter_identity(str(tmp_path / "no-python"))
 
 
+def test_real_sglang_tests_fail_where_sglang_is_missing() -> None:
+    """The real-SGLang modules used a module-level importorskip, which skipped 18 tests without a word where
+    sglang was missing; now they fail with a message that says where to run them."""
+    from version_facts import require_sglang
+
+    with pytest.raises(pytest.fail.Exception, match="sglang is not importable"):
+        require_sglang(lambda name: None)
+    require_sglang()  # this interpreter (.venv) has sglang
+    for module in ("test_sglang_capture.py", "test_replay_sglang.py"):
+        text = (Path(__file__).parent / module).read_text()
+        assert "importorskip" not in text and 'usefixtures("sglang_required")' in text, module
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def test_target_without_config_is_bad_deployment(tmp_path: Path) -> None:
     (tmp_path / "target").mkdir()

@@ -18,8 +18,7 @@ from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.cache import SessionCache
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
-pytestmark = pytest.mark.sglang
-pytest.importorskip("sglang")
+pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
 
 TOL = 1e-5
 NUM_LAYERS = 8

@@ -114,7 +114,13 @@ def test_old_runner_id_reader_never_raises_and_explains_none(eagle_config: Any) 
     config = SimpleNamespace(eagle_config=eagle_config)
     try:
         ids = read_draft_ids(config)
-    except (TypeError, ValueError):  # ids present but not ints: SGLang's setter would raise the same way
+    except (TypeError, ValueError):
+        # only the int() conversion is outside the bare except, so a raise means: the ids are present and are
+        # not a list of ints (SGLang's own reader raises on the same value); asserted, not assumed
+        assert isinstance(eagle_config, dict) and "eagle_aux_hidden_state_layer_ids" in eagle_config
+        value = eagle_config["eagle_aux_hidden_state_layer_ids"]
+        assert value is not None
+        assert not (isinstance(value, list) and all(isinstance(x, int) for x in value)), value
         return
     reason = ids_fallback_reason(config, ids, cite="here")
     assert (ids is None) == (reason is not None)

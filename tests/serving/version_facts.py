@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable
+
+import pytest
 
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 
@@ -46,3 +51,10 @@ def installed_entry() -> AdapterEntry:
 def installed_facts() -> VersionFacts:
     """The pinned facts of the installed SGLang's adapter family."""
     return FACTS[installed_entry().name]
+
+
+def require_sglang(find_spec: Callable[[str], object | None] = importlib.util.find_spec) -> None:
+    """Fail (never skip) a real-SGLang test where sglang cannot be imported (issue 11: no silent skips)."""
+    if find_spec("sglang") is None:
+        pytest.fail(f"sglang is not importable by {sys.executable}: run the real-SGLang tests in .venv or a "
+                    ".tox/sglang-* env, or deselect them with -m 'not sglang'", pytrace=False)

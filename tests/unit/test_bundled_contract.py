@@ -43,3 +43,26 @@ def test_committed_contract_is_valid_and_its_probes_are_unpadded():
         # SpecForge pads batches with id 0 and loss_mask 0; a probe never ends in padding
         assert not (int(s.input_ids[-1]) == 0 and int(s.loss_mask[-1]) == 0)  # type: ignore[index]
     assert c.probes.num_tokens == sum(s.num_tokens for s in pack.samples)
+
+
+def test_committed_probes_are_the_first_recordings_of_the_bundle():
+    """An expectation independent of the importer: the probe pack holds data_0..3 of the bundle's SpecForge
+    recordings, cut at their real (unpadded) length and at 128 tokens, bit for bit (no float math between)."""
+    import torch
+
+    c = load_contract(COMMITTED)
+    pack = read_probe_pack(probe_pack_path(c, COMMITTED), expected_sha256=c.probes.sha256)
+    assert len(pack.samples) == c.probes.num_samples == 4
+    total = 0
+    for i, s in enumerate(pack.samples):
+        rec = torch.load(BUNDLE / "hidden_states" / "rows_0-2000" / f"data_{i}.ckpt", weights_only=True)
+        ids, mask = rec["input_ids"], rec["loss_mask"]
+        n = ids.shape[0]
+        while n > 0 and int(ids[n - 1]) == 0 and int(mask[n - 1]) == 0:
+            n -= 1
+        n = min(n, 128)
+        total += n
+        assert torch.equal(s.input_ids, ids[:n]) and torch.equal(s.loss_mask, mask[:n]), i  # type: ignore[arg-type]
+        assert torch.equal(s.fc_input, rec["aux_hidden_state"][0, :n]), i
+        assert torch.equal(s.final_norm, rec["hidden_state"][0, :n]), i  # type: ignore[arg-type]
+    assert c.probes.num_tokens == total == 343

@@ -143,6 +143,20 @@ def test_committed_json_schema_is_current():
     assert SCHEMA.read_text() == json_schema_text(), "run: specparity contract schema > " + str(SCHEMA.relative_to(ROOT))
 
 
+def test_committed_json_schema_says_what_the_docs_say():
+    """Independent of the generator: the facts docs/writing-contracts.md states about a v1 contract."""
+    schema = json.loads(SCHEMA.read_text())
+    assert schema["$id"].endswith("contract.v1.schema.json") and "2020-12" in schema["$schema"]
+    assert schema["additionalProperties"] is False  # unknown fields are rejected
+    assert schema["properties"]["schema_version"]["const"] == 1
+    assert sorted(schema["required"]) == sorted(
+        ["name", "target", "fc_input", "layer_ids", "drafter", "probes", "provenance"])
+    # every top-level key of the committed contract is a schema property, and every required one is present
+    committed = json.loads((ROOT / "contracts" / "tiny-llama-eagle3.json").read_text())
+    assert set(committed) <= set(schema["properties"]) and set(schema["required"]) <= set(committed)
+    assert good().keys() >= set(schema["required"])
+
+
 def test_cli_schema_validate_and_exit_codes(tmp_path):
     r = CliRunner()
     out = r.invoke(main, ["contract", "schema"])
