@@ -1,27 +1,41 @@
-"""The HTML report: self-contained, escaped, with a heatmap PNG we encode ourselves; rendered by Chromium."""
+"""The HTML report: self-contained, escaped, with the matplotlib heatmap (labelled, colour bar, marks)
+embedded as a PNG and written as SVG; rendered by Chromium. Images are read with Pillow."""
 
 from __future__ import annotations
 
 import base64
+import io
+import itertools
 import os
 import shutil
-import struct
 import subprocess
-import zlib
+import xml.etree.ElementTree as ET
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib import colormaps
+from PIL import Image
 
 from specparity.compare.findings import Finding, FindingKind, Severity
-from specparity.report import png as pngmod
-from specparity.report import render_html
-from specparity.report.html import HEATMAP_CELL_HEIGHT, heatmap_cell_width
+from specparity.report import render_html, write_reports
+from specparity.report.heatmap import (
+    COLOUR_BAR_LABEL,
+    X_LABEL,
+    Y_LABEL,
+    heatmap_figure,
+    heatmap_svg,
+    labelled_columns,
+    marks,
+)
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, OutcomeSummary, Verdict
 
+WINDOW = (1280, 1400)
+VIRIDIS_0, VIRIDIS_1 = (tuple(int(x) for x in colormaps["viridis"](v, bytes=True)[:3]) for v in (0.0, 1.0))
 COLUMNS = ("embedding", *(f"layer:{i}" for i in range(8)))
 EXPECTED = ("layer:1", "layer:3", "layer:5")
 SERVED = ("embedding", "layer:1", "layer:3")
@@ -90,11 +104,11 @@ def test_self_contained_and_sections_present() -> None:
     p = parse(html)
     assert all(str(img["src"]).startswith("data:image/png;base64,") for img in p.imgs.values())
     for section in ('id="verdict"', 'id="fix"', 'id="json-patch"', 'id="chunk-table"', 'id="findings-table"',
-                    'id="outcome-table"', 'id="heatmap"', 'id="colour-scale"', 'id="probe-table"'):
+                    'id="outcome-table"', 'id="heatmap"', 'id="probe-table"', 'id="environment-table"'):
         assert section in html, section
     assert 'class="banner fail"' in html and "<h1>FAIL</h1>" in html
     assert "chunk 0 serves embedding" in html and "layer:5 is never served" in html
-    assert "&quot;op&quot;: &quot;replace&quot;" in html
+    assert "&#34;op&#34;: &#34;replace&#34;" in html  # markupsafe's escapes
 
 
 def test_all_text_is_escaped() -> None:
@@ -109,29 +123,121 @@ def test_all_text_is_escaped() -> None:
     )
     html = render_html(v)
     assert "<script" not in html.lower()
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&amp;" in html
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;" in html
     assert parse(html).tags["script"] == 0
 
 
-def test_heatmap_png_geometry_and_cell_colours() -> None:
+def _figure_facts(heatmap: Heatmap, expected: tuple[str, ...] = EXPECTED) -> dict[str, object]:
+    fig = heatmap_figure(heatmap, expected)
+    ax, bar_ax = fig.axes[0], fig.axes[1]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    return {
+        "fig": fig, "ax": ax,
+        "xticks": [t.get_text() for t in ax.get_xticklabels()],
+        "yticks": [t.get_text() for t in ax.get_yticklabels()],
+        "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "bar_label": bar_ax.get_ylabel(),
+        "gids": {str(p.get_gid()) for p in ax.patches},
+        "x_extents": [t.get_window_extent(renderer) for t in ax.get_xticklabels()],
+    }
+
+
+def test_heatmap_figure_is_labelled_with_colour_bar_and_marks() -> None:
+    facts = _figure_facts(failing_verdict().heatmap)  # type: ignore[arg-type]
+    assert facts["xticks"] == list(COLUMNS)
+    assert facts["yticks"] == [f"served {i}" for i in range(3)] + [f"recorded {i}" for i in range(3)]
+    assert (facts["xlabel"], facts["ylabel"], facts["bar_label"]) == (X_LABEL, Y_LABEL, COLOUR_BAR_LABEL)
+    # best match per row: the peak of heatmap_values(); expected: the contract's source for that chunk
+    peaks = [COLUMNS.index(s) for s in SERVED] + [COLUMNS.index(s) for s in EXPECTED]
+    wanted = [COLUMNS.index(s) for s in EXPECTED] * 2
+    assert facts["gids"] == {f"best-{r}-{c}" for r, c in enumerate(peaks)} | {
+        f"expected-{r}-{c}" for r, c in enumerate(wanted)}
+    legend = facts["ax"].get_legend()  # type: ignore[attr-defined]
+    assert [t.get_text() for t in legend.get_texts()] == ["best match", "expected (contract)", "not a number"]
+
+
+def test_marks_skip_nan_and_unknown_sources() -> None:
+    hm = Heatmap(["served 0", "served 1", "odd row"], ["embedding", "layer:0"],
+                 [[float("nan"), 0.2], [float("nan"), float("nan")], [0.9, 0.1]])
+    m = marks(hm, ["layer:0", "layer:7"])
+    assert m.best == (1, None, 0)
+    assert m.expected == (1, None, None)  # layer:7 is not a column; "odd row" names no chunk
+
+
+def atlas_62() -> Heatmap:
+    """A 62-boundary atlas (embedding + 61 layers, a Kimi-sized target): chunks peak at layer:2/29/59,
+    served chunk 0 at the embedding."""
+    cols = ["embedding", *(f"layer:{i}" for i in range(61))]
+    peaks = [cols.index(s) for s in ("embedding", "layer:29", "layer:59", "layer:2", "layer:29", "layer:59")]
+    values = [[round(max(0.0, 1.0 - 0.08 * abs(c - p)), 3) for c in range(len(cols))] for p in peaks]
+    values[5][-1] = float("nan")
+    return Heatmap([f"served {i}" for i in range(3)] + [f"recorded {i}" for i in range(3)], cols, values)
+
+
+EXPECTED_62 = ("layer:2", "layer:29", "layer:59")
+
+
+def test_62_boundaries_each_have_a_label_that_overlaps_no_other() -> None:
+    hm = atlas_62()
+    facts = _figure_facts(hm, EXPECTED_62)
+    assert facts["xticks"] == list(hm.columns)
+    boxes = facts["x_extents"]
+    for left, right in itertools.pairwise(boxes):  # type: ignore[call-overload]
+        assert left.x1 <= right.x0 + 0.5, (left, right)  # vertical labels side by side, not on top
+    fig = facts["fig"]
+    assert fig.get_size_inches()[0] * fig.dpi >= 62 * 12  # at least 12 px per boundary
+
+
+def test_very_deep_targets_label_every_nth_plus_the_marked_columns() -> None:
+    assert labelled_columns(62) == list(range(62))
+    shown = labelled_columns(300, [7, None, 151])
+    assert {0, 7, 151, 299} <= set(shown) and len(shown) < 160
+
+
+def reds(colours: Counter[tuple[int, int, int]]) -> int:
+    """Pixels of the best-match frame red (report.heatmap.BEST_COLOUR), anti-aliased edges included."""
+    return sum(n for (r, g, b), n in colours.items() if r >= 200 and g <= 60 and b <= 60)
+
+
+def test_png_in_the_html_is_the_drawn_heatmap() -> None:
     v = failing_verdict()
-    data = heatmap_bytes(render_html(v))
-    assert data[:8] == pngmod.PNG_SIGNATURE
-    cw, ch = heatmap_cell_width(len(COLUMNS)), HEATMAP_CELL_HEIGHT
-    width, height, rows = pngmod.decode_png(data)
-    assert (width, height) == (len(COLUMNS) * cw + 1, 6 * ch + 1)
-    img = parse(render_html(v)).imgs["heatmap"]
-    assert (img["width"], img["height"], img["alt"]) == (str(width), str(height), "chunk-by-boundary similarity heatmap")
-    values = heatmap_values()
-    for r, row in enumerate(values):
-        best = max(range(len(row)), key=lambda c: -1.0 if row[c] != row[c] else row[c])
-        for c, value in enumerate(row):
-            cx, cy = c * cw + cw // 2, r * ch + ch // 2  # cell centre
-            assert rows[cy][cx] == pngmod.colour_for(value), (r, c)
-            corner = rows[r * ch + 1][c * cw + 1]
-            assert corner == (pngmod.BEST_COLOUR if c == best else pngmod.colour_for(value)), (r, c)
-        assert rows[r * ch][0] == pngmod.GRID_COLOUR
-    assert rows[5 * ch + ch // 2][(len(COLUMNS) - 1) * cw + cw // 2] == pngmod.NAN_COLOUR
+    html = render_html(v)
+    data = heatmap_bytes(html)
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.format == "PNG"
+        size = im.size
+        colours = Counter(im.convert("RGB").get_flattened_data())
+    img = parse(html).imgs["heatmap"]
+    assert (img["width"], img["height"]) == (str(size[0]), str(size[1]))
+    assert (img["data-rows"], img["data-columns"]) == ("6", str(len(COLUMNS)))
+    assert str(img["alt"]).startswith("chunk-by-boundary similarity heatmap")
+    assert colours[VIRIDIS_1] > 100 and colours[VIRIDIS_0] > 100  # cells at cosine 1 and at 0
+    assert reds(colours) > 6 * 40  # the best-match frames: six cells framed
+    assert colours[(0xA0, 0xA0, 0xA0)] > 100  # the NaN cell
+
+
+def test_report_dir_gets_an_svg_heatmap_with_text_labels(tmp_path: Path) -> None:
+    paths = write_reports(failing_verdict(heatmap=atlas_62()), tmp_path)
+    assert tmp_path / "heatmap.svg" in paths
+    svg = (tmp_path / "heatmap.svg").read_text()
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    texts = "".join(root.itertext())
+    for label in ("embedding", "layer:29", "layer:60", "served 0", "recorded 2", X_LABEL, COLOUR_BAR_LABEL):
+        assert label in texts, label
+    assert write_reports(failing_verdict(heatmap=atlas_62()), tmp_path / "again")[-1].name == "junit.xml"
+    assert (tmp_path / "again" / "heatmap.svg").read_bytes() == (tmp_path / "heatmap.svg").read_bytes()
+    assert not (tmp_path / "none" / "heatmap.svg").exists()
+    write_reports(failing_verdict(heatmap=None), tmp_path / "none")
+    assert not (tmp_path / "none" / "heatmap.svg").exists()
+
+
+def test_svg_escapes_hostile_labels() -> None:
+    evil = "<script>alert('x')</script>&"
+    svg = heatmap_svg(Heatmap([evil], [evil], [[0.5]]), [evil])
+    root = ET.fromstring(svg)  # still well-formed XML
+    assert not any(el.tag.endswith("script") for el in root.iter())
+    assert evil in "".join(root.itertext())
 
 
 def test_no_heatmap_says_why() -> None:
@@ -148,61 +254,6 @@ def test_pass_report_has_no_fix_section() -> None:
     assert 'class="banner pass"' in html and 'id="fix"' not in html and "Findings (0)" in html
 
 
-def test_colour_scale_endpoints() -> None:
-    assert pngmod.colour_for(0.0) == (68, 1, 84)
-    assert pngmod.colour_for(-0.5) == (68, 1, 84)
-    assert pngmod.colour_for(1.0) == (253, 231, 37)
-    assert pngmod.colour_for(7.0) == (253, 231, 37)
-    assert pngmod.colour_for(float("nan")) == pngmod.NAN_COLOUR
-
-
-def _filtered_png(rows: list[list[tuple[int, int, int]]], filters: list[int]) -> bytes:
-    """A PNG whose scanlines use the given filter types (PNG spec §9.2), to exercise the decoder."""
-    def paeth(a: int, b: int, c: int) -> int:
-        p = a + b - c
-        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-        return a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-
-    raw, prev = bytearray(), bytes(len(rows[0]) * 3)
-    for row, f in zip(rows, filters, strict=True):
-        line = bytes(v for px in row for v in px)
-        out = bytearray([f])
-        for i, x in enumerate(line):
-            a = line[i - 3] if i >= 3 else 0
-            b, c = prev[i], (prev[i - 3] if i >= 3 else 0)
-            pred = (0, a, b, (a + b) >> 1, paeth(a, b, c))[f]
-            out.append((x - pred) & 0xFF)
-        raw += out
-        prev = line
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", len(rows[0]), len(rows), 8, 2, 0, 0, 0)
-    return pngmod.PNG_SIGNATURE + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b"")
-
-
-_pixel = st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255))
-
-
-@settings(max_examples=40, deadline=None)
-@given(data=st.data(), width=st.integers(1, 7), height=st.integers(1, 6))
-def test_png_round_trip_any_image_and_any_filters(data: st.DataObject, width: int, height: int) -> None:
-    rows = [data.draw(st.lists(_pixel, min_size=width, max_size=width)) for _ in range(height)]
-    assert pngmod.decode_png(pngmod.encode_png(rows)) == (width, height, rows)
-    filters = data.draw(st.lists(st.integers(0, 4), min_size=height, max_size=height))
-    assert pngmod.decode_png(_filtered_png(rows, filters)) == (width, height, rows)
-
-
-def test_png_corruption_is_detected() -> None:
-    data = bytearray(pngmod.encode_png([[(1, 2, 3)]]))
-    data[-20] ^= 0xFF  # inside IDAT
-    with pytest.raises(ValueError, match="CRC"):
-        pngmod.decode_png(bytes(data))
-    with pytest.raises(ValueError, match="not a PNG"):
-        pngmod.png_size(b"GIF89a" + bytes(30))
-
-
 # --- rendered by a real browser ------------------------------------------------------------------
 
 def _chromium() -> str:
@@ -217,13 +268,17 @@ def _chromium() -> str:
 def _chromium_run(exe: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp / 'profile'}", "--window-size=1200,1600", *args]
+           f"--user-data-dir={tmp / 'profile'}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+           "--force-device-scale-factor=1", "--force-color-profile=srgb", "--hide-scrollbars", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_chromium_renders_the_report_with_its_heatmap(tmp_path: Path) -> None:
+def test_chromium_shows_the_labelled_heatmap_of_a_62_boundary_atlas(tmp_path: Path) -> None:
     exe = _chromium()
-    v = failing_verdict()
+    v = failing_verdict(heatmap=atlas_62(), expected_layout=EXPECTED_62,
+                        chunks=tuple(ChunkReport(i, e, s, cosine=0.3, max_abs_err=2.0, recorded=e)
+                                     for i, (e, s) in enumerate(zip(EXPECTED_62, ("embedding", "layer:29", "layer:59"),
+                                                                    strict=True))))
     html = render_html(v)
     page = tmp_path / "report.html"
     page.write_text(html, encoding="utf-8")
@@ -237,18 +292,30 @@ def test_chromium_renders_the_report_with_its_heatmap(tmp_path: Path) -> None:
 
     res = _chromium_run(exe, tmp_path, f"--screenshot={shot}", page.as_uri())
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
-    width, height, pixels = pngmod.decode_png(shot.read_bytes())
-    assert (width, height) == (1200, 1600)
-    seen = Counter(px for row in pixels for px in row)
-    assert seen[(0xB3, 0x26, 0x1E)] > 1200 * 40  # the red FAIL banner
+    if os.environ.get("SPECPARITY_SCREENSHOT_DIR"):  # to look at it: the file the test saw
+        shutil.copy(shot, Path(os.environ["SPECPARITY_SCREENSHOT_DIR"]) / "report-62.png")
+    with Image.open(shot) as im:
+        assert im.size == WINDOW
+        seen = Counter(im.convert("RGB").get_flattened_data())
+    with Image.open(io.BytesIO(heatmap_bytes(html))) as hm:
+        assert hm.size[0] <= WINDOW[0] - 40  # shown at its natural size, labels and all
+        drawn = Counter(hm.convert("RGB").get_flattened_data())
+    assert seen[(0xB3, 0x26, 0x1E)] > WINDOW[0] * 40  # the red FAIL banner
+    # the heatmap's main colours (viridis ends, best-match red, NaN grey, and the dark label text)
+    # appear in the screenshot about as often as in the image: the page shows the whole image unscaled
+    for colour, count in drawn.most_common(12):
+        if colour != (255, 255, 255):
+            assert seen[colour] >= 0.9 * count, (colour, seen[colour], count)
+    assert drawn[VIRIDIS_1] > 100 and reds(seen) >= reds(drawn) > 6 * 40
 
-    # Every colour of the heatmap image appears in the screenshot, about as often (the page shows the
-    # image at its natural size, pixelated, so each cell keeps its exact colour).
-    _, _, hm = pngmod.decode_png(heatmap_bytes(html))
-    expected = Counter(px for row in hm for px in row if px != pngmod.GRID_COLOUR)
-    assert len(expected) >= 6  # five cosine levels, grey NaN and the red best-match frames
-    for colour, count in expected.items():
-        assert seen[colour] >= 0.9 * count, (colour, seen[colour], count)
+
+def _tiny_png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (2, 2)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+TINY_PNG = _tiny_png()
 
 
 class _Text(HTMLParser):
@@ -268,7 +335,8 @@ def test_any_text_round_trips_as_text_and_never_adds_markup(text: str) -> None:
             findings=(Finding(FindingKind.LAYOUT_MISMATCH, Severity.ERROR, t, fix=t),),
             heatmap=Heatmap([t], [t], [[0.5]])))
 
-    html, plain = page(text), page("plain")
+    with mock.patch("specparity.report.html.heatmap_png", lambda *_a: TINY_PNG):  # the text is in the table
+        html, plain = page(text), page("plain")
     assert parse(html).tags == parse(plain).tags
     p = _Text()
     p.feed(html)

@@ -2,7 +2,8 @@
 
 - :func:`render_text`: terminal, house failure shape (``report/terminal.py``)
 - :func:`render_json`: the documented JSON report (``Verdict.to_dict``, docs/report-format.md)
-- :func:`render_html`: one self-contained HTML file with the heatmap as an embedded PNG
+- :func:`render_html`: one self-contained HTML file (Jinja2) with the matplotlib heatmap as an embedded PNG
+- :func:`heatmap_svg`: the same heatmap as SVG (``heatmap.svg`` in a report directory)
 - :func:`write_junit` / :func:`render_junit`: JUnit XML for CI test summaries
 """
 
@@ -13,12 +14,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specparity.report.heatmap import expected_layout, heatmap_svg, verdict_heatmap
 from specparity.report.html import render_html
 from specparity.report.junit import render_junit, write_junit
 from specparity.report.terminal import render_text, use_color
 from specparity.verdict import Verdict
 
-__all__ = ["render_html", "render_json", "render_junit", "render_text", "use_color", "write_junit"]
+__all__ = ["heatmap_svg", "render_html", "render_json", "render_junit", "render_text", "use_color", "write_junit"]
 
 
 def _finite(value: Any) -> Any:
@@ -55,13 +57,20 @@ def write_reports(
     html_path: Path | None = None,
     junit_path: Path | None = None,
 ) -> list[Path]:
-    """Write the requested reports (parent folders created); ``directory`` writes all four there."""
+    """Write the requested reports (parent folders created).
+
+    ``directory`` writes report.json, report.html, report.txt, junit.xml and, when the verdict has a
+    heatmap, heatmap.svg there.
+    """
+    written: list[Path] = []
     if directory is not None:
         json_path = json_path or directory / "report.json"
         html_path = html_path or directory / "report.html"
         junit_path = junit_path or directory / "junit.xml"
-        _write(directory / "report.txt", render_text(verdict))
-    written: list[Path] = []
+        written.append(_write(directory / "report.txt", render_text(verdict)))
+        heatmap = verdict_heatmap(verdict)
+        if heatmap is not None:
+            written.append(_write(directory / "heatmap.svg", heatmap_svg(heatmap, expected_layout(verdict))))
     if json_path is not None:
         written.append(_write(json_path, render_json(verdict) + "\n"))
     if html_path is not None:
