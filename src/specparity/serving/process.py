@@ -61,8 +61,10 @@ def run_child(
     python: str | None = None,
     timeout_s: float = 600,
     progress: Callable[[int, int], None] | None = None,
+    module: str = WORKER_MODULE,
+    engine: str = "SGLang",
 ) -> ChildOutcome | ServingFailure:
-    """Run ``request`` in ``python -m specparity.serving.sglang.worker``; always returns, never hangs."""
+    """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs."""
     interpreter = python or sys.executable
     work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
     try:
@@ -73,7 +75,7 @@ def run_child(
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             proc = subprocess.Popen(
-                [interpreter, "-m", WORKER_MODULE, str(req_path), str(out_dir)],
+                [interpreter, "-m", module, str(req_path), str(out_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -121,13 +123,13 @@ def run_child(
         if timed_out:
             return ServingFailure(
                 TIMEOUT,
-                f"the SGLang child did not finish within {timeout_s:g} s; its process group was killed",
+                f"the {engine} child did not finish within {timeout_s:g} s; its process group was killed",
             )
         outcome = read_result(out_dir)
         if outcome is None:
             return ServingFailure(
                 CHILD_CRASHED,
-                f"the SGLang child exited with code {proc.returncode} "
+                f"the {engine} child exited with code {proc.returncode} "
                 f"without a result; stderr tail:\n{_tail(stderr)}",
             )
         return outcome

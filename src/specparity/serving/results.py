@@ -28,6 +28,8 @@ UNSUPPORTED_VERSION = "unsupported_version"
 BAD_DEPLOYMENT = "bad_deployment"
 CHILD_CRASHED = "child_crashed"
 DRAFT_UNREADABLE = "draft_unreadable"  # a draft config SGLang cannot read at all (e.g. speculators format)
+VLLM_EXCEPTION = "vllm_exception"  # vLLM raised: type, message and the innermost vllm file:line
+VLLM_MISSING = "vllm_missing"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -40,7 +42,10 @@ FAILURE_KINDS = (
     BAD_DEPLOYMENT,
     CHILD_CRASHED,
     DRAFT_UNREADABLE,
+    VLLM_EXCEPTION,
+    VLLM_MISSING,
 )
+ENGINES = ("sglang", "vllm")
 
 
 # ServerArgs keywords of the speculative triple, in SpecSettings field order (every SGLang version).
@@ -124,6 +129,13 @@ class ResolvedDeployment:
     draft_model_class: str = ""
     draft_fc_module: tuple[int | None, int | None, bool | None] | None = None
     notes: tuple[str, ...] = ()
+    # which engine resolved this; ``sglang_version`` then holds that engine's version (the field predates vLLM)
+    engine: str = "sglang"
+
+    @property
+    def engine_version(self) -> str:
+        """The serving engine's version (``sglang_version`` is kept as the stored field name)."""
+        return self.sglang_version
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -243,6 +255,8 @@ class CaptureResult:
     fc: FcCapture | None
     atlas: LayerAtlas | None
     failures: tuple[ServingFailure, ...]
+    # what the engine's own serving loop reported (vLLM: its spec-decode counters and per-rank facts)
+    loop: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.fc is None and not self.failures:

