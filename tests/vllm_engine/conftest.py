@@ -1,7 +1,7 @@
 """Real-vLLM tests: run in the vllm-0.32 env (scripts/venv-vllm.sh), skipped from collection elsewhere.
 
 The default suite runs in .venv (SGLang, no vLLM): there these modules are not collected at all, the same
-selection `-m "not vllm"` makes. In .tox/vllm-0.32 they run with `pytest -m vllm tests/vllm`.
+selection `-m "not vllm"` makes. In .tox/vllm-0.32 they run with `pytest -m vllm tests/vllm_engine`.
 Every engine run here is one vLLM start in a child process (~15 s at TP=1 on 2 cores); the gate runs are
 shared per module through fixtures so the env's test time stays within the CI budget.
 """
