@@ -17,6 +17,7 @@ are 0.5.23-specific. This module imports sglang: use it only inside the serving 
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -352,7 +353,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
         fc=fc, k=k, model_class=type(target).__name__,
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
-                 "total_s": t2 - t0},
+                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
     )
     return dataclasses.replace(
         dep,
