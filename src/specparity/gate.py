@@ -91,6 +91,7 @@ class _Run:
     outcome_findings: tuple[Finding, ...] = ()
     probes: tuple[Mapping[str, Any], ...] = ()
     fc_dtype: str | None = None
+    stand_ins: tuple[str, ...] = ()  # stand-ins active in the SGLang child (README "Stand-ins")
 
 
 def run_gate(
@@ -131,6 +132,9 @@ def run_gate(
         capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
                            timeout_s=timeout_s, progress=progress)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
+        if capture.fc is not None and capture.fc.kernel_stub_active:
+            calls = sorted(set(capture.fc.kernel_stub_calls))
+            run.stand_ins = (f"sgl_kernel stand-in ({', '.join(calls) if calls else 'no calls'})",)
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
             t1 = time.perf_counter()
@@ -377,6 +381,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,
         probes=list(run.probes), timings=dict(timings),
+        environment=dict(dep.environment) if dep else {}, stand_ins=tuple(run.stand_ins),
     )
 
 

@@ -113,6 +113,10 @@ class Verdict:
     heatmap: Heatmap | None = None
     probes: Sequence[Mapping[str, Any]] = ()  # per probe sample: {"index", "tokens", "status", "max_abs_err"}
     timings: Mapping[str, float] = field(default_factory=dict)
+    # what the SGLang child really ran on: python, sglang (+ path), torch, transformers, device
+    environment: Mapping[str, str] = field(default_factory=dict)
+    # stand-ins that were active in the child (README "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
+    stand_ins: Sequence[str] = ()
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -144,6 +148,8 @@ class Verdict:
             "heatmap": self.heatmap.to_dict() if self.heatmap else None,
             "probes": [dict(p) for p in self.probes],
             "timings": dict(self.timings),
+            "environment": dict(self.environment),
+            "stand_ins": list(self.stand_ins),
         }
 
 
@@ -183,4 +189,6 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         heatmap=Heatmap(hm["rows"], hm["columns"], hm["values"]) if hm else None,
         probes=list(d.get("probes", [])),
         timings=dict(d.get("timings", {})),
+        environment=dict(d.get("environment", {})),
+        stand_ins=list(d.get("stand_ins", [])),
     )

@@ -236,6 +236,19 @@ def render_lines(verdict: Verdict) -> list[str]:
     if verdict.outcome is not None:
         lines += outcome_lines(verdict.outcome)
     lines += [f"Note: {n}" for n in note_lines(verdict)]
+    lines += environment_lines(verdict)
+    return lines
+
+
+def environment_lines(verdict: Verdict) -> list[str]:
+    """What the SGLang child ran on, and the stand-ins active there (issue 11 items 3, 4)."""
+    env = verdict.environment
+    lines = []
+    if env:
+        lines.append(f"Measured with: sglang {env.get('sglang')} ({env.get('sglang_path')}), torch {env.get('torch')}, "
+                     f"transformers {env.get('transformers')}, device {env.get('device')}, python {env.get('python')}")
+    if verdict.stand_ins:
+        lines.append(f"Stand-ins active: {'; '.join(verdict.stand_ins)}")
     return lines
 
 

@@ -33,10 +33,30 @@ PROGRESS_PREFIX = "@@specparity-progress"
 STDERR_TAIL_LINES = 25
 
 
-def _package_root() -> str:
-    # .../src for an editable install; site-packages otherwise. Prepended to the child's PYTHONPATH so
-    # a deploy repo's interpreter (python=) can run the worker without specparity installed there.
-    return str(Path(specparity.__file__).resolve().parent.parent)
+def _package_dir() -> Path:
+    return Path(specparity.__file__).resolve().parent
+
+
+def child_env(work: Path, *, python: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: only the specparity package comes from the gate, everything else from the
+    child interpreter's own environment (issue 11 item 3).
+
+    The gate's package directory's parent is site-packages for a regular install, so putting it on the
+    child's PYTHONPATH (as before) made a deploy interpreter (``python=``) import the gate's torch,
+    transformers and sglang. Instead ``work/path`` holds one link, ``specparity``, to the gate's package,
+    and is the child's whole PYTHONPATH when it runs another interpreter. The same interpreter keeps the
+    gate's own PYTHONPATH after it (it is the same environment).
+    """
+    env = dict(os.environ if base is None else base)
+    shim = work / "path"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "specparity"
+    if not link.exists():
+        link.symlink_to(_package_dir(), target_is_directory=True)
+    inherited = env.get("PYTHONPATH", "") if python is None or python == sys.executable else ""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), inherited) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
 
 
 def _pump(stream: IO[str], sink: Callable[[str], None]) -> None:
@@ -70,9 +90,7 @@ def run_child(
     try:
         req_path, out_dir = work / "request.json", work / "out"
         req_path.write_text(json.dumps(request.to_dict()))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        env = child_env(work, python=python)
         try:
             proc = subprocess.Popen(
                 [interpreter, "-m", module, str(req_path), str(out_dir)],

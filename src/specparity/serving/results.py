@@ -131,6 +131,9 @@ class ResolvedDeployment:
     notes: tuple[str, ...] = ()
     # which engine resolved this; ``sglang_version`` then holds that engine's version (the field predates vLLM)
     engine: str = "sglang"
+    # the child's own environment, as it imported it (worker.child_environment): python, sglang and its
+    # path, torch, transformers, device; reports name it, so a --python run shows what it measured
+    environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def engine_version(self) -> str:
@@ -168,7 +171,7 @@ class ResolvedDeployment:
                 v = tuple(str(x) for x in v)
             elif f.name == "draft_fc_module":
                 v = None if v is None else tuple(v)
-            elif f.name in ("server_args", "timings"):
+            elif f.name in ("server_args", "timings", "environment"):
                 v = dict(v)
             kw[f.name] = v
         return cls(**kw)

@@ -22,6 +22,7 @@ import sys
 import traceback
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 PROGRESS_PREFIX = "@@specparity-progress"
 STUB_DIR = Path(__file__).resolve().parent / "kernel_stub"
@@ -44,6 +45,44 @@ def install_kernel_stub_if_needed(device: str) -> bool:
             del sys.modules[name]
     sys.path.insert(0, str(STUB_DIR))
     return True
+
+
+def child_environment(device: str) -> dict[str, str]:
+    """What this interpreter really imports: its path, sglang (version and package path), torch,
+    transformers, and the device asked for. Read from the installed distributions, after the adapter
+    imported sglang, so it names the modules the measurement ran on."""
+    import importlib.util
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    def where(module: str) -> str:
+        loaded = sys.modules.get(module)
+        origin = getattr(loaded, "__file__", None) if loaded is not None else None
+        if origin is None:
+            spec = importlib.util.find_spec(module)
+            origin = spec.origin if spec is not None else None
+        return str(Path(origin).resolve().parent) if origin else "absent"
+
+    return {"python": sys.executable, "sglang": version("sglang"), "sglang_path": where("sglang"),
+            "torch": version("torch"), "torch_path": where("torch"), "transformers": version("transformers"),
+            "device": device}
+
+
+def _with_environment(result: Any, device: str) -> Any:
+    from dataclasses import replace
+
+    from specparity.serving.results import CaptureResult, ResolvedDeployment
+
+    env = child_environment(device)
+    if isinstance(result, ResolvedDeployment):
+        return replace(result, environment=env)
+    if isinstance(result, CaptureResult) and result.deployment is not None:
+        return replace(result, deployment=replace(result.deployment, environment=env))
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -80,9 +119,9 @@ def main(argv: list[str]) -> int:
         write_result(out_dir, exception_failure(exc, prefix="importing sglang: "))
         return 0
     if request.op == "resolve":
-        write_result(out_dir, adapter.resolve(request))
+        write_result(out_dir, _with_environment(adapter.resolve(request), request.device))
     elif request.op == "capture":
-        write_result(out_dir, adapter.capture(request, progress=_progress))
+        write_result(out_dir, _with_environment(adapter.capture(request, progress=_progress), request.device))
     else:
         raise ValueError(f"unknown op {request.op!r}")
     return 0
