@@ -1,21 +1,23 @@
-"""A tiny progress bar for long work (capture over many probes), drawn only on a terminal.
+"""Progress bars for long work (an engine start, prefill, atlas, replay), drawn by rich on a terminal.
 
-``Progress`` is a callback: pass it where a ``progress(done, total)`` callable is expected. It draws
-one self-overwriting line (``\\r``) on an interactive terminal and stays silent otherwise (CI logs,
-pipes, files), so logs never fill with partial bars.
+``Progress`` is a callback: pass it where a ``progress(done, total)`` callable is expected (the
+serving child reports ``@@specparity-progress DONE TOTAL`` after each phase; serving/process.py). It
+draws a rich progress bar on an interactive terminal, naming the phase under way, and stays silent
+otherwise (CI logs, pipes, files, ``TERM=dumb``), so logs never fill with partial bars. rich is
+imported only when a bar is drawn.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
-BAR_WIDTH = 24
-_MIN_INTERVAL_S = 0.1  # redraw at most ten times a second, except for the final update
+# What is under way while ``done`` phases have finished (serving/sglang/v0_5_23.py:237,296,311:
+# progress(1, ...) after start-up, (2, ...) after the fc-input prefill, (3, 3) after the atlas).
+PHASES: tuple[str, ...] = ("start-up", "prefill", "atlas", "replay")
 
 
 def stream_is_interactive(stream: TextIO) -> bool:
@@ -29,12 +31,20 @@ def stream_is_interactive(stream: TextIO) -> bool:
         return False
 
 
+def phase(done: int, total: int, phases: Sequence[str] = PHASES) -> str:
+    """The phase under way after ``done`` of ``total`` steps: ``start-up`` at 0, ..., ``done`` at the end."""
+    if done >= total:
+        return "done"
+    return phases[done] if 0 <= done < len(phases) else f"step {done + 1} of {total}"
+
+
 class Progress:
     """``Progress(total, label)``; call ``progress(done)`` or ``progress(done, total)`` as work advances.
 
     ``enabled=None`` (the default) draws only when ``stream`` is an interactive terminal; ``True`` or
-    ``False`` force it. ``NO_COLOR`` does not disable the bar (it draws no colour); ``TERM=dumb`` does.
-    Use as a context manager, or call :meth:`close`, to end the line.
+    ``False`` force it. ``NO_COLOR`` does not disable the bar (rich draws it without colour);
+    ``TERM=dumb`` does. Use as a context manager, or call :meth:`close`, to end the bar.
+    ``auto_refresh=False`` redraws only on updates (tests).
     """
 
     def __init__(
@@ -44,55 +54,60 @@ class Progress:
         *,
         stream: TextIO | None = None,
         enabled: bool | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        phases: Sequence[str] = PHASES,
+        auto_refresh: bool = True,
     ) -> None:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
         self.total = total
         self.label = label
+        self.phases = tuple(phases)
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = stream_is_interactive(self.stream) if enabled is None else enabled
         self.done = 0
-        self._clock = clock
-        self._last_draw: float | None = None
-        self._drawn = False
-        self._width = 0
+        self._auto_refresh = auto_refresh
+        self._bar: Any = None  # rich.progress.Progress, started on the first update
+        self._task: Any = None
 
-    def line(self) -> str:
-        """The bar as text, e.g. ``capture [############------------] 2/4``."""
-        frac = 1.0 if self.total == 0 else min(1.0, max(0.0, self.done / self.total))
-        filled = round(frac * BAR_WIDTH)
-        return f"{self.label} [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {self.done}/{self.total}"
+    def description(self) -> str:
+        """``gate: prefill``: the label and the phase under way."""
+        return f"{self.label}: {phase(self.done, self.total, self.phases)}"
+
+    def _start(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        console = Console(file=self.stream, force_terminal=True, force_interactive=True)
+        self._bar = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+                                 auto_refresh=self._auto_refresh)
+        self._bar.start()
+        self._task = self._bar.add_task(self.description(), total=self.total)
 
     def __call__(self, done: int, total: int | None = None) -> None:
-        """Record progress; redraw when enabled (rate-limited, but always at the end)."""
+        """Record progress; redraw when enabled."""
         if total is not None:
             self.total = total
         self.done = done
         if not self.enabled:
             return
-        now = self._clock()
-        final = self.done >= self.total
-        if not final and self._last_draw is not None and now - self._last_draw < _MIN_INTERVAL_S:
-            return
-        self._last_draw = now
-        text = self.line()
-        pad = " " * max(0, self._width - len(text))  # erase a longer previous line
-        self._width = len(text)
-        self.stream.write("\r" + text + pad)
-        self.stream.flush()
-        self._drawn = True
+        if self._bar is None:
+            self._start()
+        self._bar.update(self._task, completed=max(0, min(done, self.total)), total=self.total,
+                         description=self.description())
+        if not self._auto_refresh:
+            self._bar.refresh()
 
     def advance(self, step: int = 1) -> None:
         """``progress(done + step)``."""
         self(self.done + step)
 
     def close(self) -> None:
-        """End the bar's line (only if one was drawn)."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        """Stop the bar (it clears itself); nothing is written if it never drew."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
     def __enter__(self) -> Progress:
         return self

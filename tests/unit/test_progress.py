@@ -1,14 +1,17 @@
-"""The progress bar: drawn on a terminal, silent in logs and pipes."""
+"""The progress bar (rich): drawn on a terminal naming the phase under way, silent in logs and pipes."""
 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specparity.progress import BAR_WIDTH, Progress, stream_is_interactive
+from specparity.progress import PHASES, Progress, phase, stream_is_interactive
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class FakeTTY(io.StringIO):
@@ -16,31 +19,29 @@ class FakeTTY(io.StringIO):
         return True
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+def screen(tty: io.StringIO) -> str:
+    return ANSI.sub("", tty.getvalue())
 
 
 @pytest.fixture(autouse=True)
 def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
 
 
-def test_draws_on_a_terminal_and_ends_the_line() -> None:
-    tty, clock = FakeTTY(), FakeClock()
-    with Progress(4, "capture", stream=tty, clock=clock) as progress:
-        for done in range(1, 5):
-            clock.now += 1.0
-            progress(done, 4)
-    assert tty.getvalue() == (
-        "\rcapture [######------------------] 1/4"
-        "\rcapture [############------------] 2/4"
-        "\rcapture [##################------] 3/4"
-        "\rcapture [########################] 4/4\n"
-    )
+def test_draws_each_phase_on_a_terminal_and_clears_at_the_end() -> None:
+    tty = FakeTTY()
+    with Progress(3, "gate", stream=tty, auto_refresh=False) as progress:
+        progress(0, 3)
+        assert "gate: start-up" in screen(tty) and "0/3" in screen(tty)
+        progress(1, 3)
+        assert "gate: prefill" in screen(tty) and "1/3" in screen(tty)
+        progress(2, 3)
+        assert "gate: atlas" in screen(tty)
+        progress(3, 3)
+        assert "gate: done" in screen(tty) and "3/3" in screen(tty)
+        drawn = len(tty.getvalue())
+    assert len(tty.getvalue()) > drawn  # stop() clears the transient bar
 
 
 def test_silent_when_not_a_terminal() -> None:
@@ -55,13 +56,24 @@ def test_silent_when_not_a_terminal() -> None:
 def test_term_dumb_disables_and_enabled_forces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TERM", "dumb")
     assert not stream_is_interactive(FakeTTY())
-    forced = io.StringIO()
-    Progress(1, "x", stream=forced, enabled=True)(1)
-    assert forced.getvalue() == "\rx [" + "#" * BAR_WIDTH + "] 1/1"
-    off = FakeTTY()
+    assert Progress(1, "x", stream=FakeTTY()).enabled is False
     monkeypatch.setenv("TERM", "xterm")
+    forced = io.StringIO()  # not a terminal, drawn anyway
+    with Progress(1, "x", stream=forced, enabled=True, auto_refresh=False) as p:
+        p(1)
+    assert "x: done" in screen(forced)
+    off = FakeTTY()
     Progress(1, "x", stream=off, enabled=False)(1)
     assert off.getvalue() == ""
+
+
+def test_no_color_still_draws_the_bar_without_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    tty = FakeTTY()
+    with Progress(2, "gate", stream=tty, auto_refresh=False) as p:
+        p(1, 2)
+        assert "gate: prefill" in screen(tty)
+    assert not re.search(r"\x1b\[[0-9;]*3[0-9]m", tty.getvalue())  # no foreground colour codes
 
 
 def test_closed_stream_is_not_interactive() -> None:
@@ -72,25 +84,13 @@ def test_closed_stream_is_not_interactive() -> None:
     assert not stream_is_interactive(Closed())
 
 
-def test_rate_limited_but_final_update_always_drawn() -> None:
-    tty, clock = FakeTTY(), FakeClock()
-    progress = Progress(100, "p", stream=tty, clock=clock)
-    for done in range(1, 101):  # all at the same instant
-        progress(done)
-    assert tty.getvalue().count("\r") == 2  # the first update and the last
-    assert tty.getvalue().endswith("100/100")
-
-
-def test_shorter_line_erases_longer_one_and_advance() -> None:
-    tty, clock = FakeTTY(), FakeClock()
-    progress = Progress(10, "p", stream=tty, clock=clock)
-    progress(10)
-    clock.now += 1
-    progress(1, 9)
-    assert tty.getvalue().split("\r")[-1] == "p [###---------------------] 1/9  "  # two blanks erase "10/10"
-    clock.now += 1
-    progress.advance()
-    assert progress.done == 2 and tty.getvalue().endswith("] 2/9")
+def test_advance_and_new_totals() -> None:
+    p = Progress(10, "p", stream=io.StringIO())
+    p(4)
+    p.advance()
+    assert p.done == 5 and p.description() == "p: step 6 of 10"
+    p(1, 2)
+    assert (p.total, p.description()) == (2, "p: prefill")
 
 
 def test_close_without_drawing_writes_nothing() -> None:
@@ -101,10 +101,12 @@ def test_close_without_drawing_writes_nothing() -> None:
         Progress(-1, "p", stream=tty)
 
 
-@given(total=st.integers(0, 500), done=st.integers(-5, 600))
-def test_bar_width_is_constant_for_any_progress(total: int, done: int) -> None:
-    progress = Progress(total, "p", stream=io.StringIO())
-    progress(done)
-    bar = progress.line().split("[", 1)[1].split("]", 1)[0]
-    assert len(bar) == BAR_WIDTH and set(bar) <= {"#", "-"}
-    assert bar == "".join(sorted(bar))  # filled part first
+@given(total=st.integers(0, 50), done=st.integers(-5, 60))
+def test_phase_names_for_any_progress(total: int, done: int) -> None:
+    name = phase(done, total)
+    if done >= total:
+        assert name == "done"
+    elif 0 <= done < len(PHASES):
+        assert name == PHASES[done]
+    else:
+        assert name == f"step {done + 1} of {total}"

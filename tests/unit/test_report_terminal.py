@@ -230,3 +230,52 @@ def test_every_finding_and_every_chunk_is_rendered(findings: list[Finding], n_ch
     assert len(chunk_lines) == (n_chunks if status != "pass" else 0)
     assert lines[0].split()[0] == status.upper()
     assert any(ln.startswith("Fix: ") for ln in lines[1:2]) == (status != "pass")
+
+
+# --- drawn by rich ---------------------------------------------------------------------------------
+
+def _long_line_fail() -> Verdict:
+    long = "RuntimeError: " + "x" * 300  # longer than any terminal: never wrapped or cropped
+    return dataclasses.replace(embedding_first_fail(), findings=(
+        *embedding_first_fail().findings, Finding(FindingKind.SGLANG_ERROR, Severity.WARNING, long)))
+
+
+def test_rich_lines_are_the_plain_lines_styled() -> None:
+    from specparity.report.console import styled_lines
+    from specparity.report.terminal import render_lines
+
+    v = embedding_first_fail()
+    texts = styled_lines(v)
+    assert [t.plain for t in texts] == render_lines(v)
+    styles = {(str(s.style), t.plain[s.start:s.end]) for t in texts for s in t.spans}
+    assert ("bold red", "FAIL") in styles and ("bold", "Fix:") in styles
+    assert ("bold red", "embedding") in styles  # chunk 0 serves the wrong source
+    assert ("bold red", "error") in styles
+
+
+def test_print_verdict_in_a_pipe_is_exactly_the_plain_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specparity.report.console import print_verdict
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    v = _long_line_fail()
+    pipe = io.StringIO()
+    print_verdict(v, pipe)
+    assert pipe.getvalue() == render_text(v)  # CI logs: no ANSI, no wrapping at 80 columns
+    tty = _TTY()
+    print_verdict(v, tty)
+    assert "\x1b[1;31mFAIL\x1b[0m" in tty.getvalue()
+    assert re.sub(r"\x1b\[[0-9;]*m", "", tty.getvalue()) == render_text(v)
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain_tty = _TTY()
+    print_verdict(v, plain_tty)
+    params = {p for codes in re.findall(r"\x1b\[([0-9;]*)m", plain_tty.getvalue()) for p in codes.split(";")}
+    assert not params & {str(n) for n in (*range(30, 38), *range(90, 98))}  # bold stays; no colour (no-color.org)
+
+
+@settings(max_examples=30, deadline=None)
+@given(findings=_findings, status=st.sampled_from(["pass", "fail", "error"]))
+def test_colour_never_changes_the_words(findings: list[Finding], status: str) -> None:
+    v = verdict(status=status, findings=tuple(findings), chunks=embedding_first_fail().chunks)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", render_text(v, color=True)) == render_text(v)

@@ -9,11 +9,10 @@ any warnings. The HTML and JUnit reports reuse the same lines, so all faces say 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind
 from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
 
 # Kinds that mean "the tensors fc receives are not the promised ones"; other failures (vocab map,
@@ -35,10 +34,6 @@ FC_INPUT_KINDS = frozenset(
         FindingKind.NUMERIC_DRIFT,
     }
 )
-
-_ANSI = {"pass": "\x1b[1;32m", "fail": "\x1b[1;31m", "error": "\x1b[1;33m", "warning": "\x1b[33m",
-         "info": "\x1b[36m", "dim": "\x1b[2m"}
-_RESET = "\x1b[0m"
 
 DIAGNOSIS_TEXT = {
     "healthy": "healthy; the drafter accepts served fc inputs as well as recorded ones",
@@ -252,32 +247,19 @@ def environment_lines(verdict: Verdict) -> list[str]:
     return lines
 
 
-def _paint(line: str) -> str:
-    for word, key in (("PASS ", "pass"), ("FAIL ", "fail"), ("ERROR ", "error")):
-        if line.startswith(word):
-            return f"{_ANSI[key]}{word.strip()}{_RESET}{line[len(word) - 1:]}"
-    for sev in Severity:
-        if line.startswith(sev.value.ljust(7) + " "):
-            key = "fail" if sev is Severity.ERROR else sev.value
-            return f"{_ANSI[key]}{sev.value}{_RESET}{line[len(sev.value):]}"
-    if line.startswith("Note: "):
-        return f"{_ANSI['dim']}{line}{_RESET}"
-    return line
-
-
 def use_color(stream: TextIO) -> bool:
-    """Whether to pass ``color=True`` for ``stream``: a terminal, ``NO_COLOR`` unset, ``TERM`` not dumb."""
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
+    """Whether to pass ``color=True`` for ``stream``: a terminal, ``NO_COLOR`` unset, ``TERM`` not dumb
+    (rich's detection, :func:`specparity.report.console.use_color`)."""
+    from specparity.report.console import use_color as rich_use_color
+
+    return rich_use_color(stream)
 
 
 def render_text(verdict: Verdict, *, color: bool = False) -> str:
-    """The terminal report for ``verdict``, newline-terminated; ANSI colours when ``color``."""
-    lines = render_lines(verdict)
+    """The terminal report for ``verdict``, newline-terminated; ANSI colours (drawn by rich,
+    :mod:`specparity.report.console`) when ``color``."""
     if color:
-        lines = [_paint(line) for line in lines]
-    return "\n".join(lines) + "\n"
+        from specparity.report.console import ansi_text
+
+        return ansi_text(verdict)
+    return "\n".join(render_lines(verdict)) + "\n"
