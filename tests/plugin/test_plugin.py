@@ -320,3 +320,27 @@ def test_bad_deployment_table_names_file_and_field(pytester: pytest.Pytester, to
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([message])
     assert "Traceback" not in result.stdout.str()
+
+
+HEAVY_PROBE = '''
+import json, os, sys
+
+HEAVY = ("torch", "matplotlib", "sglang", "vllm", "transformers", "rich", "jinja2")
+
+def pytest_collection_finish(session):
+    with open(os.environ["HEAVY_OUT"], "w") as f:
+        json.dump(sorted(m for m in HEAVY if m in sys.modules), f)
+'''
+
+
+def test_start_up_imports_no_torch_matplotlib_or_engine(pytester: pytest.Pytester, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collecting two deployments' parity items loads nothing heavy; benchmarks/bench_startup.py times it."""
+    out = tmp_path / "heavy.json"
+    monkeypatch.setenv("HEAVY_OUT", str(out))
+    pytester.makeconftest(HEAVY_PROBE)
+    shutil.copy(CONTRACT, pytester.path / "c.json")
+    pytester.makepyprojecttoml(DEPLOYMENTS)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["parity::llama-a::static", "11 tests collected in *"])
+    assert json.loads(out.read_text()) == []

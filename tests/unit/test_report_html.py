@@ -7,6 +7,7 @@ import base64
 import io
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -352,3 +353,27 @@ def test_missing_chromium_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.Mo
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="not installed"):
         _chromium()
+
+
+def _env_table(html: str) -> dict[str, str]:
+    section = html.split('id="environment-table"', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<td>(.*?)</td>", section)
+    return dict(zip(cells[::2], cells[1::2], strict=True))
+
+
+def test_environment_says_what_the_evidence_carries_and_nothing_else() -> None:
+    bare = _env_table(render_html(failing_verdict()))
+    assert bare["engine"] == "sglang" and bare["engine version"] == "0.5.23"
+    for label in ("engine install path", "torch", "transformers", "device", "stand-ins active"):
+        assert bare[label] == "not recorded", label  # never guessed from the gate's own interpreter
+    full = failing_verdict(environment={
+        "python": "/opt/serve/bin/python", "sglang": "0.5.3", "sglang_path": "/opt/serve/lib/sglang",
+        "torch": "2.13.0+cpu", "transformers": "4.57.1", "device": "cpu", "tp": "2"},
+        stand_ins=("sgl_kernel: copy_all_layer_kv_cache_cpu x3",))
+    env = _env_table(render_html(full))
+    assert env == {"engine": "sglang", "engine version": "0.5.3", "engine install path": "/opt/serve/lib/sglang",
+                   "interpreter": "/opt/serve/bin/python", "torch": "2.13.0+cpu", "torch install path": "not recorded",
+                   "transformers": "4.57.1", "device": "cpu",
+                   "stand-ins active": "sgl_kernel: copy_all_layer_kv_cache_cpu x3", "tp": "2"}
+    none = failing_verdict(environment={"device": "cpu"})
+    assert _env_table(render_html(none))["stand-ins active"] == "none"  # recorded, and empty

@@ -39,7 +39,7 @@ def styled_lines(verdict: Verdict) -> list[Text]:
         word = line.split(" ", 1)[0]
         if out == [] and word in STATUS_STYLE:
             text.stylize(STATUS_STYLE[word], 0, len(word))
-        elif line.startswith(("Fix: ", "Spec config: ", "Outcome: ")):
+        elif line.startswith(("Fix: ", "Spec config: ", "Outcome: ", "Measured with: ", "Stand-ins active: ")):
             text.stylize("bold", 0, line.index(":") + 1)
         elif line.startswith("Note: "):
             text.stylize("dim")

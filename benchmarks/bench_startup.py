@@ -1,0 +1,93 @@
+"""Benchmark: the time the specparity pytest plugin adds to a bare ``pytest --collect-only``.
+
+A throwaway deploy repo: 50 ordinary tests and two deployments in pyproject.toml
+(``[tool.specparity.deployments.<name>]``, the bundled contract), so that the plugin reads its
+settings and builds its items as in real use. Each round runs, in fresh interpreters,
+``pytest --collect-only -q`` without the plugin (``-p no:specparity``) and with it, alternately;
+the figure is the median of each over the rounds, the difference and the ratio.
+
+Goal: the plugin adds at most 0.3 s (the plugin imports neither torch nor matplotlib nor an engine
+before a parity item runs; tests/plugin/test_plugin.py checks that).
+Run: ``.venv/bin/python benchmarks/bench_startup.py [--rounds 7]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACT = REPO / "contracts" / "tiny-llama-eagle3.json"
+GOAL_S = 0.3
+
+PYPROJECT = """
+[tool.pytest.ini_options]
+addopts = "-p no:cacheprovider"
+
+[tool.specparity.deployments.llama-a]
+contract = "contracts/tiny-llama-eagle3.json"
+target = "models/target"
+draft = "models/draft-a"
+
+[tool.specparity.deployments.llama-b]
+contract = "contracts/tiny-llama-eagle3.json"
+target = "models/target"
+draft = "models/draft-b"
+engine_args = { speculative_num_steps = 3 }
+"""
+
+
+def _deploy_repo(root: Path) -> None:
+    (root / "contracts").mkdir()
+    shutil.copy(CONTRACT, root / "contracts" / CONTRACT.name)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_app.py").write_text(
+        "".join(f"def test_{i}():\n    assert {i} == {i}\n\n" for i in range(50)))
+
+
+def _run(root: Path, *extra: str) -> tuple[float, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH"))
+                                                      if p))
+    env.pop("PYTEST_ADDOPTS", None)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *extra], cwd=root, env=env,
+                          capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"pytest failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return elapsed, proc.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="specparity-startup-") as tmp:
+        root = Path(tmp)
+        _deploy_repo(root)
+        _run(root)  # warm the file cache and byte-compile once
+        bare: list[float] = []
+        plugin: list[float] = []
+        for _ in range(args.rounds):
+            t, bare_line = _run(root, "-p", "no:specparity")
+            bare.append(t)
+            t, plugin_line = _run(root)
+            plugin.append(t)
+    b, p = statistics.median(bare), statistics.median(plugin)
+    print(f"pytest --collect-only, median of {args.rounds} rounds in fresh interpreters:")
+    print(f"  without the plugin  {b:.3f} s   ({bare_line})")
+    print(f"  with the plugin     {p:.3f} s   ({plugin_line})")
+    verdict = "within" if p - b <= GOAL_S else "OVER"
+    print(f"plugin adds {p - b:+.3f} s (ratio {p / b:.2f}x); goal <= {GOAL_S} s added: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
