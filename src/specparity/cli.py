@@ -292,6 +292,28 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], python:
     sys.exit(result.exit_code)
 
 
+@main.command("versions")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the table as JSON.")
+def versions(as_json: bool) -> None:
+    """The SGLang versions specparity supports: range, adapter family and the CI env that tests it."""
+    import json
+
+    from specparity.serving.sglang.families import versions_table
+
+    rows = versions_table()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'SGLang range':<26} {'family':<7} {'adapter':<16} tested with")
+    for r in rows:
+        tested = ", ".join(f"{e} (sglang {v})" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
+        if r["untested"]:
+            tested = "untested: runs with an untested_version warning"
+        elif not tested:
+            tested = str(r["untested_why"])
+        click.echo(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {tested}")
+
+
 def run() -> None:  # pragma: no cover - console entry for `python -m specparity`
     sys.exit(main())
 

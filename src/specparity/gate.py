@@ -39,7 +39,9 @@ LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
 _SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
 _STATIC_KINDS = frozenset({FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.SPEC_CONFIG_REWRITTEN,
-                           FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH})
+                           FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
+                           FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
+                           FindingKind.CUDA_GRAPH_IDS_HAZARD})
 _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
                             FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 
@@ -263,6 +265,13 @@ def _config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | Non
     return configdiff.config_findings(kept)
 
 
+def _adapter_findings(dep: ResolvedDeployment) -> list[Finding]:
+    """What the SGLang version family knows about this deployment (``ResolvedDeployment.adapter_notes``)."""
+    return [Finding(FindingKind(kind), Severity(severity), message,
+                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
+            for kind, severity, message, cite in dep.adapter_notes]
+
+
 def _check_of(f: Finding) -> str:
     if f.kind in _OUTCOME_KINDS:
         return "outcome"
@@ -352,6 +361,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
+        findings += _adapter_findings(dep)
     findings += run.outcome_findings
     findings += _missing_evidence(run, level)
     findings = _tag(findings, level, static_layout)

@@ -27,7 +27,7 @@ from specparity.serving.sglang.worker import install_kernel_stub_if_needed
 # families' own llama/qwen setters are pinned against the conventions model by
 # tests/serving/test_versions.py::test_conventions_equal_this_versions_real_setters (a child with the shims).
 _ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
-if isinstance(_ENTRY, AdapterEntry) and _ENTRY.name != "sglang-0.5.23":
+if isinstance(_ENTRY, AdapterEntry) and _INSTALLED != "0.5.23":
     pytest.skip(f"sglang {_INSTALLED} ({_ENTRY.name}) lacks the 0.5.23 model classes this module imports; its own "
                 "setters are covered by tests/serving/test_versions.py::test_conventions_equal_this_versions_real_"
                 "setters", allow_module_level=True)

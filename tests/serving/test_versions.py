@@ -33,11 +33,19 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from serving_probes import PROBES
-from version_facts import FACTS, SGLANG_VERSION, VersionFacts
+from version_facts import FACTS, SGLANG_VERSION, VersionFacts, facts_for
 
 from specparity.contract.sglang_capture import TYPE_ERROR_HS_NONE, sglang_capture_plan
 from specparity.serving.results import SGLANG_EXCEPTION, UNSUPPORTED_VERSION, ServingFailure
 from specparity.serving.sglang.adapter import REGISTRY, AdapterEntry, parse_version, select_adapter
+from specparity.serving.sglang.families import (
+    ENVS,
+    FAMILIES,
+    FIRST_EAGLE3,
+    KNOWN_RELEASES,
+    family_for,
+    release_of,
+)
 from specparity.sources import EMBEDDING, layer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,56 +56,235 @@ SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "specul
 
 
 # ================================================================================ no sglang needed
-def test_every_adapter_has_pinned_facts_a_matrix_env_and_a_pinned_list() -> None:
+def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> None:
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO / "tox.ini")
     matrix = (REPO / "scripts" / "matrix.sh").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
     for entry in REGISTRY:
-        assert entry.name in FACTS, f"{entry.name}: pin its version-specific behaviour in FACTS"
-        assert f"testenv:{entry.name}" in tox, f"tox.ini has no [testenv:{entry.name}]"
-        assert entry.name in matrix, f"scripts/matrix.sh does not know {entry.name}"
-        lowest = ".".join(map(str, entry.lowest))
-        assert list((REPO / "constraints").glob(f"sglang-{lowest}*.txt")), f"no pinned list for {entry.name}"
+        fam = next(f for f in FAMILIES if f.letter == entry.family)
+        assert bool(entry.tested_with) != bool(fam.untested_why), f"family {fam.letter}: an env, or why none"
+        for env_name in entry.tested_with:
+            env = ENVS[env_name]
+            assert family_for(env.sglang).family is not None
+            assert family_for(env.sglang).family.letter == entry.family, env  # type: ignore[union-attr]
+            assert env_name in FACTS, f"{env_name}: pin its version-specific behaviour in FACTS"
+            assert f"testenv:{env_name}" in tox, f"tox.ini has no [testenv:{env_name}]"
+            assert env_name in tox["tox"]["env_list"], f"tox.ini env_list lacks {env_name}"
+            assert env_name in matrix, f"scripts/matrix.sh does not know {env_name}"
+            assert env_name in ci or env_name == "sglang-0.5.23", f".ci/run does not run {env_name}"  # 0.5.23: make test
+            assert (REPO / env.constraints).is_file() and (REPO / env.torch).is_file(), env
+            pins = (REPO / env.constraints).read_text().splitlines()
+            assert f"sglang=={env.sglang}" in pins, env
 
 
-def test_supported_versions_table_lists_every_adapter() -> None:
+def _versions_json() -> list[dict[str, Any]]:
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    out = CliRunner().invoke(main, ["versions", "--json"])
+    assert out.exit_code == 0, out.output
+    rows: list[dict[str, Any]] = json.loads(out.output)
+    return rows
+
+
+def test_versions_json_covers_every_release_from_0_4_4_post2_to_0_5_23_with_no_gap() -> None:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    rows = _versions_json()
+    assert all({"range", "adapter", "family", "tested_with"} <= set(r) for r in rows)
+    assert [r["family"] for r in rows] == ["A", "B", "C", "D", "E", "E"] and rows[-1]["untested"] is True
+    assert len(KNOWN_RELEASES) == 70 and KNOWN_RELEASES[0] == FIRST_EAGLE3 and KNOWN_RELEASES[-1] == "0.5.23"
+    for release in KNOWN_RELEASES:  # each release in exactly one tested range, and that row lists it
+        holding = [r for r in rows[:-1] if SpecifierSet(r["range"]).contains(Version(release), prereleases=True)]
+        assert len(holding) == 1 and release in holding[0]["releases"], release
+    # contiguous: each range starts where the previous one stops, the untested one where the last stops
+    bounds = [r["range"].removeprefix(">=").split(",<") for r in rows]
+    for (_, below), nxt in itertools.pairwise(bounds):
+        assert below == nxt[0]
+    assert bounds[0][0] == FIRST_EAGLE3
+    for r in rows[:-1]:
+        assert r["adapter"] == next(e.name for e in REGISTRY if e.family == r["family"])
+
+
+def test_versions_text_names_each_range_and_its_env() -> None:
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    out = CliRunner().invoke(main, ["versions"])
+    assert out.exit_code == 0, out.output
+    for entry in REGISTRY:
+        line = next(ln for ln in out.output.splitlines() if ln.startswith(entry.range_text + " "))
+        assert entry.name in line and all(env in line for env in entry.tested_with), line
+    assert "untested_version" in out.output
+
+
+def test_supported_versions_table_lists_every_range() -> None:
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "supported_versions.py")], check=True,
                          capture_output=True, text=True, timeout=120).stdout
     rows = [line for line in out.splitlines() if line.startswith("| `")]
-    assert len(rows) == len(REGISTRY)
+    assert len(rows) == len(REGISTRY) + 1
     for entry in REGISTRY:
-        assert any(f"`{entry.range_text}`" in row and "family " in row for row in rows), entry
+        assert any(f"`{entry.range_text}`" in row and f"| {entry.family}: " in row for row in rows), entry
 
 
-_VERSIONS = st.tuples(st.integers(0, 1), st.integers(0, 6), st.integers(0, 30))
+_VERSIONS = st.tuples(st.integers(0, 1), st.integers(0, 6), st.integers(0, 30), st.sampled_from(
+    ["", ".post1", ".post2", ".post4", "rc0", ".dev3"]))
 
 
 @given(_VERSIONS)
-def test_registry_ranges_are_disjoint_and_selection_is_exact(version: tuple[int, int, int]) -> None:
-    accepting = [e for e in REGISTRY if e.accepts(version)]
+def test_every_version_is_served_by_exactly_one_family_or_refused(v: tuple[int, int, int, str]) -> None:
+    from packaging.version import Version
+
+    text = ".".join(map(str, v[:3])) + v[3]
+    accepting = [e for e in REGISTRY if e.accepts(text)]
     assert len(accepting) <= 1
-    picked = select_adapter(".".join(map(str, version)) + ".post2")
-    if accepting:
-        assert isinstance(picked, AdapterEntry) and picked == accepting[0]
-    else:
+    picked = select_adapter(text)
+    if release_of(Version(text)) < Version(FIRST_EAGLE3):
         assert isinstance(picked, ServingFailure) and picked.kind == UNSUPPORTED_VERSION
-        for entry in REGISTRY:  # the message names the whole supported range
-            assert entry.range_text in picked.message
+        assert "no EAGLE-3" in picked.message and REGISTRY[0].range_text in picked.message
+    elif accepting:
+        assert isinstance(picked, AdapterEntry) and picked == accepting[0] and not picked.untested
+    else:  # newer than every range: the newest adapter, flagged, never refused
+        assert release_of(Version(text)) >= Version("0.5.24")
+        assert isinstance(picked, AdapterEntry) and picked.family == REGISTRY[-1].family and picked.untested
+        assert picked.note.startswith(f"untested_version: sglang {text} is newer")
 
 
-@pytest.mark.parametrize(("installed", "name"), [("0.4.10.post2", "sglang-0.4.10"), ("0.5.3", "sglang-0.5.3"),
-                                                   ("0.5.23", "sglang-0.5.23")])
-def test_matrix_versions_select_their_adapter(installed: str, name: str) -> None:
+@pytest.mark.parametrize(("installed", "family"), [
+    ("0.4.4.post2", "A"), ("0.4.8.post1", "A"), ("0.4.9", "B"), ("0.4.10.post2", "B"), ("0.5.0rc0", "B"),
+    ("0.5.3", "B"), ("0.5.10.post1", "B"), ("0.5.11", "C"), ("0.5.14", "C"), ("0.5.16", "C"), ("0.5.17", "D"),
+    ("0.5.20", "D"), ("0.5.21", "D"), ("0.5.22", "E"), ("0.5.23", "E")])
+def test_releases_select_their_family(installed: str, family: str) -> None:
     picked = select_adapter(installed)
-    assert isinstance(picked, AdapterEntry) and picked.name == name
+    assert isinstance(picked, AdapterEntry) and picked.family == family and not picked.untested
 
 
-@pytest.mark.parametrize("installed", ["0.4.9", "0.5.2", "0.5.10", "0.5.22", "0.6.0", "garbage"])
-def test_unsupported_version_is_a_clear_failure(installed: str) -> None:
+@pytest.mark.parametrize("installed", ["0.4.4.post1", "0.4.4", "0.4.3.post4", "0.3.0", "garbage", ""])
+def test_older_than_eagle3_or_unparsable_is_refused(installed: str) -> None:
     picked = select_adapter(installed)
     assert isinstance(picked, ServingFailure) and picked.kind == UNSUPPORTED_VERSION
-    assert f"sglang {installed} is not supported" in picked.message
-    assert "0.4.10" in picked.message and "0.5.3" in picked.message and "0.5.23" in picked.message
+    assert f"sglang {installed} is not supported" in picked.message and ">=0.4.4.post2,<0.4.9" in picked.message
+
+
+@pytest.mark.parametrize("installed", ["0.5.24", "0.6.0", "1.0.0", "0.5.23.post1"])
+def test_newer_versions_run_through_the_newest_adapter_flagged(installed: str) -> None:
+    picked = select_adapter(installed)
+    assert isinstance(picked, AdapterEntry)
+    if installed == "0.5.23.post1":  # a post-release of a tested release is in its range
+        assert not picked.untested and picked.family == "E"
+        return
+    assert picked.untested and picked.module == REGISTRY[-1].module and "untested_version" in picked.note
+
+
+def test_family_b_glue_is_detected_from_what_sglang_has() -> None:
+    """eagle_info vs eagle_utils and the init_new keyword, as the 0.5.3 / 0.4.10.post2 glue hard-wired them."""
+    from specparity.serving.sglang import family_b, v0_4_10, v0_5_3
+
+    def init_new_0410(reqs: Any, enable_custom_logit_processor: bool, spec_algorithm: Any = None) -> None: ...
+    def init_new_053(reqs: Any, spec_algorithm: Any = None) -> None: ...
+
+    assert family_b.draft_input_module(lambda name: object()) == v0_5_3.GLUE.draft_input_module
+    assert family_b.draft_input_module(lambda name: None) == v0_4_10.GLUE.draft_input_module
+
+    def no_parent(name: str) -> None:
+        raise ModuleNotFoundError(name)
+
+    assert family_b.draft_input_module(no_parent) == v0_4_10.GLUE.draft_input_module
+    assert family_b.batch_extra_kwargs(init_new_0410) == v0_4_10.GLUE.batch_extra_kwargs
+    assert family_b.batch_extra_kwargs(init_new_053) == v0_5_3.GLUE.batch_extra_kwargs == {}
+
+
+@given(ids=st.none() | st.lists(st.integers(0, 70), min_size=1, max_size=4), layers=st.integers(4, 80),
+       device=st.sampled_from(["cuda", "cpu"]), graphs=st.booleans())
+def test_family_b_cuda_graph_hazard_only_on_cuda_with_graphs_and_non_default_ids(
+        ids: list[int] | None, layers: int, device: str, graphs: bool) -> None:
+    from specparity.serving.sglang.family_b import cuda_graph_hazard
+
+    default = [1, layers // 2 - 1, layers - 4]
+    hazard = cuda_graph_hazard(device=device, cuda_graphs=graphs, ids=None if ids is None else tuple(ids),
+                               num_layers=layers)
+    expected = device == "cuda" and graphs and ids is not None and ids != default
+    assert (hazard is not None) == expected
+    if hazard is not None:
+        assert str(default) in hazard and str(ids) in hazard and "sglang #22836" in hazard
+        assert "model_executor/model_runner.py:450-470" in hazard
+
+
+def _static_deployment(**kw: Any) -> Any:
+    from specparity.serving import ResolvedDeployment, SpecSettings
+
+    bundle = REPO / "fixtures" / "default"
+    spec = SpecSettings(3, 1, 4)
+    base = dict(
+        sglang_version="0.5.23", adapter="sglang-family-E", target_path=str(bundle / "target"),
+        draft_path=str(bundle / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
+        target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
+        draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,
+        requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
+        ids_fallback_reason=None, layers_to_capture=(2, 4, 6), served_sources=(layer(1), layer(3), layer(5)),
+        fc_in_features=192, fc_out_features=64, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
+        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={}, timings={})
+    return ResolvedDeployment(**{**base, **kw})
+
+
+def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -> None:
+    from specparity import gate
+    from specparity.contract import load_contract
+    from specparity.serving import CaptureResult, ResolvedDeployment
+    from specparity.serving.sglang.worker import with_version_note
+
+    entry = select_adapter("0.6.1")
+    assert isinstance(entry, AdapterEntry) and entry.untested
+    dep = with_version_note(_static_deployment(sglang_version="0.6.1"), entry)
+    assert dep.adapter_notes[0][:2] == ("untested_version", "warning") and "0.6.1" in dep.adapter_notes[0][2]
+    assert ResolvedDeployment.from_dict(json.loads(json.dumps(dep.to_dict()))) == dep  # survives the child pipe
+    crash = ServingFailure(SGLANG_EXCEPTION, "boom")
+    captured = with_version_note(CaptureResult(_static_deployment(sglang_version="0.6.1"), None, None, (crash,)),
+                                 entry)
+    assert captured.deployment.adapter_notes == dep.adapter_notes and captured.failures == (crash,)
+    tested = select_adapter("0.5.23")
+    assert with_version_note(_static_deployment(), tested).adapter_notes == ()
+    contract = REPO / "contracts" / "tiny-llama-eagle3.json"
+    run = gate._Run(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft", deployment=dep)
+    v = gate._verdict(run, level="static", timings={})
+    found = [f for f in v.findings if f.kind.value == "untested_version"]
+    assert len(found) == 1 and found[0].severity.value == "warning" and v.status == "pass"
+    assert found[0].details["check"] == "static"
+
+
+@pytest.mark.parametrize(("configured", "severity"), [((1, 3, 4), "warning"), (None, "warning"),
+                                                        ((1, 3, 5), "error"), ((0, 1, 2), "error")])
+def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
+        configured: tuple[int, ...] | None, severity: str) -> None:
+    from specparity import gate
+    from specparity.contract import load_contract
+    from specparity.serving.sglang.family_a import ids_ignored_note
+
+    note = ids_ignored_note(version="0.4.8", configured=configured, num_layers=8)
+    assert note[0] == "draft_ids_ignored" and note[1] == severity
+    assert "[1, 3, 4]" in note[2] and "layer:1, layer:3, layer:4" in note[2] and "0.4.8" in note[2]
+    assert "model_runner.py:307" in note[3] and "models/llama.py:700-706" in note[3]
+    dep = _static_deployment(sglang_version="0.4.8", adapter="sglang-family-A", draft_config_ids=None,
+                             layers_to_capture=(2, 4, 5), served_sources=(layer(1), layer(3), layer(4)),
+                             adapter_notes=(note,))
+    contract = REPO / "contracts" / "tiny-llama-eagle3.json"
+    run = gate._Run(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft", deployment=dep)
+    v = gate._verdict(run, level="static", timings={})
+    assert v.status == "fail"  # the bundle was trained on layer:1,3,5; 0.4.8 serves 1,3,4
+    assert any(f.kind.value == "draft_ids_ignored" and f.severity.value == severity for f in v.findings)
+
+
+def test_family_a_reads_configured_ids_from_either_place() -> None:
+    from specparity.serving.sglang.family_a import configured_ids
+
+    assert configured_ids(SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]})) == (1, 2, 3)
+    assert configured_ids(SimpleNamespace(eagle_aux_hidden_state_layer_ids=[4])) == (4,)
+    assert configured_ids(SimpleNamespace(eagle_config="junk")) is None
+    assert configured_ids(SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": ["x"]})) is None
 
 
 _JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=4),
@@ -161,7 +348,7 @@ def facts() -> tuple[AdapterEntry, VersionFacts]:
                     pytrace=False)
     entry = select_adapter(SGLANG_VERSION)
     assert isinstance(entry, AdapterEntry), entry
-    return entry, FACTS[entry.name]
+    return entry, facts_for(SGLANG_VERSION)
 
 
 def _capture(cache: Any, models: dict[str, Path], name: str) -> Any:
@@ -294,10 +481,9 @@ _SETTER_CHILD = textwrap.dedent("""
     from specparity.serving.sglang.adapter import select_adapter
     from specparity.serving.sglang.worker import install_kernel_stub_if_needed
     entry = select_adapter(metadata.version("sglang"))
-    glue = getattr(importlib.import_module(entry.module), "GLUE", None)
     install_kernel_stub_if_needed("cpu")
-    if glue is not None:
-        legacy_shims.install(device="cpu", torch_drift=glue.torch_drift)
+    if entry.family in ("A", "B"):  # the pre-worker-v2 families' CPU shims (family_b.FamilyBAdapter)
+        legacy_shims.install(device="cpu", torch_drift=True)
     cases = json.loads(sys.stdin.read())
     out = {}
     for arch, module, layers in [("LlamaForCausalLM", "llama", 8), ("LlamaForCausalLM", "llama", 61),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
+from specparity.serving.sglang.families import env_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +27,11 @@ class VersionFacts:
     fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
 
 
-# Keyed by registry entry name: a new adapter without a row here fails test_every_adapter_has_pinned_facts.
+# Keyed by matrix env (families.ENVS): an env without a row here fails test_every_family_env_is_wired.
 FACTS: dict[str, VersionFacts] = {
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
+    "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
     "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 
@@ -48,9 +50,18 @@ def installed_entry() -> AdapterEntry:
     return entry
 
 
+def facts_for(version: str) -> VersionFacts:
+    """The pinned facts of the env installing ``version`` (else its family's representative env)."""
+    env = env_for(version)
+    assert env is not None and env.name in FACTS, f"sglang {version}: no matrix env with pinned facts"
+    return FACTS[env.name]
+
+
 def installed_facts() -> VersionFacts:
-    """The pinned facts of the installed SGLang's adapter family."""
-    return FACTS[installed_entry().name]
+    """The pinned facts of the installed SGLang (its matrix env, else its family's representative)."""
+    installed_entry()
+    assert SGLANG_VERSION is not None
+    return facts_for(SGLANG_VERSION)
 
 
 def require_sglang(find_spec: Callable[[str], object | None] = importlib.util.find_spec) -> None:

@@ -30,6 +30,10 @@ class FindingKind(str, enum.Enum):
     SPEC_CONFIG_REWRITTEN = "spec_config_rewritten"
     VOCAB_MAP_MISMATCH = "vocab_map_mismatch"
     CONFIG_MISMATCH = "config_mismatch"
+    # what the SGLang version family does (serving/sglang/families.py)
+    UNTESTED_VERSION = "untested_version"
+    DRAFT_IDS_IGNORED = "draft_ids_ignored"
+    CUDA_GRAPH_IDS_HAZARD = "cuda_graph_ids_hazard"
     # tensor content
     NORM_MISMATCH = "norm_mismatch"
     POSITION_SHIFT = "position_shift"

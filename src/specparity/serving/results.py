@@ -129,6 +129,9 @@ class ResolvedDeployment:
     draft_model_class: str = ""
     draft_fc_module: tuple[int | None, int | None, bool | None] | None = None
     notes: tuple[str, ...] = ()
+    # what the adapter family knows about this version that the report must say, as
+    # (kind, severity, message, cite): untested_version, draft_ids_ignored (family A), cuda_graph_ids_hazard (B)
+    adapter_notes: tuple[tuple[str, str, str, str], ...] = ()
     # which engine resolved this; ``sglang_version`` then holds that engine's version (the field predates vLLM)
     engine: str = "sglang"
     # the child's own environment, as it imported it (worker.child_environment): python, sglang and its
@@ -147,7 +150,7 @@ class ResolvedDeployment:
             if isinstance(v, SpecSettings):
                 out[f.name] = v.to_dict()
             elif isinstance(v, tuple):
-                out[f.name] = list(v)
+                out[f.name] = [list(x) if isinstance(x, tuple) else x for x in v]
             elif isinstance(v, dict):
                 out[f.name] = dict(v)
             else:
@@ -173,6 +176,8 @@ class ResolvedDeployment:
                 v = None if v is None else tuple(v)
             elif f.name in ("server_args", "timings", "environment"):
                 v = dict(v)
+            elif f.name == "adapter_notes":
+                v = tuple((str(a), str(b), str(c), str(d)) for a, b, c, d in v)
             kw[f.name] = v
         return cls(**kw)
 

@@ -1,17 +1,22 @@
 """The interface every SGLang version adapter implements, and the registry that picks one.
 
-Version-specific glue lives in one module per version family (``v0_5_23.py``; 0.5.3 and
-0.4.10.post2 come later). Adapter modules import sglang, so the registry imports them lazily, inside
-the child process only.
+One adapter per version family (domain.md §6; ranges, modules and matrix envs in ``families.py``),
+covering every release from 0.4.4.post2 to 0.5.23; differences inside a family are found by feature
+detection in the adapter, not by version. Adapter modules import sglang, so the registry imports them
+lazily, inside the child process only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from specparity.serving.results import (
     UNSUPPORTED_VERSION,
@@ -19,6 +24,7 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
+from specparity.serving.sglang.families import FAMILIES, adapter_name, family_for, release_of
 
 Progress = Callable[[int, int], None]
 
@@ -65,29 +71,36 @@ class SglangAdapter(Protocol):
 
 @dataclass(frozen=True)
 class AdapterEntry:
-    """One registered adapter: the half-open version range it serves and where its module lives."""
+    """One adapter family (``families.py``): the PEP 440 range it serves and where its module lives.
+
+    ``untested`` is set on the entry :func:`select_adapter` returns for a version newer than every known
+    range: the newest adapter serves it and every report carries an ``untested_version`` warning.
+    """
 
     name: str
-    lowest: tuple[int, ...]
-    below: tuple[int, ...]
+    family: str
+    specifier: str
     module: str
+    tested_with: tuple[str, ...] = ()  # matrix envs (tox.ini, scripts/matrix.sh) running its real-SGLang tests
+    untested: bool = False
+    note: str = ""  # the untested_version warning when ``untested``
 
     @property
     def range_text(self) -> str:
-        return f">={_dotted(self.lowest)},<{_dotted(self.below)}"
+        return self.specifier
 
-    def accepts(self, version: tuple[int, ...]) -> bool:
-        return self.lowest <= version < self.below
+    def accepts(self, version: tuple[int, ...] | str) -> bool:
+        text = _dotted(version) if isinstance(version, tuple) else version
+        try:
+            return SpecifierSet(self.specifier).contains(release_of(Version(text)), prereleases=True)
+        except InvalidVersion:
+            return False
 
 
-REGISTRY: tuple[AdapterEntry, ...] = (
-    AdapterEntry(name="sglang-0.4.10", lowest=(0, 4, 10), below=(0, 4, 11),
-                 module="specparity.serving.sglang.v0_4_10"),
-    AdapterEntry(name="sglang-0.5.3", lowest=(0, 5, 3), below=(0, 5, 4),
-                 module="specparity.serving.sglang.v0_5_3"),
-    AdapterEntry(name="sglang-0.5.23", lowest=(0, 5, 23), below=(0, 5, 24),
-                 module="specparity.serving.sglang.v0_5_23"),
-)
+REGISTRY: tuple[AdapterEntry, ...] = tuple(
+    AdapterEntry(name=adapter_name(f), family=f.letter, specifier=f.specifier, module=f.module,
+                 tested_with=f.envs)
+    for f in FAMILIES)
 
 
 def _dotted(v: tuple[int, ...]) -> str:
@@ -107,20 +120,22 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 def supported_range() -> str:
     """Human text naming every supported SGLang range."""
-    return "; ".join(f"sglang {e.range_text} ({e.name})" for e in REGISTRY)
+    return "; ".join(f"sglang {e.range_text} ({e.name})" for e in REGISTRY) + (
+        f"; newer versions run through {REGISTRY[-1].name} with an untested_version warning")
 
 
 def select_adapter(version: str) -> AdapterEntry | ServingFailure:
-    """The registered adapter for an installed SGLang version, or ``unsupported_version``."""
-    try:
-        parsed = parse_version(version)
-    except ValueError:
-        parsed = None
-    for entry in REGISTRY:
-        if parsed is not None and entry.accepts(parsed):
-            return entry
-    return ServingFailure(UNSUPPORTED_VERSION,
-                          f"sglang {version} is not supported by specparity; supported: {supported_range()}")
+    """The adapter family for an installed SGLang version, or ``unsupported_version``.
+
+    Newer than every known range: the newest family, flagged ``untested`` (never refused). Older than
+    0.4.4.post2 (no EAGLE-3) or not a version: ``unsupported_version``.
+    """
+    sel = family_for(version)
+    if sel.family is None:
+        return ServingFailure(UNSUPPORTED_VERSION, f"sglang {version} is not supported by specparity: {sel.reason}; "
+                                                   f"supported: {supported_range()}")
+    entry = next(e for e in REGISTRY if e.family == sel.family.letter)
+    return dataclasses.replace(entry, untested=True, note=sel.reason) if sel.untested else entry
 
 
 def load_adapter(entry: AdapterEntry, *, sglang_version: str) -> SglangAdapter:

@@ -19,6 +19,7 @@ of these releases made explicit:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import time
 from pathlib import Path
@@ -205,7 +206,9 @@ class LegacyAdapter:
             ids = read_draft_ids(draft_config.hf_config)
             cls = run.target_class(model_config)
             model = _setter_model(cls, model_config.hf_config)
-            cls.set_eagle3_layers_to_capture(model, None if ids is None else list(ids))
+            # Family A (<= 0.4.8) setters take no ids at all (0.4.8 models/llama.py:700): detected by signature.
+            takes_ids = len(inspect.signature(cls.set_eagle3_layers_to_capture).parameters) > 1
+            cls.set_eagle3_layers_to_capture(model, *([None if ids is None else list(ids)] if takes_ids else []))
             layers = list(model.model.layers_to_capture) if model.capture_aux_hidden_states else []
             crash = self._boundary0_crash(ids, layers, model_config=model_config, model_class=cls.__name__)
             if crash is not None:

@@ -119,12 +119,30 @@ def main(argv: list[str]) -> int:
         write_result(out_dir, exception_failure(exc, prefix="importing sglang: "))
         return 0
     if request.op == "resolve":
-        write_result(out_dir, _with_environment(adapter.resolve(request), request.device))
+        write_result(out_dir, with_version_note(_with_environment(adapter.resolve(request), request.device), entry))
     elif request.op == "capture":
-        write_result(out_dir, _with_environment(adapter.capture(request, progress=_progress), request.device))
+        write_result(out_dir, with_version_note(_with_environment(adapter.capture(request, progress=_progress),
+                                                                  request.device), entry))
     else:
         raise ValueError(f"unknown op {request.op!r}")
     return 0
+
+
+def with_version_note(result: Any, entry: Any) -> Any:
+    """A version newer than every known range: the ``untested_version`` warning goes into every report."""
+    import dataclasses
+
+    from specparity.serving.results import CaptureResult, ResolvedDeployment
+
+    if not entry.untested:
+        return result
+    note = ("untested_version", "warning", entry.note, "specparity versions (serving/sglang/families.py)")
+    if isinstance(result, ResolvedDeployment):
+        return dataclasses.replace(result, adapter_notes=(note, *result.adapter_notes))
+    if isinstance(result, CaptureResult) and result.deployment is not None:
+        dep = dataclasses.replace(result.deployment, adapter_notes=(note, *result.deployment.adapter_notes))
+        return dataclasses.replace(result, deployment=dep)
+    return result
 
 
 if __name__ == "__main__":

@@ -1,0 +1,189 @@
+"""SGLang adapter families (domain.md §6): the PEP 440 range of each, its adapter module and its matrix env.
+
+Plain data, importable without torch or sglang, and runnable as a script so that
+``scripts/venv-sglang.sh`` reads the same table::
+
+    python3 src/specparity/serving/sglang/families.py env-for 0.5.12     # -> sglang-0.5.14 (family C's env)
+    python3 src/specparity/serving/sglang/families.py check 0.4.3        # exit 2: no EAGLE-3 before 0.4.4.post2
+
+Ranges cover every SGLang release from 0.4.4.post2 (the first with ``models/llama_eagle3.py``) to
+0.5.23 with no gap (:data:`KNOWN_RELEASES`, the release list ``pip index versions sglang`` printed;
+0.5.0rc0 is downloadable but unlisted). Pre-releases count as their release's range.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+FIRST_EAGLE3 = "0.4.4.post2"  # models/llama_eagle3.py is absent in 0.4.4.post1 (domain.md §6)
+
+
+@dataclass(frozen=True)
+class MatrixEnv:
+    """One tox / scripts/matrix.sh env: the SGLang it installs and its pinned list."""
+
+    name: str  # tox env and .tox/<name> venv
+    sglang: str  # the exact version installed
+    constraints: str  # constraints/ list (sglang and its runtime deps), installed --no-deps
+    torch: str = "constraints/torch-cpu-2.13.txt"  # torch list: the CPU build, or the CUDA build (runs on CPU)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One adapter family: a PEP 440 range of SGLang releases served by one adapter module."""
+
+    letter: str
+    specifier: str  # PEP 440, half-open, e.g. ">=0.5.11,<0.5.17"
+    module: str  # adapter module (imports sglang: loaded only in the child)
+    envs: tuple[str, ...]  # MatrixEnv names that test this family, the representative first
+    summary: str
+    untested_why: str = ""  # why no matrix env runs this family's real-SGLang tests (empty when one does)
+
+    def contains(self, version: str) -> bool:
+        return SpecifierSet(self.specifier).contains(release_of(Version(version)), prereleases=True)
+
+
+def release_of(v: Version) -> Version:
+    """A pre-/dev-release counts as the release it precedes (``0.5.11rc0`` -> ``0.5.11``, which PEP 440's
+    ``<0.5.11`` would otherwise exclude from both neighbouring ranges); post-releases stay as they are."""
+    if not (v.is_prerelease or v.is_devrelease):
+        return v
+    return Version(".".join(map(str, v.release)) + (f".post{v.post}" if v.post is not None else ""))
+
+
+# From 0.5.11 sglang imports torchvision at import time and PyPI's torchvision needs CUDA torch
+# (sglang-cpu.md §8): those envs use the CUDA build of torch 2.14.1 that .venv has, which runs on CPU.
+_CUDA_TORCH = "constraints/torch-0.5.23.txt"
+ENVS: dict[str, MatrixEnv] = {e.name: e for e in (
+    MatrixEnv("sglang-0.4.8", "0.4.8", "constraints/sglang-0.4.8.txt"),
+    MatrixEnv("sglang-0.4.10", "0.4.10.post2", "constraints/sglang-0.4.10.post2.txt"),
+    MatrixEnv("sglang-0.5.3", "0.5.3", "constraints/sglang-0.5.3.txt"),
+    MatrixEnv("sglang-0.5.14", "0.5.14", "constraints/sglang-0.5.14.txt", _CUDA_TORCH),
+    MatrixEnv("sglang-0.5.23", "0.5.23", "constraints/sglang-0.5.23.txt", _CUDA_TORCH),  # .venv (scripts/venv.sh)
+)}
+
+_PKG = "specparity.serving.sglang."
+FAMILIES: tuple[Family, ...] = (
+    Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "family_a", (),
+           "configured draft ids ignored (default capture always); static level only",
+           "not in the CI matrix: static level only, its resolve is not run against a real 0.4.x here"),
+    Family("B", ">=0.4.9,<0.5.11", _PKG + "family_b", ("sglang-0.5.3", "sglang-0.4.10"),
+           "+1 ids, nested eagle_config only; ids read after CUDA graphs (D3); fc width fixed at 3*H_t"),
+    Family("C", ">=0.5.11,<0.5.17", _PKG + "family_e", (),
+           "ids set before graphs; fc_norm/num_aux_hidden_states (0.5.12); DeepSeek first-id rule (0.5.13)",
+           "not in the CI matrix yet (sglang-0.5.14 env in progress)"),
+    Family("D", ">=0.5.17,<0.5.22", _PKG + "family_e", (),
+           "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)",
+           "not in the CI matrix yet: runs the family C/E adapter, untested on a real 0.5.17-0.5.21"),
+    Family("E", ">=0.5.22,<0.5.24", _PKG + "family_e", ("sglang-0.5.23",),
+           "layer_boundary refactor: id -1 serves the embedding on llama-style targets; capture-only mode"),
+)
+NEWEST = FAMILIES[-1]
+
+# Every release from 0.4.4.post2 to 0.5.23 (``pip index versions sglang``, plus the unlisted 0.5.0rc0).
+KNOWN_RELEASES: tuple[str, ...] = (
+    "0.4.4.post2", "0.4.4.post3", "0.4.4.post4", "0.4.5", "0.4.5.post1", "0.4.5.post2", "0.4.5.post3", "0.4.6",
+    "0.4.6.post1", "0.4.6.post2", "0.4.6.post3", "0.4.6.post4", "0.4.6.post5", "0.4.7", "0.4.7.post1", "0.4.8",
+    "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3", "0.4.9.post4", "0.4.9.post5",
+    "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.0rc0", "0.5.1", "0.5.1.post1", "0.5.1.post2",
+    "0.5.1.post3", "0.5.2", "0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.4.post1",
+    "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1", "0.5.5.post2", "0.5.5.post3", "0.5.6", "0.5.6.post1",
+    "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12",
+    "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
+    "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What :func:`family_for` decided for one installed version."""
+
+    family: Family | None  # None: refused
+    untested: bool = False  # newer than every known range: served by the newest adapter, with a warning
+    reason: str = ""  # why it was refused, or the untested_version warning
+
+
+def family_for(version: str) -> Selection:
+    """The family serving ``version``; newer than known -> the newest, flagged; older or unparsable -> refused."""
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return Selection(None, reason=f"sglang {version} is not a PEP 440 version")
+    for fam in FAMILIES:
+        if fam.contains(version):
+            return Selection(fam)
+    if release_of(v) < Version(FIRST_EAGLE3):
+        return Selection(None, reason=(f"sglang {version} has no EAGLE-3 (models/llama_eagle3.py first ships in "
+                                       f"{FIRST_EAGLE3})"))
+    newest = NEWEST.specifier.split("<")[-1]
+    return Selection(NEWEST, untested=True, reason=(
+        f"untested_version: sglang {version} is newer than every tested range (newest: {NEWEST.specifier}); "
+        f"it runs through the family {NEWEST.letter} adapter, which was tested below {newest}"))
+
+
+def env_for(version: str) -> MatrixEnv | None:
+    """The matrix env installing exactly ``version``, else its family's representative env."""
+    for env in ENVS.values():
+        if env.sglang == version:
+            return env
+    sel = family_for(version)
+    if sel.family is None or sel.untested:
+        return None
+    reps = sel.family.envs or tuple(e for e in ENVS if family_for(ENVS[e].sglang).family == sel.family)
+    return ENVS[reps[0]] if reps else None
+
+
+def versions_table() -> list[dict[str, Any]]:
+    """``specparity versions --json``: one object per range, oldest first, then the untested newer range.
+
+    Keys: ``range`` (PEP 440), ``family``, ``adapter`` (the registry name), ``module``, ``tested_with``
+    (matrix envs), ``tested_versions`` (the exact SGLang each installs), ``releases`` (known releases in the
+    range), ``untested`` (the newer-than-known row), ``untested_why`` (no env) and ``summary``.
+    """
+    rows: list[dict[str, Any]] = []
+    for fam in FAMILIES:
+        rows.append({
+            "range": fam.specifier, "family": fam.letter, "adapter": adapter_name(fam),
+            "module": fam.module.rsplit(".", 1)[-1], "tested_with": list(fam.envs),
+            "tested_versions": [ENVS[e].sglang for e in fam.envs],
+            "releases": [r for r in KNOWN_RELEASES if fam.contains(r)], "untested": False, "summary": fam.summary,
+            "untested_why": fam.untested_why})
+    upper = NEWEST.specifier.split(",<")[-1]
+    rows.append({"range": f">={upper}", "family": NEWEST.letter, "adapter": adapter_name(NEWEST),
+                 "module": NEWEST.module.rsplit(".", 1)[-1], "tested_with": [], "tested_versions": [],
+                 "releases": [], "untested": True, "untested_why": "newer than every known release",
+                 "summary": "newer than every tested release: the newest adapter, with an untested_version warning"})
+    return rows
+
+
+def adapter_name(fam: Family) -> str:
+    """The registry name of a family's adapter (``deployment.adapter`` in reports)."""
+    return f"sglang-family-{fam.letter}"
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("env-for", "check"):
+        print("usage: families.py {env-for|check} VERSION", file=sys.stderr)
+        return 2
+    sel = family_for(argv[1])
+    if sel.family is None or sel.untested:
+        print(f"families.py: {sel.reason}", file=sys.stderr)
+        return 2
+    if argv[0] == "check":
+        print(sel.family.letter)
+        return 0
+    env = env_for(argv[1])
+    if env is None:
+        print(f"families.py: no pinned list for family {sel.family.letter}", file=sys.stderr)
+        return 2
+    print(f"{env.name} {env.sglang} {env.constraints} {env.torch} {sel.family.letter}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""SGLang family A adapter, 0.4.4.post2-0.4.8 (domain.md §6, D1): static level only; configured ids are ignored.
+
+These releases never read the draft's ``eagle_aux_hidden_state_layer_ids``: ``ModelRunner`` calls the
+target's ``set_eagle3_layers_to_capture()`` with no argument (0.4.8 ``model_executor/model_runner.py:307``,
+and ``cuda_graph_runner.py:298`` before capturing graphs), and the setter always captures the default
+boundaries ``[2, L//2, L-3]`` = ``layer:{1, L//2-1, L-4}`` (0.4.8 ``models/llama.py:700-706``; 0.4.4.post2
+``:627``). Resolution runs SGLang's own ServerArgs, ModelConfig, model-class selection and that setter
+(:class:`~.family_b.FamilyBAdapter`'s static path; the setter's signature says it takes no ids), and adds a
+``draft_ids_ignored`` finding naming the defaults. The capture level is not offered: its worker glue was never
+run against a 0.4.x here, so it returns a typed failure instead of a capture nobody has checked.
+Runs only inside the child process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.family_b import FamilyBAdapter
+from specparity.sources import layer
+
+IGNORED_CITE = ("sglang 0.4.8 model_executor/model_runner.py:307 calls set_eagle3_layers_to_capture() with no ids; "
+                "models/llama.py:700-706 captures [2, L//2, L-3] (0.4.4.post2 models/llama.py:627); domain.md D1")
+
+
+def configured_ids(draft_hf_config: Any) -> tuple[int, ...] | None:
+    """The ids the draft config asks for (nested or top level), which these releases never read."""
+    ec = getattr(draft_hf_config, "eagle_config", None)
+    ids = ec.get("eagle_aux_hidden_state_layer_ids") if isinstance(ec, dict) else None
+    ids = ids if ids is not None else getattr(draft_hf_config, "eagle_aux_hidden_state_layer_ids", None)
+    try:
+        return None if ids is None else tuple(int(x) for x in ids)
+    except (TypeError, ValueError):
+        return None
+
+
+def ids_ignored_note(*, version: str, configured: tuple[int, ...] | None,
+                     num_layers: int) -> tuple[str, str, str, str]:
+    """The ``draft_ids_ignored`` finding: an error when the configured ids are not the defaults SGLang serves."""
+    default = (1, num_layers // 2 - 1, num_layers - 4)
+    served = ", ".join(layer(i) for i in sorted(set(default)) if 0 <= i < num_layers)
+    asked = "no ids" if configured is None else f"ids {list(configured)}"
+    severity = "warning" if configured is None or tuple(configured) == default else "error"
+    message = (f"sglang {version} ignores the draft's configured aux layer ids ({asked}): the target always "
+               f"captures SGLang's defaults [1, L//2-1, L-4] = {list(default)} ({served}) for L={num_layers}")
+    if severity == "error":
+        message += "; upgrade to sglang >= 0.4.9 (ids honoured) or train on the defaults"
+    return ("draft_ids_ignored", severity, message, IGNORED_CITE)
+
+
+class FamilyAAdapter(FamilyBAdapter):
+    """Static resolution with SGLang's own objects, plus the ids-ignored finding; no capture level."""
+
+    reads_ids_after_graphs = False  # no ids are read at all, so graphs and eager extend agree
+
+    def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
+        result = super().resolve(request)
+        if not isinstance(result, ResolvedDeployment):
+            return result
+        from sglang.srt.configs.model_config import ModelConfig
+
+        sa, _ = self._server_args(request)
+        draft = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
+        note = ids_ignored_note(version=self.sglang_version, configured=configured_ids(draft.hf_config),
+                                num_layers=result.num_layers)
+        return dataclasses.replace(result, draft_config_ids=None, ids_fallback_reason=None,
+                                   adapter_notes=(*result.adapter_notes, note))
+
+    def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:
+        return CaptureResult(None, None, None, (ServingFailure(UNSUPPORTED_VERSION, (
+            f"sglang {self.sglang_version} (family A, 0.4.4.post2-0.4.8) is supported at the static level only: "
+            "it ignores configured draft ids, and specparity's capture glue was never run on these releases; "
+            "run `specparity gate --level static`")),))
+
+
+def make_adapter(*, sglang_version: str, name: str) -> FamilyAAdapter:
+    """Registry hook (``adapter.load_adapter``)."""
+    return FamilyAAdapter(sglang_version=sglang_version, name=name)
