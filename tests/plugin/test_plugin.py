@@ -284,6 +284,10 @@ def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, 
     only_b = pytester.runpytest_subprocess("-m", "parity", "-k", "llama-b")
     only_b.assert_outcomes(passed=5)
     assert len(calls.read_text().splitlines()) == 3  # -k llama-b started only llama-b's engine
+    xdist = pytester.runpytest_subprocess("-m", "parity", "-n", "2", "--parity-report", "xreports")
+    xdist.assert_outcomes(passed=11)
+    assert len(calls.read_text().splitlines()) == 5  # under xdist too: one gate run per deployment
+    assert sorted(p.name for p in (pytester.path / "xreports").iterdir()) == ["llama-a", "llama-b"]
 
 
 def test_deployments_from_ini_lines(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
