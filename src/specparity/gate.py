@@ -153,7 +153,7 @@ def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, 
         from specparity.replay.outcome import check_outcome
 
         out = check_outcome(run.contract, pack, target=target, draft=draft, server_args=args, device=device,
-                            timeout_s=timeout_s, python=python)
+                            timeout_s=timeout_s, python=python, progress=progress)
         if out.report is not None:
             run.outcome = out.report.summary
             run.outcome_findings = tuple(out.report.findings)

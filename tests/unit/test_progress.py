@@ -110,3 +110,26 @@ def test_phase_names_for_any_progress(total: int, done: int) -> None:
         assert name == PHASES[done]
     else:
         assert name == f"step {done + 1} of {total}"
+
+
+def test_the_gate_hands_its_progress_to_every_level_that_starts_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import specparity.gate as gate
+    import specparity.replay.outcome as outcome_mod
+    import specparity.serving as serving
+
+    class Called(Exception):
+        pass
+
+    def record(*_a: object, **kw: object) -> None:
+        raise Called(kw.get("progress"))
+
+    monkeypatch.setattr(outcome_mod, "check_outcome", record)
+    monkeypatch.setattr(serving, "capture_deployment", record)
+    bar = Progress(3, "gate", stream=io.StringIO())
+    for level in ("capture", "outcome", "all"):
+        with pytest.raises(Called) as got:
+            gate._capture(types.SimpleNamespace(contract=None), types.SimpleNamespace(samples=[]),  # type: ignore[arg-type]
+                          "t", "d", {}, level=level, device="cpu", python=None, timeout_s=1, progress=bar)
+        assert got.value.args[0] is bar, level
