@@ -85,13 +85,13 @@ def _outcome(text: str | None) -> TrainingOutcome | None:
 
 
 def _with_measured_acceptance(c: Any, path: Path, *, draft: Path, target: Path) -> Any:
-    from specparity.contract import probe_pack_path, read_probe_pack, save_contract
+    from specparity.contract import read_contract_probes, save_contract
     from specparity.replay.outcome import recorded_acceptance
 
     steps = c.serving.num_steps
     if steps is None:
         raise InputError("--measure-acceptance needs --serve-steps (the chain length to measure)", field="--serve-steps")
-    pack = read_probe_pack(probe_pack_path(c, path), expected_sha256=c.probes.sha256)
+    pack = read_contract_probes(c, path)
     result = recorded_acceptance(pack, draft=draft, target=target, num_steps=steps)
     outcome = (c.training_outcome or TrainingOutcome()).model_copy(update={
         "acceptance_per_position": [round(a, 6) for a in result.defined],
@@ -138,8 +138,10 @@ def from_specforge(hidden_states: Path, draft: Path, target: Path, vocab_mapping
     )
     if measure_acceptance:
         c = _with_measured_acceptance(c, path, draft=draft, target=target)
-    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes, "
-               f"{c.probes.num_tokens} tokens in {c.probes.file})")
+    probes_ref = c.probes
+    assert probes_ref is not None  # the importer always writes a probe pack
+    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {probes_ref.num_samples} probes, "
+               f"{probes_ref.num_tokens} tokens in {probes_ref.file})")
     if c.training_outcome and c.training_outcome.acceptance_per_position:
         acc = ", ".join(f"{a:.3f}" for a in c.training_outcome.acceptance_per_position)
         click.echo(f"measured acceptance per position on the recorded probes: {acc}")
@@ -162,7 +164,32 @@ def from_speculators(hidden_states: Path, draft: Path, target: Path, probes: int
 
     c, path = contract_from_speculators(hidden_states, draft, target, out=output, name=name, probes=probes,
                                         max_probe_tokens=max_probe_tokens, created_at=_parse_created_at(created_at))
-    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples} probes)")
+    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; {c.probes.num_samples if c.probes else 0} probes)")
+
+
+@contract.command("from-config")
+@click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft dir or its config JSON.")
+@click.option("--target", required=True, type=click.Path(path_type=Path), help="Target dir or its config JSON.")
+@click.option("--trainer", required=True, type=click.Choice(["specforge", "speculators", "eagle"]),
+              help="The tool that trained the drafter (decides how its ids, or its default, read).")
+@click.option("--trainer-sglang-version", default=None,
+              help="SGLang version the trainer captured with (SpecForge; the DeepSeek/Kimi rule changed in 0.5.13).")
+@click.option("--name", default=None, help="Contract name (default: from the output file name).")
+@click.option("--created-at", default=None, help="ISO timestamp for provenance (default: now, or SOURCE_DATE_EPOCH).")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Contract JSON to write.")
+def from_config(draft: Path, target: Path, trainer: str, trainer_sglang_version: str | None, name: str | None,
+                created_at: str | None, output: Path) -> None:
+    """Write a contract without probes, from configs alone; its layout is recorded as assumed.
+
+    `gate --level static` checks it; capture and outcome need recordings and refuse it.
+    """
+    from specparity.training.fromconfig import contract_from_config
+
+    c, path = contract_from_config(draft, target, trainer=trainer,  # type: ignore[arg-type]
+                                   trainer_sglang_version=trainer_sglang_version, out=output, name=name,
+                                   created_at=_parse_created_at(created_at))
+    assert c.layout_assumed is not None
+    click.echo(f"wrote {path} ({', '.join(c.fc_input.sources)}; no probes, layout assumed: {c.layout_assumed.reason})")
 
 
 @contract.command("show")
@@ -183,7 +210,8 @@ def show(file: Path) -> None:
         f"norm_before_fc {d.norm_before_fc}, fc_norm {d.fc_norm}, norm_output {d.norm_output}, "
         f"draft vocab {d.draft_vocab_size}",
         f"  serving  steps {c.serving.num_steps}, topk {c.serving.eagle_topk}, draft tokens {c.serving.num_draft_tokens}",
-        f"  probes   {c.probes.num_samples} samples, {c.probes.num_tokens} tokens in {c.probes.file}",
+        f"  probes   {c.probes.num_samples} samples, {c.probes.num_tokens} tokens in {c.probes.file}" if c.probes
+        else f"  probes   none: layout assumed ({c.layout_assumed.reason if c.layout_assumed else '?'})",
         f"  made by  {c.provenance.tool} at {c.provenance.created_at.isoformat()}",
     ]
     if c.training_outcome and c.training_outcome.acceptance_per_position:
@@ -196,10 +224,14 @@ def show(file: Path) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
     """Exit 0 when FILE is a valid contract whose probe pack is present and unaltered; 2 otherwise."""
-    from specparity.contract import load_contract, probe_pack_path, read_probe_pack
+    from specparity.contract import load_contract, read_contract_probes
 
     c = load_contract(file)
-    pack = read_probe_pack(probe_pack_path(c, file), expected_sha256=c.probes.sha256)
+    if c.probes is None:
+        click.echo(f"{file}: valid contract {c.name} ({', '.join(c.fc_input.sources)}; no probe pack: the layout is "
+                   "assumed, so only `gate --level static` can check it)")
+        return
+    pack = read_contract_probes(c, file)
     if pack.sources != c.fc_input.sources:
         raise InputError(f"probe pack sources {pack.sources} differ from fc_input.sources", path=file,
                          field="fc_input.sources")

@@ -29,7 +29,7 @@ from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnos
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 from specparity.compare.fix import layout_fix
 from specparity.compare.tolerances import tolerances_from_contract
-from specparity.contract import Contract, ProbePack, load_contract, probe_pack_path, read_probe_pack
+from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.errors import InputError
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.results import SPEC_SERVER_ARGS
@@ -38,8 +38,9 @@ from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, Outco
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
 _SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
-_STATIC_KINDS = frozenset({FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.SPEC_CONFIG_REWRITTEN,
-                           FindingKind.VOCAB_MAP_MISMATCH, FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
+_STATIC_KINDS = frozenset({FindingKind.LAYOUT_ASSUMED, FindingKind.DEFAULT_IDS_FALLBACK,
+                           FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
+                           FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
                            FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
                            FindingKind.CUDA_GRAPH_IDS_HAZARD})
 _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
@@ -117,8 +118,15 @@ def run_gate(
         raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
     t0 = time.perf_counter()
     contract = load_contract(contract_path)
-    pack = read_probe_pack(probe_pack_path(contract, contract_path), expected_sha256=contract.probes.sha256)
-    if pack.sources != list(contract.fc_input.sources):
+    if contract.probes is None and level != "static":
+        why = contract.layout_assumed.reason if contract.layout_assumed else "no recordings"
+        raise InputError(
+            f"contract {contract.name!r} has no probe pack: its layout is assumed ({why}). Only --level static can "
+            f"check it; the {level} level compares served tensors with recorded ones, so it needs a contract written "
+            "from recordings (specparity contract from-specforge / from-speculators)", path=contract_path,
+            field="probes")
+    pack = read_contract_probes(contract, contract_path) if contract.probes is not None else None
+    if pack is not None and pack.sources != list(contract.fc_input.sources):
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
     args = server_args_for(contract, sglang_args or {})
@@ -131,6 +139,7 @@ def run_gate(
         run.deployment, run.failures = (dep, ()) if isinstance(dep, ResolvedDeployment) else (None, (dep,))
         timings["static"] = time.perf_counter() - t0
     else:
+        assert pack is not None  # refused above for a contract without probes
         capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
                            timeout_s=timeout_s, progress=progress)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
@@ -364,6 +373,13 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         findings += _adapter_findings(dep)
     findings += run.outcome_findings
     findings += _missing_evidence(run, level)
+    if c.layout_assumed is not None:
+        a = c.layout_assumed
+        findings.append(Finding(FindingKind.LAYOUT_ASSUMED, Severity.INFO,
+                                f"the contract's layout is assumed, not recorded: {a.reason}",
+                                details={"check": "static", "trainer": a.trainer,
+                                         "trainer_sglang_version": a.trainer_sglang_version,
+                                         "trainer_sglang_version_assumed": a.trainer_sglang_version_assumed}))
     findings = _tag(findings, level, static_layout)
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)

@@ -41,6 +41,7 @@ class FindingKind(str, enum.Enum):
     NUMERIC_DRIFT = "numeric_drift"
     # the training side
     CONTRACT_SELF_INCONSISTENT = "contract_self_inconsistent"
+    LAYOUT_ASSUMED = "layout_assumed"  # info: a contract from configs alone, its layout derived, not recorded
     # outcome: drafter acceptance on recorded vs served fc inputs (specparity.replay)
     ACCEPTANCE_COLLAPSE = "acceptance_collapse"
     ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"

@@ -8,10 +8,12 @@ from specparity.contract.io import (
     load_contract,
     parse_contract,
     probe_pack_path,
+    read_contract_probes,
     save_contract,
 )
 from specparity.contract.model import (
     SCHEMA_VERSION,
+    AssumedLayout,
     Contract,
     DrafterSpec,
     FcInputLayout,
@@ -30,6 +32,7 @@ from specparity.contract.probes import ProbePack, ProbeSample, read_probe_pack, 
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AssumedLayout",
     "Contract",
     "DrafterSpec",
     "FcInputLayout",
@@ -52,6 +55,7 @@ __all__ = [
     "load_contract",
     "parse_contract",
     "probe_pack_path",
+    "read_contract_probes",
     "read_probe_pack",
     "save_contract",
     "write_probe_pack",

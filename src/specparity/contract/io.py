@@ -12,12 +12,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from specparity.contract.model import SCHEMA_VERSION, Contract
 from specparity.errors import InputError
+
+if TYPE_CHECKING:
+    from specparity.contract.probes import ProbePack
 
 SCHEMA_FILENAME = f"contract.v{SCHEMA_VERSION}.schema.json"
 
@@ -128,4 +131,16 @@ def json_schema_text() -> str:
 
 
 def probe_pack_path(contract: Contract, contract_path: str | Path) -> Path:
+    if contract.probes is None:
+        raise InputError("this contract has no probe pack (its layout is assumed, see layout_assumed)",
+                         path=contract_path, field="probes")
     return Path(contract_path).resolve().parent / contract.probes.file
+
+
+def read_contract_probes(contract: Contract, contract_path: str | Path) -> ProbePack:
+    """The contract's probe pack, checked against its sha256; InputError when the contract has none."""
+    from specparity.contract.probes import read_probe_pack
+
+    path = probe_pack_path(contract, contract_path)
+    assert contract.probes is not None  # probe_pack_path raised otherwise
+    return read_probe_pack(path, expected_sha256=contract.probes.sha256)

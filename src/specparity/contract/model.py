@@ -180,6 +180,20 @@ class ProbePackRef(_Strict):
     num_tokens: int = Field(ge=1)
 
 
+class AssumedLayout(_Strict):
+    """Why ``fc_input`` is assumed rather than recorded: a contract written from configs alone, no probes
+    (``specparity contract from-config``). The static gate can check it; capture and outcome cannot."""
+
+    reason: str = Field(min_length=1, description="how the layout was derived, with the rule's citation")
+    trainer: Literal["specforge", "speculators", "eagle"]
+    trainer_sglang_version: str | None = Field(
+        default=None, description="SGLang version whose setter the trainer's capture ran (SpecForge)"
+    )
+    trainer_sglang_version_assumed: bool = Field(
+        default=False, description="true when trainer_sglang_version was not given but assumed"
+    )
+
+
 class Provenance(_Strict):
     run_id: str | None = None
     tool: str
@@ -203,11 +217,15 @@ class Contract(_Strict):
     serving: SpecConfig = Field(default_factory=SpecConfig)
     training_outcome: TrainingOutcome | None = None
     tolerances: Tolerances = Field(default_factory=Tolerances)
-    probes: ProbePackRef
+    # None only for a contract without recordings, which must say so in layout_assumed
+    probes: ProbePackRef | None = Field(default=None, exclude_if=lambda v: v is None)
     provenance: Provenance
+    layout_assumed: AssumedLayout | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _consistent(self) -> Contract:
+        if self.probes is None and self.layout_assumed is None:
+            raise ValueError("probes: required, unless layout_assumed says why there are no recordings")
         n = self.target.num_hidden_layers
         for i, name in enumerate(self.fc_input.sources):
             try:
