@@ -20,7 +20,7 @@ from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.serving.sglang.worker import install_kernel_stub_if_needed
 
 _ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
-if isinstance(_ENTRY, AdapterEntry) and _ENTRY.name != "sglang-0.5.23":
+if isinstance(_ENTRY, AdapterEntry) and _INSTALLED != "0.5.23":
     pytest.skip(f"the registry table is 0.5.23's; sglang {_INSTALLED} is covered by its own family tests",
                 allow_module_level=True)
 
@@ -35,7 +35,7 @@ from specparity.serving.sglang.v0_5_23 import make_adapter  # noqa: E402
 from specparity.serving.sglang.v0_5_23_static import resolve_static  # noqa: E402
 
 pytestmark = pytest.mark.sglang
-ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name="sglang-0.5.23")
+ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name=_ENTRY.name if isinstance(_ENTRY, AdapterEntry) else "?")
 
 
 def _draft(root: Path, ids: list[int] | None) -> Path:
