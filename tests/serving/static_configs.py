@@ -17,6 +17,18 @@ _DEEPSEEK_MOE = {"moe_layer_freq": 1, "first_k_dense_replace": 1, "n_group": 8, 
                  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_shared_experts": 1,
                  "rope_scaling": None, "rope_theta": 10000.0}
 
+# Qwen3.5 hub text_config: hybrid layers (3 linear-attention, then 1 full) and mrope parameters
+_QWEN35_TEXT = {"full_attention_interval": 4, "rope_parameters": {
+    "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+    "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
+
+# MiniMax-M3 reads these beyond MiniMax-M2's config class (sglang 0.5.23 models/minimax_m3.py); no
+# sparse_attention_config: every layer dense (minimax_m3.py:1702-1710)
+_MINIMAX_M3 = {"scoring_func": "sigmoid", "use_routing_bias": True, "rotary_dim": 64, "use_qk_norm": True,
+               "qk_norm_type": "per_layer", "num_mtp_modules": 0, "n_shared_experts": 0,
+               "routed_scaling_factor": 1.0, "swiglu_alpha": 1.702, "swiglu_limit": 7.0,
+               "dense_intermediate_size": 1536}
+
 # architecture -> (model_type, overrides on top of the config class defaults); "file:" loads CONFIGS/<name>
 TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "ApertusForCausalLM": ("apertus", {}),
@@ -34,6 +46,16 @@ TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "MellumForCausalLM": ("mellum", {}),
     "MiniMaxM2ForCausalLM": ("minimax_m2", {"scoring_func": "sigmoid", "use_routing_bias": True,
                                             "rotary_dim": 64, "use_qk_norm": True, "qk_norm_type": "per_layer"}),
+    "MiniMaxM3SparseForCausalLM": ("minimax_m2", _MINIMAX_M3),
+    "MiniMaxM3SparseForConditionalGeneration": ("minimax_m3_vl", {
+        "text_config": {"model_type": "minimax_m2", **_MINIMAX_M3},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
+                          "num_hidden_layers": 24, "num_attention_heads": 16, "num_channels": 3, "image_size": 336,
+                          "patch_size": 14, "hidden_act": "gelu", "layer_norm_eps": 1e-05,
+                          "attention_dropout": 0.0, "initializer_range": 0.02, "initializer_factor": 1.0,
+                          "projection_dim": 768, "position_embedding_type": "rope", "rope_mode": "3d",
+                          "rope_theta": 10000.0, "vision_segment_max_frames": None,
+                          "img_token_compression_config": {"temporal_patch_size": 2, "spatial_merge_size": 2}}}),
     "Ministral3ForCausalLM": ("ministral3", {}),
     "MistralForCausalLM": ("mistral", {}),
     "Phi3ForCausalLM": ("phi3", {}),
@@ -43,6 +65,10 @@ TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "Qwen3ForCausalLM": ("qwen3", {}),
     "Qwen3MoeForCausalLM": ("qwen3_moe", {}),
     "Qwen3VLForConditionalGeneration": ("qwen3_vl", {}),
+    "Qwen3_5ForConditionalGeneration": ("qwen3_5", {"text_config": _QWEN35_TEXT}),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", {"text_config": _QWEN35_TEXT}),
+    "Qwen3_5ForCausalLM": ("qwen3_5_text", _QWEN35_TEXT),
+    "Qwen3_5MoeForCausalLM": ("qwen3_5_moe_text", _QWEN35_TEXT),
     "Qwen3VLMoeForConditionalGeneration": ("qwen3_vl_moe", {}),
 }
 
@@ -59,11 +85,8 @@ NOT_TARGETS = frozenset({
 # Targets without a config here yet, with what stopped it (issue 12 follow-up; report these, never skip them)
 PENDING: dict[str, str] = {
     "DeepseekV2ForCausalLM": "needs the hub rope_scaling (yarn) block; class defaults fail rotary_embedding/factory.py:478",
-    "Qwen3NextForCausalLM": "qwen3_next.py:252 queries the NVIDIA driver while constructing on a CPU-only machine",
-    "Qwen3_5ForConditionalGeneration": "needs the hub rope_parameters (mrope) block: factory.py:197",
-    "Qwen3_5MoeForConditionalGeneration": "needs the hub rope_parameters (mrope) block: factory.py:197",
-    "Qwen3_5ForCausalLM": "as Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM": "as Qwen3_5ForConditionalGeneration",
-    "Qwen4ExpForConditionalGeneration": "as Qwen3_5ForConditionalGeneration",
+    "Qwen3NextForCausalLM": "qwen3_next.py:252 asks torch for the current CUDA device while constructing: needs a GPU",
+    "Qwen4ExpForConditionalGeneration": "config not written yet",
     "DeepseekV32ForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
     "GlmMoeDsaForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
     "Glm5NextForConditionalGeneration": "num_key_value_heads validation of the class defaults",
@@ -71,8 +94,6 @@ PENDING: dict[str, str] = {
     "Gemma4ForConditionalGeneration": "vision_config defaults are None (gemma4_vision.py:562)",
     "ExaoneMoeForCausalLM": "is_moe_layer list not written yet", "ExaoneMoEForCausalLM": "as ExaoneMoeForCausalLM",
     "LongcatFlashForCausalLM": "longcat_flash.py:377 reads rope_parameters not written yet",
-    "MiniMaxM3SparseForCausalLM": "no transformers config class; hub fields not written yet",
-    "MiniMaxM3SparseForConditionalGeneration": "text_config fields not written yet (model_config.py:1347)",
     "BailingMoEForCausalLM": "no config class here", "BailingMoeForCausalLM": "no config class here",
     "BailingMoeV2ForCausalLM": "no config class here", "SarvamMoEForCausalLM": "no config class here",
     "Cosmos3ForConditionalGeneration": "config not written yet", "IQuestCoderForCausalLM": "config not written yet",
@@ -96,12 +117,21 @@ def target_config(architecture: str) -> dict[str, Any]:
     if model_type.startswith("file:"):
         base: dict[str, Any] = json.loads((CONFIGS / model_type.removeprefix("file:")).read_text())
     else:
-        import sglang.srt.configs as sglang_configs
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-        own = {getattr(c, "model_type", None): c for c in vars(sglang_configs).values() if isinstance(c, type)}
-        cls = own.get(model_type) or CONFIG_MAPPING[model_type]
-        base = cls().to_dict()
-        base["model_type"] = model_type
+        base = _class_defaults(model_type)
     base["architectures"] = [architecture]
-    return _merge(base, extra)
+    out = _merge(base, extra)
+    text = out.get("text_config")
+    if isinstance(text, dict) and "num_attention_heads" not in text and "model_type" in text:
+        out["text_config"] = _merge(_class_defaults(str(text["model_type"])), text)  # the text model's own defaults
+    return out
+
+
+def _class_defaults(model_type: str) -> dict[str, Any]:
+    import sglang.srt.configs as sglang_configs
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    own = {getattr(c, "model_type", None): c for c in vars(sglang_configs).values() if isinstance(c, type)}
+    cls = own.get(model_type) or CONFIG_MAPPING[model_type]
+    base: dict[str, Any] = cls().to_dict()
+    base["model_type"] = model_type
+    return base
