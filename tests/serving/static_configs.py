@@ -33,6 +33,18 @@ _MINIMAX_M3 = {"scoring_func": "sigmoid", "use_routing_bias": True, "rotary_dim"
 TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "ApertusForCausalLM": ("apertus", {}),
     "DeepseekV3ForCausalLM": ("file:deepseek-v3.json", {}),
+    # DeepSeek-V2: the V3 file's MLA/MoE field names with V2's sizes and softmax routing
+    "DeepseekV2ForCausalLM": ("file:deepseek-v3.json", {
+        "model_type": "deepseek_v2", "num_hidden_layers": 60, "hidden_size": 5120, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "scoring_func": "softmax",
+        "routed_scaling_factor": 16.0, "vocab_size": 102400}),
+    # Mistral-Large-3 is served by DeepseekV3ForCausalLM's subclass (models/mistral_large_3.py:12)
+    "MistralLarge3ForCausalLM": ("file:deepseek-v3.json", {}),
+    # Llama-architecture files whose hub configs name remote code; the fields are llama's
+    "InternLM3ForCausalLM": ("llama", {}),
+    "IQuestCoderForCausalLM": ("llama", {}),
+    "TeleFLMForCausalLM": ("llama", {}),
     "KimiK25ForConditionalGeneration": ("file:kimi-k2.5.json", {}),
     "Gemma3ForCausalLM": ("gemma3_text", {}),
     "Gemma3ForConditionalGeneration": ("gemma3", {}),
@@ -84,7 +96,6 @@ NOT_TARGETS = frozenset({
 })
 # Targets without a config here yet, with what stopped it (issue 12 follow-up; report these, never skip them)
 PENDING: dict[str, str] = {
-    "DeepseekV2ForCausalLM": "needs the hub rope_scaling (yarn) block; class defaults fail rotary_embedding/factory.py:478",
     "Qwen3NextForCausalLM": "qwen3_next.py:252 asks torch for the current CUDA device while constructing: needs a GPU",
     "Qwen4ExpForConditionalGeneration": "config not written yet",
     "DeepseekV32ForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
@@ -96,11 +107,10 @@ PENDING: dict[str, str] = {
     "LongcatFlashForCausalLM": "longcat_flash.py:377 reads rope_parameters not written yet",
     "BailingMoEForCausalLM": "no config class here", "BailingMoeForCausalLM": "no config class here",
     "BailingMoeV2ForCausalLM": "no config class here", "SarvamMoEForCausalLM": "no config class here",
-    "Cosmos3ForConditionalGeneration": "config not written yet", "IQuestCoderForCausalLM": "config not written yet",
-    "InternLM3ForCausalLM": "config not written yet", "InternS1ProForConditionalGeneration": "config not written yet",
+    "Cosmos3ForConditionalGeneration": "config not written yet",
+    "InternS1ProForConditionalGeneration": "config not written yet",
     "InternS2MobiusForConditionalGeneration": "config not written yet",
-    "InternS2PreviewForConditionalGeneration": "config not written yet", "MistralLarge3ForCausalLM": "config not written yet",
-    "TeleFLMForCausalLM": "config not written yet",
+    "InternS2PreviewForConditionalGeneration": "config not written yet",
 }
 
 

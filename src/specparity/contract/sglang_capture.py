@@ -44,8 +44,12 @@ class ArchFamily(str, Enum):
 
 # sglang 0.5.23: deepseek_v2.py:3458-3473 (DeepseekV2/V3/V32ForCausalLM, EntryClass :3595),
 # glm4_moe_lite.py:805-820 (same "first id 1" rule), kimi_k25.py:928-939 (delegates to DeepseekV3ForCausalLM).
+# Subclasses that inherit DeepseekV2ForCausalLM's setter and loop, found on the real registry by
+# tests/serving/test_static_registry.py: MistralLarge3ForCausalLM (mistral_large_3.py:12) and
+# GlmMoeDsaForCausalLM (glm4_moe.py, a DeepseekV2ForCausalLM subclass).
 _DEEPSEEK_ARCHS = frozenset(
-    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration"}
+    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
+     "MistralLarge3ForCausalLM", "GlmMoeDsaForCausalLM"}
 )
 # The deepseek_v2.py model loop packs captures with AuxHiddenStatePacker (deepseek_v2.py:3175, :3245);
 # glm4_moe_lite.py:647 still uses a plain AuxHiddenStateList, so it never raises "captured X of Y".
