@@ -1,7 +1,8 @@
 """The ``specparity`` command: the gate, ``explain`` and the contract tools.
 
-Exit codes: 0 pass, 1 parity failure, 2 bad input or usage, 3 environment error
-(:mod:`specparity.errors`). Errors print one short line naming the file and field; never a traceback
+Exit codes: 0 pass, 1 the deployment does not match the contract (SGLang refusing or crashing on it
+and a wrong target included), 2 the user's own files are malformed, 3 the check could not run here
+(:mod:`specparity.errors`, :mod:`specparity.decision`). Errors print one short line naming the file and field; never a traceback
 (set ``SPECPARITY_DEBUG=1`` to see one).
 """
 
@@ -279,7 +280,18 @@ def schema() -> None:
 def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str, ...], level: str, device: str,
          python: str | None, timeout_s: float, json_path: Path | None, html_path: Path | None,
          junit_path: Path | None) -> None:
-    """Check a deployment against its contract: exit 0 pass, 1 parity failure, 2 bad input, 3 environment."""
+    """Check a deployment against its contract.
+
+    \b
+    Exit codes:
+      0  pass: SGLang feeds the drafter's fc what the contract promises.
+      1  the deployment does not match the contract, including a deployment SGLang refuses to load
+         or crashes on because of the draft or target as deployed, and a wrong target (config,
+         tokenizer, chat template or weights).
+      2  your own files are malformed (contract, probe pack, model dirs, arguments): the message
+         names the file and field.
+      3  the check could not run here: SGLang missing or unsupported, out of memory, timeout.
+    """
     from specparity.gate import parse_sglang_args, run_gate
     from specparity.progress import Progress
     from specparity.report import render_text, use_color, write_reports

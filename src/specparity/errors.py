@@ -2,9 +2,10 @@
 
 Exit codes (stable; CI scripts depend on them):
   0  pass
-  1  parity failure (the deployment does not serve what the contract promises)
+  1  the deployment does not match the contract: it serves other fc inputs, SGLang refuses to load it or
+     crashes on it because of the draft or target as deployed, or the target is not the one trained on
   2  bad input or usage (a file or field the user gave is wrong)
-  3  environment error (SGLang missing, crashed, or timed out)
+  3  the check could not run here (SGLang missing or unsupported, out of memory, timeout)
 """
 
 from __future__ import annotations

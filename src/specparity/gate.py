@@ -15,7 +15,6 @@ A check that could not run is an ``error`` verdict, never a pass.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,13 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specparity.compare import configdiff
+from specparity import decision
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 from specparity.compare.fix import layout_fix
-from specparity.compare.tolerances import tolerances_from_contract
+from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
+from specparity.deployed import config_findings as _config_findings
+from specparity.deployed import draft_facts as _draft_facts
+from specparity.deployed import target_findings as _target_findings
 from specparity.errors import InputError
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.results import SPEC_SERVER_ARGS
@@ -42,7 +44,8 @@ _STATIC_KINDS = frozenset({FindingKind.LAYOUT_ASSUMED, FindingKind.DEFAULT_IDS_F
                            FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
                            FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
                            FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
-                           FindingKind.CUDA_GRAPH_IDS_HAZARD})
+                           FindingKind.CUDA_GRAPH_IDS_HAZARD, FindingKind.TOKENIZER_MISMATCH,
+                           FindingKind.CHAT_TEMPLATE_MISMATCH})
 _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
                             FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 
@@ -93,7 +96,10 @@ class _Run:
     outcome: OutcomeSummary | None = None
     outcome_findings: tuple[Finding, ...] = ()
     probes: tuple[Mapping[str, Any], ...] = ()
-    fc_dtype: str | None = None
+    fc_dtype: str | None = None  # served fc input (and the atlas, taken in the same forward)
+    recorded_dtype: str | None = None
+    atlas_dtype: str | None = None
+    target: Path | None = None
     stand_ins: tuple[str, ...] = ()  # stand-ins active in the SGLang child (README "Stand-ins")
 
 
@@ -130,7 +136,8 @@ def run_gate(
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
     args = server_args_for(contract, sglang_args or {})
-    run = _Run(contract=contract, draft=Path(draft))
+    run = _Run(contract=contract, draft=Path(draft), target=Path(target),
+               recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)
     timings: dict[str, float] = {}
     if level == "static":
         from specparity.serving import resolve_deployment
@@ -184,28 +191,46 @@ def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, 
 
 def _attribute(run: _Run, pack: ProbePack, capture: CaptureResult) -> None:
     assert capture.fc is not None and capture.atlas is not None
-    dtype = capture.fc.dtype
-    base, overrides = tolerances_from_contract(run.contract.tolerances, dtype=dtype)
+    run.fc_dtype = capture.fc.dtype
+    first = next(iter(capture.atlas.per_sample[0].values()), None) if capture.atlas.per_sample else None
+    run.atlas_dtype = str(first.dtype).removeprefix("torch.") if first is not None else capture.fc.dtype
+    (base, overrides), (rec, rec_over), _ = _pair_tolerances(run)
     d = run.contract.drafter
     # with norm_before_fc / fc_norm the fc hook sees the normed tensor; the recording is the raw aux
     # states (domain.md §1 "Where to tap"), so compare what the target produced
     served = capture.fc.aux_per_sample if (d.norm_before_fc or d.fc_norm) and capture.fc.aux_per_sample \
         else capture.fc.per_sample
-    run.fc_dtype = dtype
+    # the recording is compared in the served dtype: bf16 -> fp32 is exact, and fp32 -> bf16 loses only what
+    # the coarser side's tolerance already allows
     run.table = attribute(
         served, [s.fc_input.to(capture.fc.per_sample[0].dtype) for s in pack.samples],
         capture.atlas.per_sample, expected=list(run.contract.fc_input.sources), tolerance=base, overrides=overrides,
+        recorded_tolerance=rec, recorded_overrides=rec_over,
     )
     h = pack.hidden_size
     probes = []
-    for i, (got, rec) in enumerate(zip(served, pack.samples, strict=True)):
-        same = got.shape == rec.fc_input.shape
-        err = float((got.float() - rec.fc_input.float()).abs().max()) if same and got.numel() else math.inf
+    for i, (got, sample) in enumerate(zip(served, pack.samples, strict=True)):
+        same = got.shape == sample.fc_input.shape and got.numel() > 0
         finite = bool(got.isfinite().all())
-        ok = same and finite and err <= base.atol + base.rtol * float(rec.fc_input.abs().max())
-        probes.append({"index": i, "tokens": int(got.shape[0]), "status": "pass" if ok else "fail",
-                       "max_abs_err": err if finite else math.nan, "chunks": int(got.shape[-1] // h)})
+        a, b = got.float(), sample.fc_input.float()
+        err = float((a - b).abs().max()) if same else math.inf
+        tok = ((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)) if same else None
+        # the status is filled in from the verdict's findings (decision.probe_status): one rule for every face
+        probes.append({"index": i, "tokens": int(got.shape[0]), "status": "pending",
+                       "max_abs_err": err if finite else math.nan, "chunks": int(got.shape[-1] // h),
+                       "rel_err_max": float(tok.max()) if tok is not None and finite else math.nan})
     run.probes = tuple(probes)
+
+
+def _pair_tolerances(run: _Run) -> tuple[tuple[Tolerance, dict[int | str, Tolerance]], ...]:
+    """(served vs atlas, recorded vs atlas, served vs recorded): each the coarser dtype's (compare/tolerances.py)."""
+    c = run.contract
+    served = run.fc_dtype or c.fc_input.dtype
+    recorded = run.recorded_dtype or c.fc_input.dtype
+    atlas = run.atlas_dtype or served
+    return (tolerances_from_contract(c.tolerances, dtype=served, other=atlas),
+            tolerances_from_contract(c.tolerances, dtype=recorded, other=atlas),
+            tolerances_from_contract(c.tolerances, dtype=served, other=recorded))
 
 
 def _expected(contract: Contract) -> ExpectedFacts:
@@ -215,63 +240,6 @@ def _expected(contract: Contract) -> ExpectedFacts:
         norm_flags={"norm_before_fc": d.norm_before_fc, "fc_norm": d.fc_norm, "norm_output": d.norm_output},
         vocab_map_hash=d.vocab_map.d2t_sha256 if d.vocab_map else None,
     )
-
-
-_FAILURE_FINDING: dict[str, FindingKind] = {
-    "fc_not_called": FindingKind.FC_NOT_CALLED,
-    "capture_count_short": FindingKind.CAPTURE_COUNT_SHORT,
-    "capture_shape": FindingKind.WIDTH_MISMATCH,
-    "nonfinite": FindingKind.NONFINITE,
-    "timeout": FindingKind.TIMEOUT,
-    # a draft config SGLang cannot read is the deployment's fault, not the environment's: exit 1
-    "draft_unreadable": FindingKind.CONFIG_MISMATCH,
-}
-
-
-def _failure_findings(run: _Run) -> list[Finding]:
-    """Serving failures as findings: deployment faults keep their own kind, the rest is an SGLang error."""
-    out = []
-    for f in run.failures:
-        kind = _FAILURE_FINDING.get(f.kind, FindingKind.SGLANG_ERROR)
-        where = f" (sample {f.sample})" if f.sample is not None else ""
-        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details={"serving_failure": f.kind}))
-    return out
-
-
-def _draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
-    """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
-    ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""
-    from specparity.training.drafts import read_specforge_draft
-
-    cfg_path = draft / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"cannot read the deployed draft config: {e}", path=cfg_path) from None
-    try:
-        info = read_specforge_draft(draft)
-    except InputError as e:  # SGLang reports what it makes of an odd config; the gate goes on, and says so
-        skipped = Finding(FindingKind.CHECK_SKIPPED, Severity.WARNING,
-                          f"vocab-map and checkpoint-key checks not run: the deployed draft could not be read ({e})",
-                          details={"check": "static", "skipped": ["vocab_map", "checkpoint_keys"],
-                                   "reason": str(e)})
-        return cfg, None, False, None, [skipped]
-    return cfg, info.vocab_map.d2t_sha256 if info.vocab_map else None, True, info.checkpoint_keys, []
-
-
-def _config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None,
-                     keys: list[str] | None) -> list[Finding]:
-    """The deepdiff of contract vs deployment, minus what a dedicated rule already reports."""
-    covered = ("fc_input", "serving", "drafter.fc_in_features", "drafter.vocab_map", "drafter.norm_before_fc",
-               "drafter.fc_norm", "drafter.norm_output", "target.dtype")
-    expected = configdiff.contract_view(contract)
-    actual = configdiff.view_from_resolved(dep.to_dict(), checkpoint_keys=keys, d2t_sha256=d2t)
-    if keys is None or contract.drafter.checkpoint_keys is None:
-        for view in (expected, actual):
-            view.get("drafter", {}).pop("checkpoint_keys", None)
-    kept = [m for m in configdiff.diff_views(expected, actual)
-            if not any(m.path == p or m.path.startswith(p + ".") for p in covered)]
-    return configdiff.config_findings(kept)
 
 
 def _adapter_findings(dep: ResolvedDeployment) -> list[Finding]:
@@ -342,7 +310,7 @@ def _missing_evidence(run: _Run, level: str) -> list[Finding]:
 def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdict:
     c, dep = run.contract, run.deployment
     cfg, d2t, observed, keys, skipped = _draft_facts(run.draft)
-    findings = _failure_findings(run) + skipped
+    findings = decision.serving_findings(run.failures) + skipped
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:
@@ -359,10 +327,10 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output}
         if dep else None,
         vocab_map_hash=d2t, vocab_map_observed=observed)
-    dtype = run.fc_dtype or c.fc_input.dtype
-    base, overrides = tolerances_from_contract(c.tolerances, dtype=dtype)
+    (base, overrides), (rec, _), (drift, _) = _pair_tolerances(run)
     findings += diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
-                         layout_fix=layout_fix_text)
+                         layout_fix=layout_fix_text, drift_tolerance=drift, recorded_tolerance=rec)
+    findings += _target_findings(c, run.target)
     # without tensors the layout comes from SGLang's resolved capture list, unless SGLang failed: a config
     # it crashes on is reported as that crash (with the fix), not as a layout it would never serve
     static_layout = run.table is None and dep is not None and not run.failures
@@ -384,11 +352,14 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
         fix = FixSuggestion(spec_fix) if spec_fix else None
-    errors = [f for f in findings if f.severity is Severity.ERROR]
-    env = [f for f in errors if f.kind in ENVIRONMENT_KINDS]
-    status = "error" if env and len(env) == len(errors) else ("fail" if errors else "pass")
-    if status == "pass" and dep is None:
-        status = "error"  # never a pass without SGLang having resolved the deployment
+    if dep is None and not any(f.severity is Severity.ERROR for f in findings):
+        # never a pass without SGLang having resolved the deployment
+        findings.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "SGLang never resolved the deployment",
+                                details={"check": decision.ALL_CHECKS, "cause": "environment"}))
+    ran = {"static": dep is not None, "capture": run.table is not None, "outcome": run.outcome is not None}
+    findings += decision.blocked_checks(findings, level, ran)
+    status = decision.status_of(findings)
+    probes = [{**p, "status": decision.probe_status(findings, int(p["index"]))} for p in run.probes]
     served_layout: list[str | None] | None = (
         run.table.served_sources() if run.table is not None
         else (list(dep.served_sources) if dep and not run.failures else None))
@@ -406,33 +377,11 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         target_architecture=dep.target_architecture if dep else c.target.architecture, draft_path=str(run.draft),
         expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,
-        probes=list(run.probes), timings=dict(timings),
+        probes=probes, timings=dict(timings),
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(run.stand_ins),
     )
 
 
 def check_failures(verdict: Verdict, check: str, *, probe: int | None = None) -> str | None:
     """The report text for one pytest item (``static``, ``capture``, ``outcome``), or None when it passes."""
-    from specparity.report.terminal import chunk_lines, finding_lines, fix_text, summary_line
-
-    mine = [f for f in verdict.findings if f.severity is Severity.ERROR and
-            str(f.details.get("check")) in (check, "sglang")]
-    probe_bad = None
-    if check == "capture" and probe is not None and probe < len(verdict.probes):
-        p = verdict.probes[probe]
-        if p.get("status") != "pass":
-            probe_bad = f"probe {probe} ({p.get('tokens')} tokens): max|d| {p.get('max_abs_err')}"
-    if check == "outcome" and verdict.outcome is None and verdict.level in ("outcome", "all") and not mine:
-        mine = [f for f in verdict.findings if f.severity is Severity.ERROR]
-        if not mine:
-            return "the outcome check did not run (no capture to replay)"
-    if not mine and probe_bad is None:
-        return None
-    lines = [summary_line(verdict)]
-    lines.append(f"Fix: {fix_text(verdict)}")
-    if check == "capture":
-        lines += chunk_lines(verdict.chunks)
-    if probe_bad:
-        lines.append(probe_bad)
-    lines += finding_lines(mine)
-    return "\n".join(lines)
+    return decision.item_report(verdict, check, probe=probe)

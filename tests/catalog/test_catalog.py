@@ -48,14 +48,19 @@ FC_WIDTH_FIXED_AT_3 = parse_version(SGLANG) < (0, 5, 12)
 # scenario -> (status, finding kinds that must be among the errors)
 CASES: dict[str, tuple[str, set[str]]] = {
     "healthy": ("pass", set()),
+    # the deployed target is not the one training recorded (issue 10): each its own named finding, exit 1
+    "other_weights": ("fail", {"target_mismatch"}),
+    "other_tokenizer": ("fail", {"tokenizer_mismatch"}),
+    "other_chat_template": ("fail", {"chat_template_mismatch"}),
+    # a config SGLang crashes on is the deployment's fault: exit 1, with SGLang's own message (issue 10)
     "embedding_plus_layers": ("fail", {"extra_embedding", "missing_source"}) if _serves([-1, 1, 3])
-    else ("error", {"sglang_error"}),
+    else ("fail", {"sglang_error"}),
     "no_eagle_config": ("fail", {"default_ids_fallback", "off_by_one"}),
     "ids_plus_one": ("fail", {"off_by_one"}),
     "far_layers": ("fail", {"missing_source", "off_by_one"}),  # layer:3, 4, 6: layer:1 gone, two shifted
     "last_layer_id": ("fail", {"capture_count_short"}),
     # before 0.5.12 fc is Linear(3*H_t, H_d) whatever the config says (D5): the 1-aux [H, H] fc cannot load
-    "fc_skipped": ("error", {"sglang_error"}) if FC_WIDTH_FIXED_AT_3
+    "fc_skipped": ("fail", {"sglang_error"}) if FC_WIDTH_FIXED_AT_3
     else ("fail", {"fc_not_called", "width_mismatch"}),
     "nan_target": ("fail", {"nonfinite"}),
     "norm_before_fc": ("fail", {"norm_mismatch"}),
@@ -64,7 +69,7 @@ CASES: dict[str, tuple[str, set[str]]] = {
     # it is fixed at 3*H_t it loads, SGLang captures 4 states and its own fc matmul raises on the 256-wide input
     # (measured on 0.5.3 and 0.4.10.post2): the crash and the 4th chunk are both reported
     "unloadable_draft": ("fail", {"sglang_error", "width_mismatch", "layout_mismatch"}) if FC_WIDTH_FIXED_AT_3
-    else ("error", {"sglang_error"}),
+    else ("fail", {"sglang_error"}),
     "self_inconsistent": ("fail", {"contract_self_inconsistent"}),
     "order": ("fail", {"order_mismatch"}),
 }
@@ -79,7 +84,7 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
     if status == "pass":
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"] and not v.errors
     else:
-        assert v.exit_code in (1, 3)
+        assert v.exit_code == 1, (name, v.exit_code)  # each is the deployment's (or contract's) fault
 
 
 def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:
@@ -116,8 +121,87 @@ def test_a_config_sglang_crashes_on_is_reported_as_that_crash(catalog: dict[str,
     if crash is None:
         assert v.served_layout == ["embedding", "layer:1", "layer:3"] and v.status == "fail"
         return
-    assert (v.status, v.exit_code) == ("error", 3)
+    assert (v.status, v.exit_code) == ("fail", 1)  # SGLang refuses the deployment as configured: its fault
     assert kinds(v) == {"sglang_error"}, [f.to_dict() for f in v.errors]
     assert crash in v.errors[0].message and " at sglang/srt/models/llama.py:" in v.errors[0].message
     assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary
     assert v.served_layout is None and all(c.served is None for c in v.chunks)  # never served: unknown
+
+
+# --- one decision, every face (issue 10): the CLI, the reports and every pytest item are views of one verdict
+
+
+def _failing_items(v: Verdict, probes: int, name: str) -> dict[str, bool]:
+    """The rule, restated from the issue: an item fails iff an error finding is on its check (or on every
+    check) and, for a probe item, on no other probe."""
+    items: dict[str, tuple[str, int | None]] = {f"parity::{name}::static": ("static", None)}
+    if v.level in ("capture", "outcome", "all"):
+        items |= {f"parity::{name}::capture[probe-{i}]": ("capture", i) for i in range(probes)}
+    out = {}
+    for node, (check, probe) in items.items():
+        out[node] = any(f.severity.value == "error" and f.details.get("check", "sglang") in (check, "sglang")
+                        and f.details.get("sample") in (None, probe) for f in v.findings)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cli_reports_and_pytest_items_are_views_of_one_verdict(catalog: dict[str, Any], name: str,
+                                                               pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    import specparity.gate
+    from specparity.cli import main
+
+    v = gate(catalog, name)
+    contract, target, draft = catalog[name]
+    monkeypatch.setattr(specparity.gate, "run_gate", lambda *a, **k: v)
+    out = pytester.path / "cli"
+    cli = CliRunner().invoke(main, ["gate", "--contract", str(contract), "--target", str(target), "--draft",
+                                    str(draft), "--level", "capture", "--json", str(out / "r.json"),
+                                    "--html", str(out / "r.html"), "--junit", str(out / "j.xml")])
+    assert cli.exit_code == v.exit_code, (name, cli.output)
+    assert json.loads((out / "r.json").read_text())["verdict"] == v.status
+    text = cli.stdout
+    assert text.splitlines()[0].startswith("PASS") == (v.status == "pass"), text
+    if v.status == "pass":
+        assert "Fix:" not in text
+
+    rec = pytester.inline_run("-m", "parity", "--parity-contract", str(contract), "--parity-target", str(target),
+                              "--parity-draft", str(draft), "--parity-level", "capture", "-p", "no:cacheprovider")
+    reports = {r.nodeid: r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"}
+    from specparity.contract import load_contract
+    from specparity.deployments import contract_name
+
+    expected = _failing_items(v, load_contract(contract).probes.num_samples, contract_name(str(contract)))
+    assert set(reports) == set(expected), (sorted(reports), sorted(expected))
+    for node, fails in expected.items():
+        r = reports[node]
+        assert r.failed == fails, (name, node, r.longreprtext[:400])
+        if r.failed:
+            assert not r.longreprtext.lstrip().startswith("PASS"), r.longreprtext[:200]
+        if v.status == "pass":
+            assert "Fix:" not in r.longreprtext
+    session_failed = any(r.failed for r in reports.values())
+    assert session_failed == (v.exit_code != 0), (name, v.exit_code)
+
+
+@pytest.mark.parametrize(("name", "kind"), [("other_weights", "target_mismatch"),
+                                            ("other_tokenizer", "tokenizer_mismatch"),
+                                            ("other_chat_template", "chat_template_mismatch")])
+def test_a_wrong_target_exits_1_with_its_finding_and_a_full_html_report(catalog: dict[str, Any], name: str, kind: str,
+                                                                       tmp_path: Any) -> None:
+    from specparity.report import write_reports
+
+    v = gate(catalog, name)
+    assert (v.status, v.exit_code) == ("fail", 1) and kinds(v) == {kind}, [f.to_dict() for f in v.errors]
+    if kind == "target_mismatch":
+        assert "other weights" in v.errors[0].message
+        assert v.served_layout == ["layer:1", "layer:3", "layer:5"]  # SGLang serves the right layers of it
+    else:
+        assert str(catalog[name][1]) in v.errors[0].message
+    write_reports(v, json_path=tmp_path / "r.json", html_path=tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert kind in html and "FAIL" in html

@@ -122,7 +122,7 @@ def test_identical_boundaries_are_ambiguous_not_guessed() -> None:
     table = attribute([fc], [fc], [states], expected=sources, tolerance=FP32)
     chunk = table.served[0]
     assert chunk.attributed is None
-    assert chunk.best in ("layer:2", "layer:3") and chunk.margin < FP32.min_margin
+    assert chunk.best in ("layer:2", "layer:3") and chunk.separation > FP32.max_separation
 
 
 def test_a_rescaled_chunk_is_not_attributed_despite_cosine_one() -> None:
@@ -130,8 +130,8 @@ def test_a_rescaled_chunk_is_not_attributed_despite_cosine_one() -> None:
     fc = concat_sources(states, ["layer:1"])
     table = attribute([2.0 * fc], [fc], [states], expected=["layer:1"], tolerance=FP32)
     chunk = table.served[0]
-    assert chunk.best == "layer:1" and chunk.cosine == pytest.approx(1.0, abs=1e-6)
-    assert chunk.rel_err == pytest.approx(1.0, rel=1e-3)
+    assert chunk.expected_cosine == pytest.approx(1.0, abs=1e-6)
+    assert chunk.expected_rel_err == pytest.approx(1.0, rel=1e-3)
     assert chunk.attributed is None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -111,11 +112,11 @@ def test_min_passing_atol_nonfinite_and_shape() -> None:
 def test_within_and_identity() -> None:
     tol = default_tolerance("bf16")
     assert within(0.01, 0.01, tol) and not within(0.1, 0.07, tol) and not within(math.inf, 0.0, tol)
-    assert identity_holds(cosine=0.99995, rel_err=0.01, margin=0.05, tolerance=tol)
-    assert not identity_holds(cosine=0.99995, rel_err=0.2, margin=0.05, tolerance=tol)  # rescaled
-    assert not identity_holds(cosine=0.99995, rel_err=0.01, margin=0.0, tolerance=tol)  # ambiguous
-    assert not identity_holds(cosine=0.98, rel_err=0.01, margin=0.05, tolerance=tol)
-    assert not identity_holds(cosine=math.nan, rel_err=0.0, margin=1.0, tolerance=tol)
+    assert identity_holds(rel_err=0.01, separation=0.05, tolerance=tol)
+    assert not identity_holds(rel_err=0.2, separation=0.05, tolerance=tol)  # matches nothing closely
+    assert not identity_holds(rel_err=0.01, separation=0.9, tolerance=tol)  # ambiguous
+    assert not identity_holds(rel_err=math.nan, separation=0.0, tolerance=tol)
+    assert not identity_holds(rel_err=0.0, separation=math.inf, tolerance=tol)
 
 
 def test_contract_tolerances_layer_over_the_dtype_default() -> None:
@@ -128,8 +129,7 @@ def test_contract_tolerances_layer_over_the_dtype_default() -> None:
     }
     base, overrides = tolerances_from_contract(section, dtype="bf16")
     bf16 = default_tolerance("bfloat16")
-    assert base == Tolerance(atol=0.05, rtol=bf16.rtol, cosine_floor=0.99, min_margin=bf16.min_margin,
-                             max_rel_err=bf16.max_rel_err)
+    assert base == dataclasses.replace(bf16, atol=0.05, cosine_floor=0.99)
     assert overrides == {2: merge_tolerance(base, {"rtol": 0.1})}
     assert tolerances_from_contract(None, dtype="float32") == (default_tolerance("float32"), {})
     with pytest.raises(InputError, match="unknown tolerance field 'atoll'"):

@@ -8,8 +8,12 @@ feature dim). Row ``t`` of every tensor belongs to token ``t`` (domain.md §1 "A
 
 One pass over the atlas: per block of tokens, all boundaries are stacked into a float32 buffer and
 one batched matmul gives every chunk-by-boundary dot product; per-token norms complete cosine and
-(Gram) relative error. The pairs a chunk is *expected* to match also get their exact difference in
-the same pass, so a correct near-exact match is never judged on Gram round-off.
+(Gram) per-token relative error ``||x_t - b_t|| / ||b_t||``, averaged over tokens. The pairs a chunk
+is *expected* to match also get their exact difference in the same pass, so a correct near-exact match
+is never judged on Gram round-off.
+
+Identity is scale-free (compare/tolerances.py): the best candidate is the boundary with the smallest
+mean relative error, and its *separation* (that error over the runner-up's) must be small.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Literal
 import torch
 
 from specparity.compare.evidence import ChunkEvidence, EvidenceAccumulator
-from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance
+from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance, separation
 from specparity.errors import InputError
 from specparity.sources import is_source, order_key
 
@@ -33,9 +37,10 @@ Side = Literal["served", "recorded"]
 class ChunkAttribution:
     """Which source one chunk carries.
 
-    ``attributed`` is None ("unknown") when the best candidate ``best`` fails the cosine floor, the
-    relative-error limit, or leads the runner-up by less than the required margin. ``cosine`` and
-    ``rel_err`` are against ``best``. ``max_abs_err`` and ``min_passing_atol`` compare the chunk with
+    ``best`` is the boundary with the smallest mean per-token relative error ``rel_err``; ``attributed``
+    is ``best``, or None ("unknown") when ``rel_err`` exceeds the identity limit or ``separation``
+    (``rel_err`` over the runner-up's ``runner_up_rel_err``) is not small enough. ``cosine`` is against
+    ``best``; ``margin`` is best minus runner-up cosine (context). ``max_abs_err`` and ``min_passing_atol`` compare the chunk with
     what it should equal: for a served chunk the recorded chunk of the same index, for a recorded
     chunk the atlas state of its expected source (NaN when there is no counterpart).
     """
@@ -54,6 +59,8 @@ class ChunkAttribution:
     best: str | None = None
     expected_cosine: float = math.nan
     expected_rel_err: float = math.nan
+    separation: float = math.nan
+    runner_up_rel_err: float = math.nan
 
     def to_dict(self) -> dict[str, object]:
         """Plain-JSON view."""
@@ -118,10 +125,13 @@ class _Sums:
         self.count = torch.zeros(shape, dtype=torch.float64)
         self.diff2 = torch.zeros(shape, dtype=torch.float64)
         self.ref2 = torch.zeros(shape, dtype=torch.float64)
+        self.rel = torch.zeros(shape, dtype=torch.float64)  # sum over tokens of per-token relative error
         self.atlas_nonfinite = torch.zeros(boundaries, dtype=torch.int64)
         # exact (chunk row, boundary col) pairs: sum |d|^2, sum |ref|^2, max |d|, max(|d| - rtol |ref|)
         self.pair_diff2 = torch.zeros(pairs, dtype=torch.float64)
         self.pair_ref2 = torch.zeros(pairs, dtype=torch.float64)
+        self.pair_rel = torch.zeros(pairs, dtype=torch.float64)
+        self.pair_count = torch.zeros(pairs, dtype=torch.float64)
         self.pair_max = torch.zeros(pairs, dtype=torch.float64)
         self.pair_excess = torch.full((pairs,), -math.inf, dtype=torch.float64)
 
@@ -218,23 +228,51 @@ def _accumulate_sample(
     b2 = torch.where(fin_b, nb2, 0.0).double()[:, None, :]
     sums.cos += (dd / torch.sqrt(a2 * b2).clamp_min(1e-300) * w).sum(0)
     sums.count += w.sum(0)
-    sums.diff2 += ((a2 + b2 - 2.0 * dd).clamp_min(0.0) * w).sum(0)
+    d2 = (a2 + b2 - 2.0 * dd).clamp_min(0.0)
+    sums.diff2 += (d2 * w).sum(0)
+    # per-token relative error: each token judged at its own scale (residual streams grow with depth)
+    sums.rel += (torch.sqrt(d2) / torch.sqrt(b2).clamp_min(1e-300) * w).sum(0)
     sums.ref2 += (b2 * w).sum(0)
     if npairs:
         # sums over rows where both sides are finite; the maxima keep NaN so such a pair never passes
         v = (valid[:, None] & torch.isfinite(p_d2) & torch.isfinite(p_r2)).double()
         sums.pair_diff2 += (torch.nan_to_num(p_d2.double(), nan=0.0, posinf=0.0) * v).sum(0)
         sums.pair_ref2 += (torch.nan_to_num(p_r2.double(), nan=0.0, posinf=0.0) * v).sum(0)
+        tok = torch.sqrt(torch.nan_to_num(p_d2.double(), nan=0.0, posinf=0.0)) / torch.sqrt(
+            torch.nan_to_num(p_r2.double(), nan=0.0, posinf=0.0)).clamp_min(1e-300)
+        sums.pair_rel += (tok * v).sum(0)
+        sums.pair_count += v.sum(0)
         vm = valid[:, None]
         sums.pair_max = torch.maximum(sums.pair_max, torch.where(vm, p_max.double(), -math.inf).amax(0))
         sums.pair_excess = torch.maximum(sums.pair_excess, torch.where(vm, p_exc.double(), -math.inf).amax(0))
 
 
-def _rank(cos_row: torch.Tensor) -> tuple[int, int | None]:
-    ranked = torch.where(torch.isnan(cos_row), -math.inf, cos_row)
+GRAM_FLOOR = 1e-2
+
+
+def _exact_rel(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
+               atlas: Sequence[Mapping[str, torch.Tensor]], masks: Sequence[torch.Tensor | None] | None, *,
+               row: int, name: str, k_s: int, hidden: int) -> float:
+    """Mean per-token relative error of chunk ``row`` (served rows first) against boundary ``name``, exactly."""
+    total, count = 0.0, 0.0
+    for i in range(len(served)):
+        src, c = (served[i], row) if row < k_s else (recorded[i], row - k_s)
+        a = src[:, c * hidden:(c + 1) * hidden].float()
+        b = atlas[i][name].to(a.device).float()
+        tok = torch.linalg.vector_norm(a - b, dim=-1).double() / torch.linalg.vector_norm(b, dim=-1).double().clamp_min(1e-300)
+        m = masks[i] if masks is not None else None
+        ok = torch.isfinite(tok) & (m.to(torch.bool).to(tok.device) if m is not None else True)
+        total += float(tok[ok].sum())
+        count += float(ok.sum())
+    return total / count if count else math.inf
+
+
+def _rank(rel_row: torch.Tensor) -> tuple[int, int | None]:
+    """The boundaries with the smallest and second-smallest relative error (NaN ranks last)."""
+    ranked = torch.where(torch.isnan(rel_row), math.inf, rel_row)
     if ranked.numel() == 1:
         return 0, None
-    top = torch.topk(ranked, 2)
+    top = torch.topk(ranked, 2, largest=False)
     return int(top.indices[0]), int(top.indices[1])
 
 
@@ -248,14 +286,18 @@ def attribute(
     overrides: Mapping[int | str, Tolerance] | None = None,
     masks: Sequence[torch.Tensor | None] | None = None,
     block_tokens: int = 8,
+    recorded_tolerance: Tolerance | None = None,
+    recorded_overrides: Mapping[int | str, Tolerance] | None = None,
 ) -> AttributionTable:
     """Attribute every served and recorded chunk of every sample to an atlas boundary.
 
     ``served[i]``, ``recorded[i]``, ``atlas[i]`` (and ``masks[i]``, bool ``[T]``, True = compare this
     token; pad positions are False, domain.md §4) describe sample ``i``. ``expected`` are the
     contract's sources in fc-chunk order; recorded chunk ``c`` is expected to be ``expected[c]``.
-    Similarities are averaged over valid tokens of all samples. Raises :class:`InputError` on
-    malformed input or when no token is valid.
+    Similarities are averaged over valid tokens of all samples. ``tolerance`` (and ``overrides``)
+    judge served chunks against the atlas; ``recorded_tolerance`` (default: ``tolerance``) and
+    ``recorded_overrides`` judge recorded chunks against it: each the coarser dtype's of its pair.
+    Raises :class:`InputError` on malformed input or when no token is valid.
     """
     if not (len(served) == len(recorded) == len(atlas)) or not served:
         raise InputError(
@@ -291,6 +333,9 @@ def attribute(
         raise InputError(f"the contract names {len(expected)} sources, the recording has {k_r} chunks", field="expected")
     tols = [resolve_tolerance(tolerance, overrides, chunk=c, source=expected[c] if c < k_r else None)
             for c in range(max(k_s, k_r))]
+    rec_base = recorded_tolerance if recorded_tolerance is not None else tolerance
+    rec_over = recorded_overrides if recorded_tolerance is not None else overrides
+    rec_tols = [resolve_tolerance(rec_base, rec_over, chunk=c, source=expected[c]) for c in range(k_r)]
     # exact pairs: every chunk (served rows 0..k_s-1, recorded rows k_s..) against its expected source
     pair_list: list[tuple[int, int, float]] = []
     for c in range(k_r):
@@ -328,25 +373,34 @@ def attribute(
                          field="masks")
     cos = sums.cos / sums.count.clamp_min(1.0)
     cos = torch.where(sums.count > 0, cos, math.nan)
-    rel = torch.sqrt(sums.diff2 / sums.ref2.clamp_min(1e-300))
-    rel = torch.where(sums.ref2 > 0, rel, math.inf)
+    rel = sums.rel / sums.count.clamp_min(1.0)
+    rel = torch.where((sums.count > 0) & (sums.ref2 > 0), rel, math.inf)
     exact_stats: dict[int, tuple[float, float]] = {}
     for p, (row, j, _) in enumerate(pair_list):
-        ref2 = float(sums.pair_ref2[p])
-        if ref2 > 0:
-            rel[row, j] = math.sqrt(float(sums.pair_diff2[p]) / ref2)
+        ref2, npair = float(sums.pair_ref2[p]), float(sums.pair_count[p])
+        if ref2 > 0 and npair > 0:
+            rel[row, j] = float(sums.pair_rel[p]) / npair
         peak = float(sums.pair_max[p])
         exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
     served_ev = [ev.result() for ev in evidence]
+    # the Gram form cannot resolve a relative error below ~sqrt(float32 eps); a boundary that close to a
+    # chunk (a near-duplicate of the expected one) gets its exact difference, so a tie is seen as a tie
+    exact_pairs = {(row, j) for row, j, _ in pair_list}
+    close = [(int(r), int(j)) for r, j in (rel < GRAM_FLOOR).nonzero().tolist() if (int(r), int(j)) not in exact_pairs]
+    for row, j in close:
+        rel[row, j] = _exact_rel(served, recorded, atlas, masks, row=row, name=names[j], k_s=k_s, hidden=hidden)
 
     def build(row: int, side: Side, c: int) -> ChunkAttribution:
         exp = expected[c] if c < k_r else None
-        best, second = _rank(cos[row])
+        best, second = _rank(rel[row])
         best_cos = float(cos[row, best])
         second_cos = float(cos[row, second]) if second is not None else -1.0
         margin = best_cos - second_cos if math.isfinite(best_cos) else math.nan
         best_rel = float(rel[row, best])
-        ok = identity_holds(cosine=best_cos, rel_err=best_rel, margin=margin, tolerance=tols[c])
+        second_rel = float(rel[row, second]) if second is not None else math.inf
+        sep = separation(best_rel, second_rel)
+        tol = tols[c] if side == "served" else rec_tols[c]
+        ok = identity_holds(rel_err=best_rel, separation=sep, tolerance=tol)
         if side == "served":
             ev = served_ev[c] if c < len(served_ev) else None
             max_abs = ev.max_abs_err if ev else math.nan
@@ -360,6 +414,7 @@ def attribute(
             margin=margin, max_abs_err=max_abs, min_passing_atol=passing, best=names[best],
             expected_cosine=float(cos[row, col[exp]]) if exp in col else math.nan,
             expected_rel_err=float(rel[row, col[exp]]) if exp in col else math.nan,
+            separation=sep, runner_up_rel_err=second_rel,
         )
 
     def matrix(t: torch.Tensor) -> tuple[tuple[float, ...], ...]:

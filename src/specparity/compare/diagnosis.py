@@ -18,6 +18,7 @@ from specparity.compare.attribution import AttributionTable, ChunkAttribution
 from specparity.compare.evidence import ChunkEvidence
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.compare.fix import spec_fix
+from specparity.compare.recorded import drift_findings, recording_findings
 from specparity.compare.tolerances import Tolerance, resolve_tolerance
 from specparity.sources import EMBEDDING, layer_index, order_key
 
@@ -152,7 +153,8 @@ def _is_off_by_one(served: str, expected: str) -> bool:
 
 
 def _line(c: int, served: str | None, expected: str | None, att: ChunkAttribution | None) -> str:
-    got = served or (f"unknown (best {att.best} cosine {_fmt(att.cosine)})" if att else "unknown")
+    got = served or (f"unknown (best {att.best} rel err {_fmt(att.rel_err)}, separation {_fmt(att.separation)} "
+                     f"from {att.runner_up})" if att else "unknown")
     return f"chunk {c}: served {got}, expected {expected}"
 
 
@@ -189,10 +191,11 @@ def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance
                          "served_norm_cv": ev.served_norm_cv, "recorded_norm_cv": ev.recorded_norm_cv})
     return Finding(
         FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
-        f"{_line(c.index, None, c.expected, c)}: matches no boundary (runner-up {c.runner_up} cosine "
-        f"{_fmt(c.runner_up_cosine)}, rel err {_fmt(c.rel_err)})",
+        f"{_line(c.index, None, c.expected, c)}: matches no boundary (rel err limit {_fmt(tol.max_rel_err)}, "
+        f"separation limit {_fmt(tol.max_separation)}; runner-up {c.runner_up} rel err {_fmt(c.runner_up_rel_err)})",
         chunk=c.index,
-        details={"best": c.best, "cosine": c.cosine, "rel_err": c.rel_err, "margin": c.margin},
+        details={"best": c.best, "cosine": c.cosine, "rel_err": c.rel_err, "margin": c.margin,
+                 "separation": c.separation},
         fix=layout_fix)
 
 
@@ -284,7 +287,8 @@ def layout_findings(
 
 
 def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
-             layout_fix: str | None) -> list[Finding]:
+             layout_fix: str | None, *, drift_tols: Sequence[Tolerance],
+             rec_tols: Sequence[Tolerance]) -> list[Finding]:
     out: list[Finding] = []
     for nf in table.evidence:
         if nf.nonfinite_served or nf.nonfinite_recorded:
@@ -302,34 +306,9 @@ def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleran
     expected = list(exp.sources)
     out.extend(_layout(expected, served, atts=list(table.served), evidence={e.index: e for e in table.evidence},
                        tols=tols, layout_fix=layout_fix))
-    matched = {c for c, s in enumerate(served) if c < len(expected) and s == expected[c]}
-    evidence = {e.index: e for e in table.evidence}
-    for c in sorted(matched):
-        ev = evidence.get(c)
-        if ev is None or ev.max_abs_err == 0.0 or not math.isfinite(ev.max_abs_err):
-            continue
-        tol = tols[c]
-        ok = ev.min_passing_atol <= tol.atol
-        verdict = "within" if ok else "outside"
-        out.append(Finding(
-            FindingKind.NUMERIC_DRIFT, Severity.INFO if ok else Severity.WARNING,
-            f"chunk {c}: {exp.sources[c]} {verdict} tolerance, not exact: max|d| {_fmt(ev.max_abs_err)}, "
-            f"rel err {_fmt(ev.rel_err)}, passes at atol >= {_fmt(ev.min_passing_atol)} "
-            f"(rtol {_fmt(tol.rtol)}, set atol {_fmt(tol.atol)})",
-            chunk=c,
-            details={"max_abs_err": ev.max_abs_err, "rel_err": ev.rel_err, "min_passing_atol": ev.min_passing_atol,
-                     "atol": tol.atol, "rtol": tol.rtol, "cosine": ev.cosine_at(0)}))
-    for att in table.recorded:
-        if att.attributed == att.expected:
-            continue
-        got = att.attributed or f"no boundary (best {att.best} cosine {_fmt(att.cosine)})"
-        out.append(Finding(
-            FindingKind.CONTRACT_SELF_INCONSISTENT, Severity.ERROR,
-            f"recorded chunk {att.index} is {got}, the contract says {att.expected} "
-            f"(cosine to {att.expected} {_fmt(att.expected_cosine)}): the contract does not describe its recording",
-            chunk=att.index,
-            details={"recorded": att.attributed, "expected": att.expected, "best": att.best,
-                     "cosine": att.cosine, "expected_cosine": att.expected_cosine}))
+    matched = sorted(c for c, s in enumerate(served) if c < len(expected) and s == expected[c])
+    out.extend(drift_findings(exp.sources, table, matched, drift_tols, tols))
+    out.extend(recording_findings(table, rec_tols))
     return out
 
 
@@ -341,18 +320,26 @@ def diagnose(
     tolerance: Tolerance,
     overrides: Mapping[int | str, Tolerance] | None = None,
     layout_fix: str | None = None,
+    drift_tolerance: Tolerance | None = None,
+    recorded_tolerance: Tolerance | None = None,
 ) -> list[Finding]:
     """Every finding for one deployment, in the order: environment, static, tensors, training side.
 
     ``table`` is None when no tensors were captured (static level, or SGLang failed). ``layout_fix``
     (from :func:`specparity.compare.fix.layout_fix`) is attached to every layout finding.
+    ``tolerance`` judges served chunks against the atlas, ``drift_tolerance`` served against recorded
+    chunks and ``recorded_tolerance`` recorded chunks against the atlas (each defaults to ``tolerance``;
+    the gate passes the coarser dtype's of each pair, compare/tolerances.py).
     """
     findings = _environment(expected, deployment) + _static(expected, deployment)
     if table is not None:
         k = max(len(table.served), len(expected.sources))
-        tols = [resolve_tolerance(tolerance, overrides, chunk=c,
-                                  source=expected.sources[c] if c < len(expected.sources) else None)
-                for c in range(k)]
+        def per_chunk(base: Tolerance | None) -> list[Tolerance]:
+            return [resolve_tolerance(base or tolerance, overrides, chunk=c,
+                                      source=expected.sources[c] if c < len(expected.sources) else None)
+                    for c in range(k)]
+
+        tols = per_chunk(tolerance)
         if len(table.served) != len(expected.sources) and not any(
                 f.kind is FindingKind.WIDTH_MISMATCH for f in findings):
             width = len(table.served) * table.hidden_size
@@ -361,5 +348,6 @@ def diagnose(
                 f"fc input has {len(table.served)} chunks ({width} wide), the contract has "
                 f"{len(expected.sources)} x {expected.hidden_size}",
                 details={"served_chunks": len(table.served), "expected_chunks": len(expected.sources)}))
-        findings.extend(_tensors(expected, table, tols, layout_fix))
+        findings.extend(_tensors(expected, table, tols, layout_fix, drift_tols=per_chunk(drift_tolerance),
+                                 rec_tols=per_chunk(recorded_tolerance)))
     return findings

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specparity.compare.tolerances import DRIFT_PERCENTILE
+
 
 @dataclass(frozen=True)
 class ChunkEvidence:
@@ -36,6 +38,9 @@ class ChunkEvidence:
     recorded_norm_cv: float
     nonfinite_served: int
     nonfinite_recorded: int
+    token_rel_err_p99: float = math.nan  # per-token ||served_t - recorded_t|| / ||recorded_t||, 99th percentile
+    token_rel_err_max: float = math.nan
+    token_rel_err_mean: float = math.nan
 
     def cosine_at(self, shift: int) -> float:
         """Mean cosine of served row ``t`` with recorded row ``t + shift`` (shift in -1, 0, 1)."""
@@ -56,6 +61,9 @@ class ChunkEvidence:
             "recorded_norm_cv": self.recorded_norm_cv,
             "nonfinite_served": self.nonfinite_served,
             "nonfinite_recorded": self.nonfinite_recorded,
+            "token_rel_err_p99": self.token_rel_err_p99,
+            "token_rel_err_max": self.token_rel_err_max,
+            "token_rel_err_mean": self.token_rel_err_mean,
         }
 
 
@@ -101,6 +109,7 @@ class EvidenceAccumulator:
         self.recorded_norm = _Moments()
         self.nonfinite_served = 0
         self.nonfinite_recorded = 0
+        self.token_rel: list[torch.Tensor] = []
 
     def add(self, served: torch.Tensor, recorded: torch.Tensor, valid: torch.Tensor) -> None:
         """One sample: ``served`` and ``recorded`` are ``[T, H]`` (any float dtype), ``valid`` ``[T]`` bool."""
@@ -135,7 +144,9 @@ class EvidenceAccumulator:
         every = bool(row_ok.all())
         d = a.sub_(b) if every else (a - b)[row_ok]
         ref = b if every else b[row_ok]
-        self.diff2 += float(torch.linalg.vector_norm(d, dim=-1).double().square().sum())
+        dn = torch.linalg.vector_norm(d, dim=-1)
+        self.diff2 += float(dn.double().square().sum())
+        self.token_rel.append((dn.double() / nb[row_ok].double().clamp_min(1e-300)).cpu())
         self.ref2 += float(nb2[row_ok].double().sum())
         d.abs_()
         self.max_abs = max(self.max_abs, float(d.max()))
@@ -152,8 +163,11 @@ class EvidenceAccumulator:
         """The accumulated evidence."""
         shifts = tuple(s / n if n else math.nan for s, n in zip(self.shift_sum, self.shift_n, strict=True))
         rel = math.sqrt(self.diff2 / self.ref2) if self.ref2 > 0 else math.inf
+        tok = torch.cat(self.token_rel) if self.token_rel else torch.zeros(0, dtype=torch.float64)
+        p99, peak, mean = ((float(torch.quantile(tok, DRIFT_PERCENTILE)), float(tok.max()), float(tok.mean()))
+                           if tok.numel() else (math.inf, math.inf, math.inf))
         if not math.isfinite(self.max_abs):
-            rel = math.inf
+            rel = p99 = peak = mean = math.inf
         return ChunkEvidence(
             index=self.index,
             cosine_by_shift=(shifts[0], shifts[1], shifts[2]),
@@ -166,4 +180,7 @@ class EvidenceAccumulator:
             recorded_norm_cv=self.recorded_norm.cv(),
             nonfinite_served=self.nonfinite_served,
             nonfinite_recorded=self.nonfinite_recorded,
+            token_rel_err_p99=p99,
+            token_rel_err_max=peak,
+            token_rel_err_mean=mean,
         )

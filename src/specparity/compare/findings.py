@@ -42,6 +42,10 @@ class FindingKind(str, enum.Enum):
     # the training side
     CONTRACT_SELF_INCONSISTENT = "contract_self_inconsistent"
     LAYOUT_ASSUMED = "layout_assumed"  # info: a contract from configs alone, its layout derived, not recorded
+    # the deployed target against the one training recorded (contract fingerprints, or other weights)
+    TARGET_MISMATCH = "target_mismatch"
+    TOKENIZER_MISMATCH = "tokenizer_mismatch"
+    CHAT_TEMPLATE_MISMATCH = "chat_template_mismatch"
     # outcome: drafter acceptance on recorded vs served fc inputs (specparity.replay)
     ACCEPTANCE_COLLAPSE = "acceptance_collapse"
     ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"

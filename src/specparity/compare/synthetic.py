@@ -66,3 +66,47 @@ def bf16_noise(x: torch.Tensor, *, seed: int = 0, rel: float = 4e-3) -> torch.Te
     xf = x.float()
     noisy = xf + rel * xf.abs() * torch.randn(xf.shape, generator=gen)
     return noisy.to(torch.bfloat16).to(x.dtype)
+
+
+def growing_stream(
+    num_layers: int,
+    hidden: int,
+    *,
+    tokens: int,
+    seed: int = 0,
+    outliers: int = 2,
+    outlier_scale: float = 20.0,
+) -> dict[str, torch.Tensor]:
+    """Like :func:`residual_stream` (float64), with what real late layers show: every update is added on
+    top (the norm grows with depth) and ``outliers`` fixed channels carry values ``outlier_scale`` times
+    the bulk, growing with depth too (massive activations)."""
+    gen = torch.Generator().manual_seed(seed + 7919)
+    base = residual_stream(num_layers, hidden, tokens=tokens, seed=seed)
+    channels = torch.randperm(hidden, generator=gen)[:outliers]
+    signs = torch.where(torch.rand(outliers, generator=gen) < 0.5, -1.0, 1.0)
+    out: dict[str, torch.Tensor] = {}
+    for name, h in base.items():
+        x = h.double()
+        if name != FINAL_NORM:
+            depth = 0 if name == EMBEDDING else int(name.split(":")[1]) + 1
+            bulk = x.pow(2).mean(-1, keepdim=True).sqrt()
+            x = x.clone()
+            x[:, channels] += signs * outlier_scale * (1.0 + depth / max(num_layers, 1)) * bulk
+        out[name] = x
+    out[FINAL_NORM] = rms_norm(out[layer(num_layers - 1)].float()).double()
+    return out
+
+
+def kernel_run(states: dict[str, torch.Tensor], dtype: torch.dtype, *, seed: int, units: float = 2.0) -> dict[str, torch.Tensor]:
+    """``states`` as one engine computes them in ``dtype``: relative noise of ``units`` unit roundoffs per
+    element at the embedding, growing to twice that at the last layer (error accumulates with depth),
+    then rounded to ``dtype``."""
+    gen = torch.Generator().manual_seed(seed)
+    u = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float64: 2.0**-53}[dtype]
+    names = list(states)
+    out = {}
+    for i, name in enumerate(names):
+        x = states[name].double()
+        rel = units * u * (1.0 + i / max(len(names) - 1, 1))
+        out[name] = (x + rel * x.abs() * torch.randn(x.shape, generator=gen, dtype=torch.float64)).to(dtype)
+    return out

@@ -1,20 +1,53 @@
-"""Dtype-aware tolerances for comparing a served fc chunk against a recorded one.
+"""Tolerances for every comparison the gate makes, set by the coarser side of each pair of dtypes.
 
-A :class:`Tolerance` has two jobs:
+Three comparisons, each between two tensors that may live in different dtypes:
 
-- *identity* (attribution): is this chunk the tensor of that source? Decided on the per-token cosine
-  (``cosine_floor``), on the whole-chunk relative error (``max_rel_err``, which catches a rescaled
-  tensor that cosine cannot see) and on how far the best candidate is ahead of the runner-up
-  (``min_margin``, in cosine).
-- *numeric parity*: elementwise ``|a - b| <= atol + rtol * |b|`` against the recorded chunk, the rule
-  of ``torch.testing.assert_close``. Like Polygraphy, we also report the smallest ``atol`` (at the
-  configured ``rtol``) that would have passed, so a near miss reads as a number, not a verdict.
+- served chunk vs recorded chunk (numeric drift);
+- recorded chunk vs the serving target's layer atlas (the contract's self-check);
+- served chunk vs the atlas (identity: which source SGLang really fed ``fc``).
 
-Defaults (domain.md §4 "Numeric notes", measured with SpecForge on CPU, 4-layer bf16 target):
-same-layer bf16 differences between HF and SGLang kernels were 5e-4 .. 3e-2 (max abs), wrong-layer
-differences were >= 0.06. The bf16 ``atol`` is the top of the same-layer range, half the smallest
-wrong-layer difference; ``rtol`` is ``torch.testing``'s bf16 default. In fp32 the measured served fc
-input equalled the HF hidden states exactly (sglang-cpu.md §2), so fp32 is near exact.
+:func:`pair_tolerance` gives the :class:`Tolerance` for one such pair: it is the default of the
+*coarser* dtype (larger unit roundoff ``u``), never of one side alone, so fp32 serving against a bf16
+recording is judged as bf16.
+
+**Identity** is scale-free. For each chunk, every atlas boundary gets the mean over tokens of the
+per-token relative error ``||x_t - b_t|| / ||b_t||``. The best candidate is the boundary with the
+smallest one; it may be named the chunk's source only when
+
+- its relative error is at most ``max_rel_err`` (``IDENTITY_UNITS`` x ``u``, never below
+  ``IDENTITY_FLOOR``): a chunk that matches nothing stays unknown, and
+- its *separation*, its relative error over that of the nearest other boundary, is at most
+  ``max_separation``: the expected source must be clearly ahead of every other boundary.
+
+An absolute ``atol`` is never the pass rule; ``atol``/``rtol`` remain only for the "passes at atol >="
+note (the rule of ``torch.testing.assert_close``, reported Polygraphy-style).
+
+**Numeric drift** (served vs recorded, once identity holds) is judged on the per-token relative error
+in units of ``u``: its 99th percentile against ``drift_p99`` and its maximum against ``drift_max``.
+Outside is a warning (the wiring is right, the numerics are not), inside is context with the room left.
+
+**Measured margins** (``scripts/measure_margins.py``; the bundled 8-layer target of fixtures/default, all
+640 real tokens of its 8 recordings, layer:1/3/5, HF transformers on CPU, one thread):
+
+======================  ============================  =========================  ==================
+pair (served/recorded)  per-token rel err p99 / max   worst separation           nearest other
+======================  ============================  =========================  ==================
+fp32 / fp32             0 / 0 (SGLang = HF exactly)   0                          0.41 rel (layer:5)
+bf16 / fp32             7.4 u / 14.9 u (u = 2^-8)     0.050                      0.41 rel
+fp16 / fp32             7.0 u / 10.6 u (u = 2^-11)    0.0056                     0.41 rel
+======================  ============================  =========================  ==================
+
+Adjacent boundaries of that target differ by 0.41 .. 0.71 per-token relative error; a real 7-70B
+target's late layers differ by much less (~0.05-0.15: residual streams grow with depth and each
+layer adds a smaller share), so the limits leave room for both:
+
+- ``max_separation`` 0.5: 10x above the worst measured bf16 separation, and a real late-layer
+  neighbour at 0.1 still leaves a bf16 chunk (0.016 mean rel err) at 0.16, 3x inside.
+- ``drift_p99`` 24 u and ``drift_max`` 64 u: 3.2x and 4.3x above the worst measured bf16/fp16 drift;
+  a layer one off on the bundled target is >= 100 u at p99 (0.41 / 2^-8), 4x outside.
+- ``max_rel_err`` 32 u (bf16 0.125, fp16 0.016) with a floor of 1e-2 so fp32 kernels that differ
+  (GPU reductions, TF32) are not unknown; the property tests in tests/unit/test_dtype_property.py
+  check every correct layout passes and every wrong one fails for each pair of fp32/bf16/fp16.
 """
 
 from __future__ import annotations
@@ -27,26 +60,57 @@ import torch
 
 from specparity.errors import InputError
 
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+}
+MAX_SEPARATION = 0.5
+IDENTITY_UNITS = 32.0
+IDENTITY_FLOOR = 1e-2
+DRIFT_P99_UNITS = 24.0
+DRIFT_MAX_UNITS = 64.0
+DRIFT_PERCENTILE = 0.99
+
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Thresholds for one chunk. All fields are non-negative; cosines are in [-1, 1]."""
+    """Thresholds for one comparison. All fields are non-negative; cosines are in [-1, 1].
+
+    Identity: ``max_rel_err`` (best candidate's mean per-token relative error) and ``max_separation``
+    (best over runner-up relative error). Drift: ``drift_p99`` / ``drift_max`` (per-token relative
+    error, absolute, i.e. already multiplied by ``unit_roundoff``). ``cosine_floor`` and ``min_margin``
+    explain unknown chunks (token shifts); ``atol``/``rtol`` feed the "passes at atol >=" note only.
+    """
 
     atol: float
     rtol: float
     cosine_floor: float
     min_margin: float
     max_rel_err: float = 5e-2
+    max_separation: float = MAX_SEPARATION
+    drift_p99: float = math.inf
+    drift_max: float = math.inf
+    unit_roundoff: float = 0.0
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "min_margin", "max_rel_err"):
+        for name in ("atol", "rtol", "min_margin", "max_rel_err", "max_separation", "drift_p99", "drift_max",
+                     "unit_roundoff"):
             value = getattr(self, name)
-            if not (value >= 0.0 and math.isfinite(value)):
+            if not (value >= 0.0 and (math.isfinite(value) or name.startswith("drift"))):
                 raise InputError(f"must be a finite number >= 0, got {value!r}", field=f"tolerance.{name}")
         if not -1.0 <= self.cosine_floor <= 1.0:
             raise InputError(f"must lie in [-1, 1], got {self.cosine_floor!r}", field="tolerance.cosine_floor")
 
-    def to_dict(self) -> dict[str, float]:
+    def units(self, rel_err: float) -> float:
+        """``rel_err`` in units of this comparison's unit roundoff (inf when ``u`` is 0)."""
+        if self.unit_roundoff <= 0:
+            return 0.0 if rel_err == 0 else math.inf
+        return rel_err / self.unit_roundoff
+
+    def to_dict(self) -> dict[str, float | str]:
         """Plain-JSON view."""
         return {
             "atol": self.atol,
@@ -54,16 +118,28 @@ class Tolerance:
             "cosine_floor": self.cosine_floor,
             "min_margin": self.min_margin,
             "max_rel_err": self.max_rel_err,
+            "max_separation": self.max_separation,
+            "drift_p99": self.drift_p99,
+            "drift_max": self.drift_max,
+            "unit_roundoff": self.unit_roundoff,
+            "dtype": self.dtype,
         }
 
 
-# 1 - cos ~= rel_err**2 / 2 for noise orthogonal to the signal, so each cosine floor below admits a
-# relative error of about sqrt(2 * (1 - floor)): fp32 4.5e-3, fp16 1e-2, bf16 4.5e-2.
+def _default(dtype: str, *, atol: float, rtol: float, cosine_floor: float, min_margin: float) -> Tolerance:
+    u = UNIT_ROUNDOFF[dtype]
+    return Tolerance(atol=atol, rtol=rtol, cosine_floor=cosine_floor, min_margin=min_margin,
+                     max_rel_err=max(IDENTITY_UNITS * u, IDENTITY_FLOOR), max_separation=MAX_SEPARATION,
+                     drift_p99=DRIFT_P99_UNITS * u, drift_max=DRIFT_MAX_UNITS * u, unit_roundoff=u, dtype=dtype)
+
+
+# atol/rtol: torch.testing's defaults per dtype (bf16's atol the top of the same-layer range measured
+# with SpecForge, domain.md §4); 1 - cos ~= rel_err**2 / 2 for noise orthogonal to the signal.
 _DEFAULTS: dict[str, Tolerance] = {
-    "float64": Tolerance(atol=1e-7, rtol=1e-7, cosine_floor=0.999999, min_margin=1e-6, max_rel_err=1e-3),
-    "float32": Tolerance(atol=1e-5, rtol=1.3e-6, cosine_floor=0.99999, min_margin=1e-5, max_rel_err=1e-2),
-    "float16": Tolerance(atol=5e-3, rtol=1e-3, cosine_floor=0.99995, min_margin=5e-5, max_rel_err=2e-2),
-    "bfloat16": Tolerance(atol=3e-2, rtol=1.6e-2, cosine_floor=0.999, min_margin=1e-4, max_rel_err=5e-2),
+    "float64": _default("float64", atol=1e-7, rtol=1e-7, cosine_floor=0.999999, min_margin=1e-6),
+    "float32": _default("float32", atol=1e-5, rtol=1.3e-6, cosine_floor=0.99999, min_margin=1e-5),
+    "float16": _default("float16", atol=5e-3, rtol=1e-3, cosine_floor=0.99995, min_margin=5e-5),
+    "bfloat16": _default("bfloat16", atol=3e-2, rtol=1.6e-2, cosine_floor=0.999, min_margin=1e-4),
 }
 
 _ALIASES: dict[str, str] = {
@@ -133,19 +209,44 @@ def min_passing_atol(actual: torch.Tensor, expected: torch.Tensor, *, rtol: floa
 
 
 def within(max_abs_err: float, passing_atol: float, tolerance: Tolerance) -> bool:
-    """Whether a chunk whose smallest passing atol is ``passing_atol`` meets ``tolerance``."""
+    """Whether a chunk whose smallest passing atol is ``passing_atol`` meets ``tolerance``'s atol (a note only)."""
     return math.isfinite(max_abs_err) and passing_atol <= tolerance.atol
 
 
-def identity_holds(*, cosine: float, rel_err: float, margin: float, tolerance: Tolerance) -> bool:
-    """Whether a best candidate with these similarities may be named as the chunk's source."""
-    return (
-        math.isfinite(cosine)
-        and cosine >= tolerance.cosine_floor
-        and math.isfinite(rel_err)
-        and rel_err <= tolerance.max_rel_err
-        and margin >= tolerance.min_margin
-    )
+def separation(best_rel_err: float, runner_up_rel_err: float) -> float:
+    """Best over runner-up relative error: 0 is a perfect, unambiguous match, 1 a tie (NaN-safe: inf)."""
+    if not (math.isfinite(best_rel_err) and best_rel_err >= 0) or math.isnan(runner_up_rel_err):
+        return math.inf
+    if runner_up_rel_err <= 0:
+        return 1.0  # two boundaries equal the chunk: a tie
+    if math.isinf(runner_up_rel_err):
+        return 0.0
+    return best_rel_err / runner_up_rel_err
+
+
+def identity_holds(*, rel_err: float, separation: float, tolerance: Tolerance) -> bool:
+    """Whether a best candidate with this relative error and separation may be named as the chunk's source."""
+    return (math.isfinite(rel_err) and rel_err <= tolerance.max_rel_err
+            and math.isfinite(separation) and separation <= tolerance.max_separation)
+
+
+def drift_within(p99: float, peak: float, tolerance: Tolerance) -> bool:
+    """Whether per-token relative errors with this 99th percentile and maximum are within the drift limits."""
+    return math.isfinite(peak) and p99 <= tolerance.drift_p99 and peak <= tolerance.drift_max
+
+
+def coarser(a: str | torch.dtype, b: str | torch.dtype | None) -> str:
+    """The dtype with the larger unit roundoff (``b`` None: ``a``): the side that sets a tolerance."""
+    da = canonical_dtype(a)
+    if b is None:
+        return da
+    db = canonical_dtype(b)
+    return da if UNIT_ROUNDOFF[da] >= UNIT_ROUNDOFF[db] else db
+
+
+def pair_tolerance(a: str | torch.dtype, b: str | torch.dtype) -> Tolerance:
+    """The default :class:`Tolerance` for comparing a ``a`` tensor with a ``b`` tensor (the coarser one's)."""
+    return _DEFAULTS[coarser(a, b)]
 
 
 _FIELDS = ("atol", "rtol", "cosine_floor", "min_margin", "max_rel_err")
@@ -166,7 +267,7 @@ def _as_mapping(obj: object) -> Mapping[str, object]:
 
 def merge_tolerance(base: Tolerance, override: Mapping[str, object] | object | None) -> Tolerance:
     """``base`` with every field ``override`` sets (None or absent fields keep ``base``'s value)."""
-    values = dict(base.to_dict())
+    values: dict[str, object] = dict(base.to_dict())
     for name, value in _as_mapping(override).items():
         if name not in _FIELDS:
             raise InputError(f"unknown tolerance field {name!r} (known: {', '.join(_FIELDS)})", field="tolerances")
@@ -174,20 +275,23 @@ def merge_tolerance(base: Tolerance, override: Mapping[str, object] | object | N
             if not isinstance(value, int | float):
                 raise InputError(f"must be a number, got {value!r}", field=f"tolerances.{name}")
             values[name] = float(value)
-    return Tolerance(**values)
+    return Tolerance(**values)  # type: ignore[arg-type]
 
 
 def tolerances_from_contract(
-    tolerances: Mapping[str, object] | object | None, *, dtype: str | torch.dtype
+    tolerances: Mapping[str, object] | object | None, *, dtype: str | torch.dtype,
+    other: str | torch.dtype | None = None,
 ) -> tuple[Tolerance, dict[int | str, Tolerance]]:
-    """The default tolerance and per-chunk overrides for comparing ``dtype`` tensors under a contract.
+    """The default tolerance and per-chunk overrides for comparing ``dtype`` with ``other`` tensors.
+
+    The dtype that counts is the coarser of the two (:func:`coarser`; ``other`` None: ``dtype``).
 
     ``tolerances`` is the contract's ``tolerances`` section (model or dict: ``default``, ``per_dtype``,
     ``per_chunk``). Precedence, weakest first: :func:`default_tolerance` of ``dtype``, the contract's
     ``default``, its ``per_dtype[dtype]``, then ``per_chunk[i]`` for chunk ``i``.
     """
     section = _as_mapping(tolerances)
-    name = canonical_dtype(dtype)
+    name = coarser(dtype, other)
     base = merge_tolerance(default_tolerance(name), section.get("default"))
     per_dtype = _as_mapping(section.get("per_dtype"))
     base = merge_tolerance(base, per_dtype.get(name))

@@ -1,0 +1,156 @@
+"""One decision for every face: the verdict's status, its exit code, and which pytest item each finding fails.
+
+The gate (gate.py) computes the findings once; everything here is a pure function of them, so the CLI
+exit code, the JSON/HTML/JUnit reports and every pytest item are views of the same decision:
+
+- status ``pass`` iff no finding is an error; ``error`` iff every error is environmental (the check
+  could not run here); otherwise ``fail``.
+- exit codes (errors.py): 0 pass; 1 the deployment does not match the contract, including a
+  deployment SGLang refuses to load or crashes on and a wrong target; 2 the user's own files are
+  malformed (raised as :class:`~specparity.errors.InputError` before a verdict exists); 3 the check
+  could not run here (SGLang missing or unsupported, out of memory, timeout).
+- a pytest item (``static``, ``capture[probe-i]``, ``outcome``) fails iff an error finding is on its
+  check (``details["check"]``; ``sglang`` means every check) and, for a probe item, on no other probe
+  (``details["sample"]`` absent or equal to the probe).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+
+CHECKS = ("static", "capture", "outcome")
+ALL_CHECKS = "sglang"  # a finding on every check (SGLang could not serve the deployment at all)
+
+# ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
+_ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "unsupported_version", "timeout"})
+# an SGLang exception that says nothing about the deployment: memory, a broken or partial install
+# (sglang 0.5.23 mem_cache/kv_cache_configurator.py:3050 raises ValueError "Loaded weights leave no GPU memory
+# for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)
+_ENVIRONMENT_EXCEPTION = re.compile(
+    r"\b(MemoryError|OutOfMemoryError|ModuleNotFoundError|ImportError)\b|out of memory|no GPU memory"
+    r"|not enough memory|insufficient memory", re.IGNORECASE)
+
+
+def failure_cause(kind: str, message: str) -> str:
+    """``environment`` or ``deployment`` for one serving failure (kind and message of a ServingFailure).
+
+    SGLang raising while it loads or runs the deployment (``sglang_exception``) is the deployment's
+    fault unless the exception is about memory or the installation; a child that died without a
+    result (killed by the kernel's OOM killer, a segfault in a kernel) is environmental.
+    """
+    if kind in _ENVIRONMENT_FAILURES:
+        return "environment"
+    if kind == "child_crashed":
+        return "environment"
+    if kind == "sglang_exception":
+        return "environment" if _ENVIRONMENT_EXCEPTION.search(message) else "deployment"
+    return "deployment"
+
+
+def is_environmental(f: Finding) -> bool:
+    """Whether an error finding says the check could not run here (exit 3), not that the deployment is wrong."""
+    if f.kind not in ENVIRONMENT_KINDS:
+        return False
+    return f.details.get("cause") != "deployment"
+
+
+def status_of(findings: Iterable[Finding]) -> str:
+    """``pass`` (no error), ``error`` (only environmental errors) or ``fail``."""
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    if not errors:
+        return "pass"
+    return "error" if all(is_environmental(f) for f in errors) else "fail"
+
+
+def on_item(f: Finding, check: str, probe: int | None = None) -> bool:
+    """Whether error finding ``f`` fails the pytest item of ``check`` (and ``probe``)."""
+    if f.severity is not Severity.ERROR:
+        return False
+    where = str(f.details.get("check", ALL_CHECKS))
+    if where not in (check, ALL_CHECKS):
+        return False
+    sample = f.details.get("sample")
+    return probe is None or sample is None or sample == probe
+
+
+def item_findings(findings: Sequence[Finding], check: str, probe: int | None = None) -> list[Finding]:
+    """The error findings that fail one item, in verdict order."""
+    return [f for f in findings if on_item(f, check, probe)]
+
+
+def probe_status(findings: Sequence[Finding], probe: int) -> str:
+    """``pass`` or ``fail`` for one probe sample's capture item: the same rule as the item itself."""
+    return "fail" if item_findings(findings, "capture", probe) else "pass"
+
+
+def not_run(check: str, blockers: Sequence[Finding]) -> Finding:
+    """A finding for a requested check that could not run because an earlier one failed (same kind and cause)."""
+    first = blockers[0]
+    return Finding(first.kind if first.kind in ENVIRONMENT_KINDS else FindingKind.SGLANG_ERROR, Severity.ERROR,
+                   f"the {check} check could not run: {first.kind.value}: {first.message.splitlines()[0]}",
+                   details={"check": check, "cause": "environment" if is_environmental(first) else "deployment",
+                            "blocked_by": first.kind.value})
+
+
+_FAILURE_FINDING: dict[str, FindingKind] = {
+    "fc_not_called": FindingKind.FC_NOT_CALLED,
+    "capture_count_short": FindingKind.CAPTURE_COUNT_SHORT,
+    "capture_shape": FindingKind.WIDTH_MISMATCH,
+    "nonfinite": FindingKind.NONFINITE,
+    "timeout": FindingKind.TIMEOUT,
+    # a draft config SGLang cannot read is the deployment's fault, not the environment's: exit 1
+    "draft_unreadable": FindingKind.CONFIG_MISMATCH,
+}
+
+
+def serving_findings(failures: Iterable[Any]) -> list[Finding]:
+    """ServingFailures as findings: deployment faults keep their own kind, the rest is an SGLang error whose
+    ``details["cause"]`` (:func:`failure_cause`) decides exit 1 or 3; ``details["sample"]`` names the probe."""
+    out = []
+    for f in failures:
+        kind = _FAILURE_FINDING.get(f.kind, FindingKind.SGLANG_ERROR)
+        where = f" (sample {f.sample})" if f.sample is not None else ""
+        details: dict[str, object] = {"serving_failure": f.kind, "cause": failure_cause(f.kind, f.message)}
+        if f.sample is not None:
+            details["sample"] = f.sample
+        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details=details))
+    return out
+
+
+def blocked_checks(findings: Sequence[Finding], level: str, ran: Mapping[str, bool]) -> list[Finding]:
+    """A finding for each requested check (``ran[check]`` False) that no finding fails but that could not
+    run because an earlier one failed: its pytest item fails too, with the same cause."""
+    checks = {"static": ["static"], "capture": ["static", "capture"]}.get(level, list(CHECKS))
+    out = []
+    for check in checks:
+        if ran.get(check, False) or item_findings(findings, check):
+            continue
+        blockers = [f for f in findings if f.severity is Severity.ERROR]
+        if blockers:
+            out.append(not_run(check, blockers))
+    return out
+
+
+def item_report(verdict: Any, check: str, *, probe: int | None = None) -> str | None:
+    """The failure text of one pytest item, or None when it passes (no error finding is on it).
+
+    Its first line is the verdict's summary line, which for a failing item is FAIL or ERROR, never
+    PASS (an error finding makes the verdict fail); the ``Fix:`` line follows only then.
+    """
+    from specparity.report.terminal import chunk_lines, finding_lines, fix_text, summary_line
+
+    mine = item_findings(verdict.findings, check, probe)
+    if not mine:
+        return None
+    lines = [summary_line(verdict), f"Fix: {fix_text(verdict)}"]
+    if check == "capture":
+        lines += chunk_lines(verdict.chunks)
+        if probe is not None and probe < len(verdict.probes):
+            p = verdict.probes[probe]
+            lines.append(f"probe {probe} ({p.get('tokens')} tokens): max|d| {p.get('max_abs_err')}")
+    lines += finding_lines(mine)
+    return "\n".join(lines)

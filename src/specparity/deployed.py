@@ -1,0 +1,63 @@
+"""Facts about the deployed files themselves (draft config and weights, target directory) and the findings
+they give without SGLang: the contract-vs-deployment config diff and the target's fingerprints.
+
+Used by gate.py; the SGLang-side facts come from the serving adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specparity.compare import configdiff
+from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.contract import Contract
+from specparity.errors import InputError
+from specparity.serving import ResolvedDeployment
+
+
+def draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
+    """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
+    ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""
+    from specparity.training.drafts import read_specforge_draft
+
+    cfg_path = draft / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read the deployed draft config: {e}", path=cfg_path) from None
+    try:
+        info = read_specforge_draft(draft)
+    except InputError as e:  # SGLang reports what it makes of an odd config; the gate goes on, and says so
+        skipped = Finding(FindingKind.CHECK_SKIPPED, Severity.WARNING,
+                          f"vocab-map and checkpoint-key checks not run: the deployed draft could not be read ({e})",
+                          details={"check": "static", "skipped": ["vocab_map", "checkpoint_keys"],
+                                   "reason": str(e)})
+        return cfg, None, False, None, [skipped]
+    return cfg, info.vocab_map.d2t_sha256 if info.vocab_map else None, True, info.checkpoint_keys, []
+
+
+def config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None,
+                     keys: list[str] | None) -> list[Finding]:
+    """The deepdiff of contract vs deployment, minus what a dedicated rule already reports."""
+    covered = ("fc_input", "serving", "drafter.fc_in_features", "drafter.vocab_map", "drafter.norm_before_fc",
+               "drafter.fc_norm", "drafter.norm_output", "target.dtype")
+    expected = configdiff.contract_view(contract)
+    actual = configdiff.view_from_resolved(dep.to_dict(), checkpoint_keys=keys, d2t_sha256=d2t)
+    if keys is None or contract.drafter.checkpoint_keys is None:
+        for view in (expected, actual):
+            view.get("drafter", {}).pop("checkpoint_keys", None)
+    kept = [m for m in configdiff.diff_views(expected, actual)
+            if not any(m.path == p or m.path.startswith(p + ".") for p in covered)]
+    return configdiff.config_findings(kept)
+
+
+def target_findings(contract: Contract, target: Path | None) -> list[Finding]:
+    """The contract's target fingerprints against the deployed target directory (compare/target.py)."""
+    if target is None:
+        return []
+    from specparity.compare.target import target_findings
+    from specparity.training.hfdir import read_target
+
+    return target_findings(contract.target, read_target(target))

@@ -1,0 +1,54 @@
+"""The catalog on bf16 recordings in SpecForge's format (fixtures/bf16), served in fp32 and in bf16.
+
+Every real SpecForge run records in bf16, and SGLang serves with other kernels (here fp32 by default,
+or ``--sglang-arg dtype=bfloat16``, torch_native on CPU). Healthy must pass at every level, the
+outcome check included; every miswiring must still fail with its kind. Runs in every SGLang env of
+the matrix: the expectations are the default catalog's, which already follow the installed version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_catalog import CASES, kinds
+
+from specparity.gate import run_gate
+from specparity.verdict import Verdict
+
+pytestmark = pytest.mark.sglang
+SERVED = {"fp32": {}, "bf16": {"dtype": "bfloat16"}}
+
+_verdicts: dict[tuple[str, str, str], Verdict] = {}
+
+
+def gate_bf16(catalog_bf16: dict[str, Any], name: str, served: str, *, level: str = "capture") -> Verdict:
+    key = (name, served, level)
+    if key not in _verdicts:
+        contract, target, draft = catalog_bf16[name]
+        _verdicts[key] = run_gate(contract, target, draft, level=level, sglang_args=SERVED[served])
+    return _verdicts[key]
+
+
+@pytest.mark.parametrize("served", sorted(SERVED))
+def test_healthy_bf16_recording_passes_at_every_level(catalog_bf16: dict[str, Any], served: str) -> None:
+    v = gate_bf16(catalog_bf16, "healthy", served, level="all")
+    assert v.status == "pass" and v.exit_code == 0, [f.to_dict() for f in v.findings]
+    assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
+    assert not [f for f in v.findings if f.severity.value == "warning"], [f.message for f in v.findings]
+    drift = [f for f in v.findings if f.kind.value == "numeric_drift"]
+    # the margins are in the verdict: bf16 recording vs fp32 (or bf16) serving, judged as bf16
+    for f in drift:
+        assert f.details["dtype"] == "bfloat16" and f.details["p99_units"] < f.details["limit_p99_units"]
+    assert all(p["status"] == "pass" for p in v.probes) and len(v.probes) == 4
+
+
+@pytest.mark.parametrize("served", sorted(SERVED))
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n != "healthy"))
+def test_every_miswiring_fails_with_its_kind_on_bf16_recordings(catalog_bf16: dict[str, Any], name: str,
+                                                                served: str) -> None:
+    status, expected = CASES[name]
+    v = gate_bf16(catalog_bf16, name, served)
+    assert v.status == status, (name, served, v.status, [f.to_dict() for f in v.findings])
+    assert expected <= kinds(v), (name, served, sorted(kinds(v)))
+    assert v.exit_code == 1
