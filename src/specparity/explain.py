@@ -104,6 +104,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         f"spec     steps {spec.num_steps}, topk {spec.eagle_topk}, draft tokens {spec.num_draft_tokens}"
         + (f" (requested {dep.requested_spec.to_dict()})" if any(dep.requested_spec.to_dict().values()) else ""),
         *(f"note     {n}" for n in (*dep.notes, *dep.spec_warnings)),
+        *(f"{sev:<8} {kind}: {msg}" for kind, sev, msg, _ in dep.adapter_notes if kind != "resolution_note"),
         *(f"problem  {p}" for p in problems),
     ]
     data = {
@@ -120,6 +121,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         "fc_applied": dep.fc_applied, "resolved_spec": dep.resolved_spec.to_dict(),
         "requested_spec": dep.requested_spec.to_dict(), "server_args": dep.server_args,
         "notes": list(dep.notes), "problems": problems,
+        "adapter_notes": [{"kind": k, "severity": sev, "message": m, "cite": c} for k, sev, m, c in dep.adapter_notes],
     }
     code = EXIT_PARITY_FAILURE if problems else EXIT_PASS
     summary = (f"SGLang {dep.sglang_version} feeds fc {served}" if not problems

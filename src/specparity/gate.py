@@ -40,7 +40,7 @@ from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, Outco
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
 _SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
-_STATIC_KINDS = frozenset({FindingKind.LAYOUT_ASSUMED, FindingKind.DEFAULT_IDS_FALLBACK,
+_STATIC_KINDS = frozenset({FindingKind.LAYOUT_ASSUMED, FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
                            FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
                            FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
                            FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,

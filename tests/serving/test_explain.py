@@ -136,3 +136,25 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
     assert code == 1, text
     assert report["served_layout"] == ["layer:1", "layer:29", "layer:57"]
     assert report["expected_layout"] == ["layer:2", "layer:30", "layer:58"]
+
+
+def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path) -> None:
+    """Qwen3.5-MoE (hybrid linear/full attention): on device=cuda SGLang's Mamba-cache check asks this machine's
+    platform (arg_groups/mamba_hook.py:113-121); with no GPU here that is a note, and the layout still resolves."""
+    target, draft = deployment(tmp_path, "qwen3.5-moe.json", eagle3_draft(2048, 248320, [1, 19, 35]))
+    code, text, data = run_explain(tmp_path, target, draft)
+    assert code == 0, text
+    assert data["target_architecture"] == "Qwen3_5MoeForConditionalGeneration" and data["num_layers"] == 40
+    assert data["served_sources"] == ["layer:1", "layer:19", "layer:35"]
+    assert any("hardware check skipped" in n and "mamba_hook.py" in n for n in data["notes"])  # type: ignore[union-attr]
+    plan = sglang_capture_plan([1, 19, 35], num_layers=40, architecture="Qwen3_5MoeForConditionalGeneration",
+                               version=str(SGLANG_VERSION))
+    assert tuple(data["served_sources"]) == plan.served_sources  # type: ignore[arg-type]
+
+
+def test_draft_sized_for_another_target_is_refused(tmp_path: Path) -> None:
+    """fc takes 3 x 64 but the 40-layer H=2048 target serves 3 x 2048: SGLang would fail; exit 1 names it."""
+    target, draft = deployment(tmp_path, "qwen3.5-moe.json", eagle3_draft(64, 512, [1, 3, 5]))
+    code, text, data = run_explain(tmp_path, target, draft)
+    assert code == 1, text
+    assert "6144" in text and "fc takes 192" in text and data["problems"]

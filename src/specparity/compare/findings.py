@@ -41,6 +41,7 @@ class FindingKind(str, enum.Enum):
     NUMERIC_DRIFT = "numeric_drift"
     # the training side
     CONTRACT_SELF_INCONSISTENT = "contract_self_inconsistent"
+    RESOLUTION_NOTE = "resolution_note"  # info: how the static level resolved (hardware check skipped, ...)
     LAYOUT_ASSUMED = "layout_assumed"  # info: a contract from configs alone, its layout derived, not recorded
     # the deployed target against the one training recorded (contract fingerprints, or other weights)
     TARGET_MISMATCH = "target_mismatch"

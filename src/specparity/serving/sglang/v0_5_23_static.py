@@ -281,7 +281,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             except Exception:
                 continue
             shown = ", ".join(f"{k}={v}" for k, v in fallback.items())
-            notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}', which "
+            raised = exception_failure(exc).message
+            notes.append(f"hardware check skipped: with device=cuda SGLang raised '{raised}', which "
                          f"needs a GPU this machine lacks; server args were resolved with {shown}, so the "
                          "speculative settings shown follow SGLang's defaults for that")
             kw = {**kw, **fallback}
@@ -365,4 +366,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         if draft.fc_in_features is not None else None,
         draft_model_class=draft.architecture,
         notes=tuple(notes),
+        # the same notes for every report (gate._adapter_findings renders adapter_notes as findings)
+        adapter_notes=(*dep.adapter_notes,
+                       *(("resolution_note", "info", n, "serving/sglang/v0_5_23_static.py") for n in notes)),
     )
