@@ -9,6 +9,8 @@ that do not depend on the rootdir or the invocation dir:
 - ``parity::<name>::capture[probe-<i>]`` the engine's real fc input on probe sample ``i``, chunk by chunk
 - ``parity::<name>::outcome``           drafter acceptance on recorded vs captured inputs
 
+A node id (or ``parity::<name>``) given as an argument selects those items, as a test path would.
+
 ``<name>`` is the deployment's name; a deployment given by options is named after its contract. The
 items of one deployment share one gate run (one engine start) per session; under pytest-xdist, one per
 run: the first worker runs it and the others read its result. A check that could not run fails;
@@ -55,6 +57,7 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
 _PATH_OPTIONS = ("contract", "target", "draft", "report", "python")
 VERDICTS_KEY = pytest.StashKey[dict[str, Verdict]]()
 DEPLOYMENTS_KEY = pytest.StashKey[list[Deployment]]()
+SELECTED_KEY = pytest.StashKey[list[str]]()  # parity node ids given on the command line
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -252,12 +255,39 @@ def _parity_nodes(session: pytest.Session, config: pytest.Config,
             for d in found]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """Take parity node ids given as arguments (``pytest parity::<name>::static``) out of the paths pytest
+    resolves (_pytest/main.py:808-809 reads config.args here), so they select items instead of failing as
+    a missing file. Runs in each process that collects (xdist workers get the original arguments)."""
+    picked = [a for a in session.config.args if a == PARITY_ROOT or a.startswith(f"{PARITY_ROOT}::")]
+    if picked:
+        session.config.stash[SELECTED_KEY] = picked
+        session.config.args[:] = [a for a in session.config.args if a not in picked]
+
+
+def _selected(nodeid: str, picked: list[str]) -> bool:
+    return any(nodeid == p or nodeid.startswith((f"{p}::", f"{p}[")) for p in picked)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m/-k deselection (_pytest/mark/__init__.py), which then sees them
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Collect the parity items through ``Session.genitems`` (_pytest/main.py:1050-1064), so that pytest
     reports their collection like any other: "collected N items" counts them, --collect-only lists them."""
+    picked = config.stash.get(SELECTED_KEY, [])
+    parity: list[pytest.Item] = []
     for node in _parity_nodes(session, config, items):
-        items.extend(session.genitems(node))
+        parity.extend(session.genitems(node))
+    if picked and not any(isinstance(i, _ConfigItem) for i in parity):
+        missing = [p for p in picked if not any(_selected(i.nodeid, [p]) for i in parity)]
+        if missing:
+            raise pytest.UsageError(f"not found: {', '.join(missing)} (parity items here: "
+                                    f"{', '.join(sorted({i.nodeid.rsplit('::', 1)[0] for i in parity})) or 'none'})")
+        unpicked = [i for i in parity if not _selected(i.nodeid, picked)]
+        if unpicked:
+            config.hook.pytest_deselected(items=unpicked)
+        parity = [i for i in parity if _selected(i.nodeid, picked)]
+    items.extend(parity)
 
 
 def _run_gate(deployment: Deployment) -> Verdict:

@@ -348,3 +348,18 @@ def test_start_up_imports_no_torch_matplotlib_or_engine(pytester: pytest.Pyteste
     result = pytester.runpytest_subprocess("--collect-only", "-q")
     result.stdout.fnmatch_lines(["parity::llama-a::static", "11 tests collected in *"])
     assert json.loads(out.read_text()) == []
+
+
+def test_node_ids_on_the_command_line_select_items(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
+    pytester.makepyfile("def test_app():\n    assert True\n")
+    two, calls = canned("pass", "-v", "parity::tiny-llama-eagle3::static", "parity::tiny-llama-eagle3::capture[probe-1]")
+    two.assert_outcomes(passed=2)
+    two.stdout.fnmatch_lines(["collecting ... collected 6 items / 4 deselected / 2 selected",
+                              "parity::tiny-llama-eagle3::static PASSED*",
+                              "parity::tiny-llama-eagle3::capture[[]probe-1[]] PASSED*"])
+    assert len(calls) == 1
+    group, _ = canned("pass", "-n", "2", "parity::tiny-llama-eagle3", "test_node_ids_on_the_command_line_select_items.py")
+    group.assert_outcomes(passed=6)  # the whole group under xdist, and -m parity deselected the file's test
+    missing, _ = canned("pass", "parity::nope::static")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["ERROR: not found: parity::nope::static (parity items here: parity::tiny-llama-eagle3)"])
