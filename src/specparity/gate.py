@@ -100,7 +100,6 @@ class _Run:
     recorded_dtype: str | None = None
     atlas_dtype: str | None = None
     target: Path | None = None
-    stand_ins: tuple[str, ...] = ()  # stand-ins active in the SGLang child (README "Stand-ins")
 
 
 def run_gate(
@@ -150,9 +149,6 @@ def run_gate(
         capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
                            timeout_s=timeout_s, progress=progress)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
-        if capture.fc is not None and capture.fc.kernel_stub_active:
-            calls = sorted(set(capture.fc.kernel_stub_calls))
-            run.stand_ins = (f"sgl_kernel stand-in ({', '.join(calls) if calls else 'no calls'})",)
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
             t1 = time.perf_counter()
@@ -242,6 +238,25 @@ def _expected(contract: Contract) -> ExpectedFacts:
     )
 
 
+def _explain_unsupported_norms(findings: list[Finding], dep: ResolvedDeployment | None) -> list[Finding]:
+    """A norm the contract needs but this SGLang's drafter cannot apply at all (D5: 0.4.10/0.5.3 build no
+    norm modules) is said as such, with the version that can, instead of as a flag to flip."""
+    if dep is None or not dep.unsupported_norms:
+        return findings
+    out = []
+    for f in findings:
+        flag = f.details.get("flag")
+        if f.kind is FindingKind.NORM_MISMATCH and flag in dep.unsupported_norms and f.details.get("expected"):
+            since = "0.5.17" if flag == "norm_before_fc" else "0.5.12"
+            f = Finding(f.kind, f.severity,
+                        f"the contract needs {flag}, which sglang {dep.sglang_version} cannot apply: its drafter "
+                        f"builds no such norm and ignores the key (domain.md D5), so fc gets an un-normed input",
+                        f.chunk, {**f.details, "unsupported_by_version": dep.sglang_version},
+                        fix=f"serve with sglang >= {since}, where {flag} is built from the draft config")
+        out.append(f)
+    return out
+
+
 def _adapter_findings(dep: ResolvedDeployment) -> list[Finding]:
     """What the SGLang version family knows about this deployment (``ResolvedDeployment.adapter_notes``)."""
     return [Finding(FindingKind(kind), Severity(severity), message,
@@ -328,8 +343,9 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         if dep else None,
         vocab_map_hash=d2t, vocab_map_observed=observed)
     (base, overrides), (rec, _), (drift, _) = _pair_tolerances(run)
-    findings += diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
-                         layout_fix=layout_fix_text, drift_tolerance=drift, recorded_tolerance=rec)
+    findings += _explain_unsupported_norms(
+        diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
+                 layout_fix=layout_fix_text, drift_tolerance=drift, recorded_tolerance=rec), dep)
     findings += _target_findings(c, run.target)
     # without tensors the layout comes from SGLang's resolved capture list, unless SGLang failed: a config
     # it crashes on is reported as that crash (with the fix), not as a layout it would never serve
@@ -378,7 +394,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,
         probes=probes, timings=dict(timings),
-        environment=dict(dep.environment) if dep else {}, stand_ins=tuple(run.stand_ins),
+        environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
     )
 
 

@@ -62,7 +62,8 @@ def set_ids(ids: list[int] | None) -> Callable[[dict[str, Any]], None]:
 
 
 def edit_contract(root: Path, name: str, *, layer_ids: dict[str, Any], sources: list[str],
-                  permute: list[int] | None = None, base: Path = CONTRACT) -> Path:
+                  permute: list[int] | None = None, base: Path = CONTRACT,
+                  drafter: dict[str, Any] | None = None) -> Path:
     """A copy of the bundled contract claiming ``sources`` (from ``layer_ids``); ``permute`` reorders the
     recorded chunks, otherwise the recording stays what training really recorded (layer:1, 3, 5)."""
     c = load_contract(base)
@@ -80,6 +81,7 @@ def edit_contract(root: Path, name: str, *, layer_ids: dict[str, Any], sources: 
     data = c.model_dump(mode="json")
     data.update(content_hash=None, name=name)
     data["layer_ids"].update(layer_ids)
+    data["drafter"].update(drafter or {})
     data["fc_input"]["sources"] = sources
     data["probes"]["sha256"] = sha
     out = d / f"{name}.json"
@@ -158,6 +160,11 @@ def build_catalog(root: Path, contract: Path) -> dict[str, Deployment]:
         "fc_skipped": (contract, target, edit_draft(root, "fcskip", config=set_ids([3]), weights=drop_cols)),
         "nan_target": (contract, nan_target, draft),
         "norm_before_fc": (contract, target, edit_draft(root, "nbf", config=norm_before_fc)),
+        # the reverse: training used norm_before_fc, and the draft config says so
+        "norm_before_fc_contract": (
+            edit_contract(root, "trained-with-nbf", layer_ids={}, sources=["layer:1", "layer:3", "layer:5"],
+                          base=contract, drafter={"norm_before_fc": True}),
+            target, edit_draft(root, "nbf-as-trained", config=norm_before_fc)),
         "vocab_map": (contract, target, edit_draft(root, "d2t", weights=other_d2t)),
         "unloadable_draft": (contract, target, edit_draft(root, "four", config=four_ids)),
         "self_inconsistent": (

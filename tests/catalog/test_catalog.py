@@ -43,6 +43,7 @@ def _serves(ids: list[int]) -> bool:
 # D5 (domain.md §7): before 0.5.12 the drafter builds fc = Linear(3*H_t, H_d) whatever the config says
 # (sglang 0.5.3 models/llama_eagle3.py:134-138); tests/serving/version_facts.py pins the same per adapter family.
 FC_WIDTH_FIXED_AT_3 = parse_version(SGLANG) < (0, 5, 12)
+NORM_BEFORE_FC_APPLIED = parse_version(SGLANG) >= (0, 5, 17)  # sglang 0.5.23 models/llama_eagle3.py:172-181
 
 
 # scenario -> (status, finding kinds that must be among the errors)
@@ -63,7 +64,10 @@ CASES: dict[str, tuple[str, set[str]]] = {
     "fc_skipped": ("fail", {"sglang_error"}) if FC_WIDTH_FIXED_AT_3
     else ("fail", {"fc_not_called", "width_mismatch"}),
     "nan_target": ("fail", {"nonfinite"}),
-    "norm_before_fc": ("fail", {"norm_mismatch"}),
+    # D5: before 0.5.17 SGLang ignores norm_before_fc (its drafter builds no input_norm), so a draft config that
+    # sets it still serves the un-normed fc input training used, and a contract that needs it cannot be served
+    "norm_before_fc": ("pass", set()) if not NORM_BEFORE_FC_APPLIED else ("fail", {"norm_mismatch"}),
+    "norm_before_fc_contract": ("fail", {"norm_mismatch"}) if not NORM_BEFORE_FC_APPLIED else ("pass", set()),
     "vocab_map": ("fail", {"vocab_map_mismatch"}),
     # ids [1,3,5,6] with a 3 x 64 fc: where fc is sized from the ids (4 x 64) the checkpoint cannot load; where
     # it is fixed at 3*H_t it loads, SGLang captures 4 states and its own fc matmul raises on the 256-wide input
@@ -85,6 +89,9 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"] and not v.errors
     else:
         assert v.exit_code == 1, (name, v.exit_code)  # each is the deployment's (or contract's) fault
+    if name == "norm_before_fc_contract" and not NORM_BEFORE_FC_APPLIED:
+        [f] = [f for f in v.errors if f.kind.value == "norm_mismatch"]
+        assert f"sglang {SGLANG} cannot apply" in f.message and f.fix and "0.5.17" in f.fix, f.to_dict()
 
 
 def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:

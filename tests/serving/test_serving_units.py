@@ -392,15 +392,22 @@ import importlib.util, torch
 spec = importlib.util.spec_from_file_location("sgl_kernel", {str(STUB)!r})
 k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
 buf = torch.arange(8, dtype=torch.int32)
-k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]), torch.tensor([0]))
-assert buf.tolist() == [0, 0, 2, 3, 4, 5, 6, 7], buf.tolist()
+k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]), torch.tensor([1]))
+try:  # a real KV move (slot 0 -> slot 1) needs the real kernel: the stand-in refuses it (issue 11 item 4)
+    k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]),
+                                  torch.tensor([0]))
+except NotImplementedError as e:
+    assert "(0, 1)" in str(e), str(e)
+else:
+    raise SystemExit("a real KV move did not raise")
+assert buf.tolist() == list(range(8)), buf.tolist()
 try:
     k.rmsnorm(buf)
 except NotImplementedError as e:
     assert "sgl_kernel.rmsnorm" in str(e)
 else:
     raise SystemExit("rmsnorm did not raise")
-assert k.CALLED == ["copy_all_layer_kv_cache_cpu", "rmsnorm"], k.CALLED
+assert k.CALLED == ["copy_all_layer_kv_cache_cpu", "copy_all_layer_kv_cache_cpu", "rmsnorm"], k.CALLED
 """
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
 

@@ -137,6 +137,12 @@ class ResolvedDeployment:
     # the child's own environment, as it imported it (worker.child_environment): python, sglang and its
     # path, torch, transformers, device; reports name it, so a --python run shows what it measured
     environment: dict[str, str] = field(default_factory=dict)
+    # stand-ins active in the child (serving/stand_ins.py, README "Stand-ins"); reports list them
+    stand_ins: tuple[str, ...] = ()
+    # norm flags this SGLang's drafter cannot apply at all (0.4.10/0.5.3 build no norm modules, D5), and the
+    # ones the draft config sets that it therefore ignores
+    unsupported_norms: tuple[str, ...] = ()
+    ignored_norm_config: tuple[str, ...] = ()
 
     @property
     def engine_version(self) -> str:
@@ -170,7 +176,8 @@ class ResolvedDeployment:
                 v = None if v is None else tuple(int(x) for x in v)
             elif f.name in ("layers_to_capture", "unreachable_boundaries"):
                 v = tuple(int(x) for x in v)
-            elif f.name in ("spec_warnings", "served_sources", "notes"):
+            elif f.name in ("spec_warnings", "served_sources", "notes", "stand_ins", "unsupported_norms",
+                            "ignored_norm_config"):
                 v = tuple(str(x) for x in v)
             elif f.name == "draft_fc_module":
                 v = None if v is None else tuple(v)
@@ -244,8 +251,9 @@ class FcCapture:
 class LayerAtlas:
     """The target's residual stream per probe sample: source name -> ``[T_i, H_t]``.
 
-    Boundaries ``embedding``, ``layer:0`` .. ``layer:L-2`` (pre-norm) and ``final_norm``.
-    ``layer:L-1`` is absent: SGLang's llama-style layer loop never reaches boundary ``L``.
+    Boundaries ``embedding``, ``layer:0`` .. ``layer:L-2`` (pre-norm) and ``final_norm``, plus
+    ``layer:L-1`` where the class's layer loop reaches boundary ``L`` (gpt_oss from sglang 0.5.17); a
+    llama-style loop never does, so there it is absent.
     """
 
     per_sample: list[dict[str, torch.Tensor]]

@@ -22,6 +22,7 @@ from specparity.serving.results import (
     FC_NOT_CALLED,
     NONFINITE,
     SGLANG_EXCEPTION,
+    ResolvedDeployment,
     ServingFailure,
 )
 from specparity.sources import boundary_to_source
@@ -84,6 +85,33 @@ def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
     return FcShape(
         in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes, weight_key=key
     )
+
+
+NORM_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
+
+
+def applied_norm_flags(drafter_inner: Any) -> dict[str, bool]:
+    """The norms the drafter SGLang built really applies, read from its modules, not from the config.
+
+    sglang 0.5.23 models/llama_eagle3.py:169-207 builds ``input_norm`` iff ``norm_before_fc``, ``fc_norm``
+    (a ModuleList) iff ``fc_norm``/``use_aux_norm``, and keeps ``norm_output``; 0.5.3 and 0.4.10.post2
+    (models/llama_eagle3.py:120-142) build only ``fc``, ``midlayer`` and ``norm``, so every flag reads False
+    there whatever the config says (domain.md D5).
+    """
+    return {
+        "norm_before_fc": getattr(drafter_inner, "input_norm", None) is not None,
+        "fc_norm": getattr(drafter_inner, "fc_norm", None) is not None,
+        "norm_output": bool(getattr(drafter_inner, "norm_output", False)),
+    }
+
+
+def with_applied_norms(dep: ResolvedDeployment, drafter_inner: Any, **changes: Any) -> ResolvedDeployment:
+    """``dep`` with its norm flags read from the built drafter (:func:`applied_norm_flags`) and ``changes``."""
+    import dataclasses
+
+    f = applied_norm_flags(drafter_inner)
+    return dataclasses.replace(dep, norm_before_fc=f["norm_before_fc"], fc_norm=f["fc_norm"],
+                               norm_output=f["norm_output"], **changes)
 
 
 def served_sources(

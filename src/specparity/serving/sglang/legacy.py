@@ -43,6 +43,7 @@ from specparity.serving.sglang import legacy_run as run
 from specparity.serving.sglang import legacy_shims
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
+    NORM_FLAGS,
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
@@ -50,6 +51,7 @@ from specparity.serving.sglang.common import (
     nonfinite_failures,
     served_sources,
     split_rows,
+    with_applied_norms,
 )
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
@@ -180,11 +182,16 @@ class LegacyAdapter:
             # 0.5.3 models/llama_eagle3.py:161-162: fc runs only if the CAPTURED width (states actually
             # served x the target's hidden size) differs from the embedding's
             fc_applied=len(sources) * int(hf.hidden_size) != h_d,
-            # Keys these versions ignore (D5): reported as configured, never applied by SGLang.
-            norm_before_fc=bool(ec.get("norm_before_fc", getattr(draft_hf_config, "norm_before_fc", False))),
-            fc_norm=bool(getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm",
-                                                                              False)),
-            norm_output=bool(getattr(draft_hf_config, "norm_output", False)),
+            # Keys these versions ignore (D5): the drafter builds no norm module (0.5.3
+            # models/llama_eagle3.py:120-142), so none is applied whatever the config says; the capture
+            # path re-reads them from the drafter SGLang built (common.applied_norm_flags).
+            norm_before_fc=False, fc_norm=False, norm_output=False,
+            unsupported_norms=NORM_FLAGS,
+            ignored_norm_config=tuple(flag for flag, on in (
+                ("norm_before_fc", ec.get("norm_before_fc", getattr(draft_hf_config, "norm_before_fc", False))),
+                ("fc_norm", getattr(draft_hf_config, "fc_norm", None) or getattr(draft_hf_config, "use_aux_norm",
+                                                                                 False)),
+                ("norm_output", getattr(draft_hf_config, "norm_output", False))) if on),
             fc_bias_in_config=bool(getattr(draft_hf_config, "bias", False)),
             server_args={key: _json_safe(getattr(sa, key, None)) for key in REPORTED_ARGS},
             timings=timings,
@@ -277,7 +284,7 @@ class LegacyAdapter:
             ids=ids, layers_to_capture=list(target.model.layers_to_capture) if target.capture_aux_hidden_states
             else [], fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
             model_class=type(target).__name__, timings=timings)
-        deployment = dataclasses.replace(deployment, fc_source="sglang_module")
+        deployment = with_applied_norms(deployment, drafter.model, fc_source="sglang_module")
         lengths = [len(p) for p in request.probes]
         failures: list[ServingFailure] = []
         if not runners.setter_calls:

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from specparity.serving import stand_ins
+
 
 @dataclass(frozen=True)
 class LegacyGlue:
@@ -98,6 +100,7 @@ def _cuda_sync_noop_on_cpu() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
+    stand_ins.record(stand_ins.CUDA_SYNC_NOOP)
     saved = (torch.cuda.empty_cache, torch.cuda.synchronize)
     setattr(torch.cuda, "empty_cache", lambda: None)  # noqa: B010 (module attribute, restored below)
     setattr(torch.cuda, "synchronize", lambda device=None: None)  # noqa: B010

@@ -9,7 +9,6 @@ the attention backend, and the batch. The call sequence mirrors ``Scheduler.init
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ from specparity.serving.sglang.common import (
     nonfinite_failures,
     served_sources,
     split_rows,
+    with_applied_norms,
 )
 from specparity.serving.sglang.v0_5_23_static import max_reachable_boundary
 
@@ -252,7 +252,8 @@ class Adapter:
             model_class=type(target).__name__,
             timings=timings,
         )
-        deployment = dataclasses.replace(deployment, fc_source="sglang_module")
+        # the norms the drafter SGLang built applies, read from its modules (not re-derived from the config)
+        deployment = with_applied_norms(deployment, drafter.model, fc_source="sglang_module")
         lengths = [len(p) for p in request.probes]
         failures: list[ServingFailure] = []
         t1 = time.perf_counter()

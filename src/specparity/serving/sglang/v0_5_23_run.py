@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import torch
 
+from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.common import split_rows
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
@@ -38,6 +39,25 @@ class Workers:
     @property
     def drafter_model(self) -> Any:
         return self.spec_worker.draft_worker.draft_runner.model
+
+
+# speculative/draft_utils.py:64 raises this (templates at :115-118 and :150-153) when SGLang has no EAGLE
+# backend for the configured attention backend: on CPU, for multi-step draft decode
+_NO_EAGLE_BACKEND = "EAGLE is not supported in"
+
+
+def init_draft_attention(spec_worker: Any) -> None:
+    """The spec worker's attention backends; on CPU, where SGLang has none for EAGLE draft decode, the draft
+    ModelRunner's own torch_native backend, which is what ``_draft_extend_for_prefill`` runs on (sglang-cpu.md
+    §3 deviation 2; draft decode is never reached by a prefill). Only that one ValueError is a fallback, and
+    it is recorded as a stand-in; any other error propagates."""
+    try:
+        spec_worker.init_attention_backends()
+    except ValueError as e:
+        if _NO_EAGLE_BACKEND not in str(e):
+            raise
+        stand_ins.record(f"{stand_ins.DRAFT_ATTENTION_FALLBACK} ({e})")
+        spec_worker.draft_worker.draft_worker.init_attention_backends()
 
 
 def start_workers(sa: Any, *, device: str) -> Workers:
@@ -76,13 +96,7 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     # The target's set_eagle3_layers_to_capture(ids) runs here (attention_backend_setup.py:40-61).
     tp_worker.init_attention_backends()
     if device == "cpu":
-        try:
-            spec_worker.init_attention_backends()
-        except ValueError:
-            # speculative/draft_utils.py:64 knows no CPU backend for multi-step draft decode; the
-            # draft ModelRunner's own torch_native backend is what _draft_extend_for_prefill runs on
-            # (sglang-cpu.md §3 deviation 2). Draft decode is never reached by a prefill.
-            spec_worker.draft_worker.draft_worker.init_attention_backends()
+        init_draft_attention(spec_worker)
     else:
         spec_worker.init_attention_backends()
     # Scheduler.init_all_cuda_graphs(): captures graphs on CUDA; installs the eager runners otherwise.
@@ -205,15 +219,20 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
     """Residual stream at every boundary via SGLang's own capture, after the fc capture.
 
     Boundaries 0..L-1 go into the target's ``layers_to_capture`` (the loop tests membership,
-    models/llama.py:485-493) for one FULL-mode target extend; ``final_norm`` is what the logits
-    processor returns from a FULL-mode extend without aux capture (layers/logits_processor.py:
-    865-869). The original capture list is restored afterwards.
+    models/llama.py:485-493) for one FULL-mode target extend, and boundary L (``layer:L-1``, the final
+    pre-norm state) too where the class's loop can capture it (gpt_oss from 0.5.17, models/gpt_oss.py:730-737;
+    v0_5_23_static.BOUNDARY_L_REACHABLE); ``final_norm`` is what the logits processor returns from a
+    FULL-mode extend without aux capture (layers/logits_processor.py:865-869). The original capture list is
+    restored afterwards.
     """
+    from specparity.serving.sglang.v0_5_23_static import max_reachable_boundary
+
     target = workers.target_model
     num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)
+    reach = max_reachable_boundary(type(target).__name__, num_layers)
     saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
     try:
-        target.model.layers_to_capture = list(range(num_layers))
+        target.model.layers_to_capture = list(range(reach + 1))
         target.capture_aux_hidden_states = True
         stream = target_extend(workers, probes)
         target.model.layers_to_capture = []
@@ -222,9 +241,9 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
     finally:
         target.model.layers_to_capture, target.capture_aux_hidden_states = saved
     h = int(normed.shape[-1])
-    if stream.shape[-1] != num_layers * h:
-        raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers}*{h}")
-    names = [EMBEDDING, *(layer(i) for i in range(num_layers - 1))]
+    if stream.shape[-1] != (reach + 1) * h:
+        raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {reach + 1}*{h}")
+    names = [EMBEDDING, *(layer(i) for i in range(reach))]  # boundary b is layer:b-1 (domain.md §1)
     per_sample: list[dict[str, torch.Tensor]] = []
     for s_rows, n_rows in zip(split_rows(stream, lengths), split_rows(normed, lengths), strict=True):
         entry = {name: s_rows[:, j * h : (j + 1) * h].clone() for j, name in enumerate(names)}

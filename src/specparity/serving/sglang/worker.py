@@ -72,16 +72,42 @@ def child_environment(device: str) -> dict[str, str]:
             "device": device}
 
 
-def _with_environment(result: Any, device: str) -> Any:
+def _stub_calls() -> list[str] | None:
+    """The sgl_kernel stand-in's recorded calls, or None when the real package (or none) was imported."""
+    stub = sys.modules.get("sgl_kernel")
+    return list(stub.CALLED) if stub is not None and getattr(stub, "SPECPARITY_STUB", False) else None
+
+
+def with_environment(result: Any, device: str) -> Any:
+    """``result`` with the child's environment and active stand-ins on its deployment; a call into the
+    sgl_kernel stand-in outside ``stand_ins.KERNEL_STUB_ALLOWED`` becomes an environment failure."""
     from dataclasses import replace
 
-    from specparity.serving.results import CaptureResult, ResolvedDeployment
+    from specparity.serving import stand_ins
+    from specparity.serving.results import SGLANG_EXCEPTION, CaptureResult, ResolvedDeployment, ServingFailure
 
     env = child_environment(device)
+    calls = _stub_calls()
+    active = list(stand_ins.active())
+    violation = None
+    if calls is not None:
+        unique = sorted(set(calls))
+        active.insert(0, f"{stand_ins.SGL_KERNEL}: calls {', '.join(unique) if unique else 'none'}")
+        bad = stand_ins.kernel_stub_violations(calls)
+        if bad:
+            violation = ServingFailure(SGLANG_EXCEPTION, (
+                f"the sgl_kernel stand-in was called for {', '.join(bad)}, outside its allowlist "
+                f"{sorted(stand_ins.KERNEL_STUB_ALLOWED)}: install a CPU build of sgl_kernel in this environment "
+                "(nothing measured through a stand-in op is trusted)"))
     if isinstance(result, ResolvedDeployment):
-        return replace(result, environment=env)
+        dep = replace(result, environment=env, stand_ins=tuple(active))
+        return violation if violation is not None else dep
     if isinstance(result, CaptureResult) and result.deployment is not None:
-        return replace(result, deployment=replace(result.deployment, environment=env))
+        dep = replace(result.deployment, environment=env, stand_ins=tuple(active))
+        failures = (*result.failures, violation) if violation is not None else result.failures
+        return replace(result, deployment=dep, failures=failures)
+    if isinstance(result, CaptureResult) and violation is not None:
+        return replace(result, failures=(*result.failures, violation))
     return result
 
 
@@ -119,10 +145,10 @@ def main(argv: list[str]) -> int:
         write_result(out_dir, exception_failure(exc, prefix="importing sglang: "))
         return 0
     if request.op == "resolve":
-        write_result(out_dir, with_version_note(_with_environment(adapter.resolve(request), request.device), entry))
+        write_result(out_dir, with_version_note(with_environment(adapter.resolve(request), request.device), entry))
     elif request.op == "capture":
-        write_result(out_dir, with_version_note(_with_environment(adapter.capture(request, progress=_progress),
-                                                                  request.device), entry))
+        write_result(out_dir, with_version_note(with_environment(adapter.capture(request, progress=_progress),
+                                                                 request.device), entry))
     else:
         raise ValueError(f"unknown op {request.op!r}")
     return 0

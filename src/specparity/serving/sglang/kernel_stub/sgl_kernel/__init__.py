@@ -12,7 +12,10 @@ Rules:
 - Every call is recorded in :data:`CALLED`; the adapter reports it as ``FcCapture.kernel_stub_calls``.
 - Only ``copy_all_layer_kv_cache_cpu`` has a body: the KV-pool warm-up copy SGLang runs before any
   forward (0.5.23 ``mem_cache/memory_pool.py:2304-2307 -> :2420 ->
-  sglang/kernels/ops/kvcache/cache_move.py:191``). It copies slot 0 onto itself, a no-op.
+  sglang/kernels/ops/kvcache/cache_move.py:191``). It copies slot 0 onto itself, a no-op; any call whose
+  source and destination slots differ raises (a real KV move would need the real kernel). The
+  parent allows no other call (``specparity.serving.stand_ins.KERNEL_STUB_ALLOWED``): the worker turns
+  any other recorded call into an environment error.
 - Any other op raises ``NotImplementedError`` naming it, so a new kernel on the fc-input path can never
   be silently faked: a test asserts the capture path recorded nothing but the warm-up copy.
 - The real package also registers ops under ``torch.ops.sgl_kernel``. A few model files bind some of
@@ -25,7 +28,6 @@ Rules:
 
 from __future__ import annotations
 
-import ctypes
 import importlib.abc
 import importlib.machinery
 import sys
@@ -38,12 +40,16 @@ CALLED: list[str] = []
 
 
 def copy_all_layer_kv_cache_cpu(data_ptrs: Any, strides: Any, tgt_loc: Any, src_loc: Any) -> None:
-    """Per-layer byte copy of KV slots ``src_loc`` onto ``tgt_loc`` (equal slots are skipped)."""
+    """The warm-up copy of KV slots onto themselves: a recorded no-op. Raises unless every destination slot
+    equals its source slot, so a real KV move can never run on a stand-in."""
     CALLED.append("copy_all_layer_kv_cache_cpu")
-    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=True):
-        for t, s in zip(tgt_loc.tolist(), src_loc.tolist(), strict=True):
-            if t != s:
-                ctypes.memmove(ptr + t * stride, ptr + s * stride, stride)
+    tgt, src = list(tgt_loc.tolist()), list(src_loc.tolist())
+    if tgt != src:
+        moved = [(s, t) for t, s in zip(tgt, src, strict=True) if t != s][:4]
+        raise NotImplementedError(
+            f"sgl_kernel.copy_all_layer_kv_cache_cpu would move KV slots {moved} (source -> destination), but "
+            "only specparity's stand-in of sgl_kernel is installed; it only accepts the warm-up copy of slots "
+            "onto themselves")
 
 
 class _Unavailable:

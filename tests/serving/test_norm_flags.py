@@ -1,0 +1,96 @@
+"""Issue 11 item 2: the norm flags reported are the ones the drafter SGLang built applies, on every version."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import torch
+
+from specparity import gate
+from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.serving.sglang.common import NORM_FLAGS, applied_norm_flags, with_applied_norms
+
+
+def test_flags_come_from_the_modules_sglang_built() -> None:
+    # sglang 0.5.23 llama_eagle3 LlamaModel: input_norm iff norm_before_fc, fc_norm ModuleList iff fc_norm
+    new = SimpleNamespace(input_norm=torch.nn.Identity(), fc_norm=None, norm_output=True, fc=None)
+    assert applied_norm_flags(new) == {"norm_before_fc": True, "fc_norm": False, "norm_output": True}
+    built_without = SimpleNamespace(input_norm=None, fc_norm=None, norm_output=False)
+    assert applied_norm_flags(built_without) == dict.fromkeys(NORM_FLAGS, False)
+    # 0.5.3 / 0.4.10.post2 llama_eagle3 LlamaModel: fc, midlayer, norm only: nothing applies, whatever the config
+    legacy = SimpleNamespace(fc=None, midlayer=None, norm=None, config=SimpleNamespace(norm_before_fc=True))
+    assert applied_norm_flags(legacy) == dict.fromkeys(NORM_FLAGS, False)
+
+
+def _dep(**kw: object):  # type: ignore[no-untyped-def]
+    import test_stand_ins
+
+    return dataclasses.replace(test_stand_ins._deployment(), **kw)
+
+
+def test_with_applied_norms_overrides_what_the_config_said() -> None:
+    dep = _dep(norm_before_fc=True, sglang_version="0.5.3")  # as the old code reported it: configured
+    fixed = with_applied_norms(dep, SimpleNamespace(), fc_source="sglang_module")
+    assert (fixed.norm_before_fc, fixed.fc_norm, fixed.norm_output, fixed.fc_source) == (
+        False, False, False, "sglang_module")
+
+
+def test_a_norm_the_version_cannot_apply_is_said_as_such() -> None:
+    generic = Finding(FindingKind.NORM_MISMATCH, Severity.ERROR, "the served drafter has norm_before_fc=False, "
+                      "training used norm_before_fc=True", details={"flag": "norm_before_fc", "expected": True,
+                                                                    "served": False})
+    dep = _dep(sglang_version="0.5.3", unsupported_norms=NORM_FLAGS, ignored_norm_config=("norm_before_fc",))
+    [f] = gate._explain_unsupported_norms([generic], dep)
+    assert f.kind is FindingKind.NORM_MISMATCH and f.severity is Severity.ERROR
+    assert "sglang 0.5.3 cannot apply" in f.message and f.fix is not None and ">= 0.5.17" in f.fix
+    assert f.details["unsupported_by_version"] == "0.5.3"
+    # a version that builds the norm keeps the plain finding; so does the reverse direction
+    assert gate._explain_unsupported_norms([generic], _dep()) == [generic]
+    reverse = Finding(FindingKind.NORM_MISMATCH, Severity.ERROR, "x",
+                      details={"flag": "norm_before_fc", "expected": False, "served": True})
+    assert gate._explain_unsupported_norms([reverse], dep) == [reverse]
+
+
+# --- issue 11 item 10: the atlas includes boundary L (layer:L-1) where the class's loop can capture it --------
+def _fake_workers(class_name: str, num_layers: int, h: int):  # type: ignore[no-untyped-def]
+    target = type(class_name, (), {})()
+    target.model = SimpleNamespace(layers_to_capture=[2, 4], end_layer=num_layers)
+    target.capture_aux_hidden_states = True
+    cfg = SimpleNamespace(num_hidden_layers=num_layers)
+    runner = SimpleNamespace(model_config=SimpleNamespace(hf_text_config=cfg))
+    return SimpleNamespace(target_model=target, tp_worker=SimpleNamespace(model_runner=runner))
+
+
+def _run_atlas(monkeypatch, class_name: str, num_layers: int = 4, h: int = 2):  # type: ignore[no-untyped-def]
+    import specparity.serving.sglang.v0_5_23_run as run
+
+    workers = _fake_workers(class_name, num_layers, h)
+    seen: list[list[int]] = []
+
+    def fake_extend(w, probes):  # type: ignore[no-untyped-def]
+        caps = list(w.target_model.model.layers_to_capture) if w.target_model.capture_aux_hidden_states else []
+        seen.append(caps)
+        rows = sum(len(p) for p in probes)
+        if not caps:  # final_norm
+            return torch.full((rows, h), -1.0)
+        return torch.cat([torch.full((rows, h), float(b)) for b in caps], dim=-1)  # boundary b's value is b
+
+    monkeypatch.setattr(run, "target_extend", fake_extend)
+    atlas = run.layer_atlas(workers, ((1, 2, 3),), [3])
+    assert workers.target_model.model.layers_to_capture == [2, 4]  # restored
+    return atlas, seen
+
+
+def test_atlas_includes_the_final_pre_norm_boundary_for_gpt_oss(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    atlas, seen = _run_atlas(monkeypatch, "GptOssForCausalLM")
+    assert seen[0] == [0, 1, 2, 3, 4]
+    sample = atlas.per_sample[0]
+    assert list(sample) == ["embedding", "layer:0", "layer:1", "layer:2", "layer:3", "final_norm"]
+    assert float(sample["layer:3"][0, 0]) == 4.0  # boundary L = layer:L-1, the input of the final norm
+
+
+def test_llama_atlas_stops_at_the_boundary_its_loop_reaches(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    atlas, seen = _run_atlas(monkeypatch, "LlamaForCausalLM")
+    assert seen[0] == [0, 1, 2, 3]
+    assert list(atlas.per_sample[0]) == ["embedding", "layer:0", "layer:1", "layer:2", "final_norm"]
