@@ -270,21 +270,26 @@ def schema() -> None:
 @click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft model dir as deployed.")
 @click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE",
               help="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True,
+              help="Serving engine of the deployment.")
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="Engine argument (repeatable): ServerArgs for sglang, vllm.LLM keywords for vllm, "
+                   "e.g. tensor_parallel_size=2.")
 @click.option("--level", type=click.Choice(["static", "capture", "outcome", "all"]), default="all", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a production capture.")
-@click.option("--python", "python", default=None, help="Interpreter whose SGLang serves (default: this one).")
+@click.option("--python", "python", default=None, help="Interpreter whose engine (SGLang or vLLM) serves (default: this one).")
 @click.option("--timeout", "timeout_s", default=900.0, show_default=True, help="Seconds before SGLang is stopped.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
-def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str, ...], level: str, device: str,
-         python: str | None, timeout_s: float, json_path: Path | None, html_path: Path | None,
-         junit_path: Path | None) -> None:
+def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str, ...], engine: str,
+         engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
+         json_path: Path | None, html_path: Path | None, junit_path: Path | None) -> None:
     """Check a deployment against its contract.
 
     \b
     Exit codes:
-      0  pass: SGLang feeds the drafter's fc what the contract promises.
+      0  pass: the engine (SGLang or vLLM) feeds the drafter's fc what the contract promises.
       1  the deployment does not match the contract, including a deployment SGLang refuses to load
          or crashes on because of the draft or target as deployed, and a wrong target (config,
          tokenizer, chat template or weights).
@@ -301,7 +306,8 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
             raise InputError("not a model directory (no config.json)", path=p, field=role)
     with Progress(3, "gate") as progress:
         verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
-                           device=device, python=python, timeout_s=timeout_s, progress=progress)
+                           device=device, python=python, timeout_s=timeout_s, progress=progress, engine=engine,
+                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"))
     click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
     write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
     sys.exit(verdict.exit_code)
@@ -312,11 +318,16 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
 @click.option("--draft", required=True, type=click.Path(path_type=Path), help="Draft model dir (config.json).")
 @click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE",
               help="SGLang server argument as deployed (repeatable); device defaults to cuda.")
-@click.option("--python", "python", default=None, help="Interpreter whose SGLang resolves (default: this one).")
+@click.option("--engine", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True,
+              help="Serving engine of the deployment.")
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="Engine argument (repeatable): ServerArgs for sglang, vllm.LLM keywords for vllm, "
+                   "e.g. tensor_parallel_size=2.")
+@click.option("--python", "python", default=None, help="Interpreter whose engine resolves (default: this one).")
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True, help="Seconds before SGLang is stopped.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Write the answer as JSON.")
-def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], python: str | None, timeout_s: float,
-                json_path: Path | None) -> None:
+def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine: str, engine_args: tuple[str, ...],
+                python: str | None, timeout_s: float, json_path: Path | None) -> None:
     """Which target layers SGLang will feed the drafter's fc, and why. No contract needed.
 
     Exit 0 resolved, 1 SGLang refuses the deployment, 2 bad input, 3 environment.
@@ -326,7 +337,15 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], python:
     from specparity.explain import explain
     from specparity.gate import parse_sglang_args
 
-    result = explain(target, draft, sglang_args=parse_sglang_args(sglang_args), python=python, timeout_s=timeout_s)
+    extra = parse_sglang_args(engine_args, field="--engine-arg")
+    if engine == "vllm":
+        from specparity.explain_vllm import explain_vllm
+
+        result = explain_vllm(target, draft, engine_args={**parse_sglang_args(sglang_args), **extra}, python=python,
+                              timeout_s=timeout_s)
+    else:
+        result = explain(target, draft, sglang_args={**parse_sglang_args(sglang_args), **extra}, python=python,
+                         timeout_s=timeout_s)
     click.echo(result.summary)
     for line in result.lines:
         click.echo(f"  {line}")

@@ -26,7 +26,7 @@ CHECKS = ("static", "capture", "outcome")
 ALL_CHECKS = "sglang"  # a finding on every check (SGLang could not serve the deployment at all)
 
 # ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
-_ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "unsupported_version", "timeout"})
+_ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "unsupported_version", "timeout"})
 # an SGLang exception that says nothing about the deployment: memory, a broken or partial install
 # (sglang 0.5.23 mem_cache/kv_cache_configurator.py:3050 raises ValueError "Loaded weights leave no GPU memory
 # for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)
@@ -46,7 +46,7 @@ def failure_cause(kind: str, message: str) -> str:
         return "environment"
     if kind == "child_crashed":
         return "environment"
-    if kind == "sglang_exception":
+    if kind in ("sglang_exception", "vllm_exception"):  # vLLM's own exceptions follow the same rule
         return "environment" if _ENVIRONMENT_EXCEPTION.search(message) else "deployment"
     return "deployment"
 

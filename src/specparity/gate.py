@@ -26,7 +26,6 @@ from specparity import decision
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
-from specparity.compare.fix import layout_fix
 from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import config_findings as _config_findings
@@ -40,7 +39,8 @@ from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, Outco
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
 _SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
-_STATIC_KINDS = frozenset({FindingKind.LAYOUT_ASSUMED, FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
+_STATIC_KINDS = frozenset({FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.LAYOUT_ASSUMED,
+                           FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
                            FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
                            FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
                            FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
@@ -50,14 +50,14 @@ _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTA
                             FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 
 
-def parse_sglang_args(pairs: Sequence[str]) -> dict[str, object]:
+def parse_sglang_args(pairs: Sequence[str], *, field: str = "--sglang-arg") -> dict[str, object]:
     """``["speculative_num_steps=3", "--dtype=bfloat16"]`` -> ServerArgs keywords with typed values."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
         if not sep or not key.isidentifier():
-            raise InputError(f"expected KEY=VALUE, got {pair!r}", field="--sglang-arg")
+            raise InputError(f"expected KEY=VALUE, got {pair!r}", field=field)
         out[key] = _typed(raw.strip())
     return out
 
@@ -100,6 +100,7 @@ class _Run:
     recorded_dtype: str | None = None
     atlas_dtype: str | None = None
     target: Path | None = None
+    engine: str = "sglang"
 
 
 def run_gate(
@@ -113,12 +114,22 @@ def run_gate(
     python: str | None = None,
     timeout_s: float = 900,
     progress: Callable[[int, int], None] | None = None,
+    engine: str = "sglang",
+    engine_args: Mapping[str, object] | None = None,
 ) -> Verdict:
-    """Check the deployment (``target``, ``draft``, ``sglang_args``) against the contract.
+    """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
-    Raises :class:`InputError` for bad input (contract, probe pack, arguments); everything SGLang
-    does, including crashing, ends up in the returned verdict.
+    ``engine`` is ``sglang`` or ``vllm`` (:mod:`specparity.serving.engine`); ``engine_args`` are its
+    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. Raises
+    :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
+    including crashing, ends up in the returned verdict.
     """
+    from specparity.serving.engine import get_engine
+
+    try:
+        eng = get_engine(engine)
+    except ValueError as e:
+        raise InputError(str(e), field="--engine") from None
     if level not in LEVELS:
         raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
     t0 = time.perf_counter()
@@ -134,20 +145,31 @@ def run_gate(
     if pack is not None and pack.sources != list(contract.fc_input.sources):
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
-    args = server_args_for(contract, sglang_args or {})
-    run = _Run(contract=contract, draft=Path(draft), target=Path(target),
+    user = {**(sglang_args or {}), **(engine_args or {})}
+    if eng.name == "sglang":
+        args = server_args_for(contract, user)
+    else:
+        from specparity.gate_engines import engine_args_for
+
+        args = engine_args_for(eng, contract, user)
+    run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name,
                recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)
     timings: dict[str, float] = {}
     if level == "static":
-        from specparity.serving import resolve_deployment
-
-        dep = resolve_deployment(target, draft, server_args=args, device=device, python=python, timeout_s=timeout_s)
+        dep = eng.resolve(target, draft, args=args, device=device, python=python, timeout_s=timeout_s)
         run.deployment, run.failures = (dep, ()) if isinstance(dep, ResolvedDeployment) else (None, (dep,))
         timings["static"] = time.perf_counter() - t0
     else:
         assert pack is not None  # refused above for a contract without probes
-        capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
-                           timeout_s=timeout_s, progress=progress)
+        if eng.name == "sglang":
+            capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
+                               timeout_s=timeout_s, progress=progress)
+        else:
+            from specparity.gate_engines import run_engine
+
+            capture, run.outcome, run.outcome_findings = run_engine(
+                eng, contract, pack, target, draft, args, level=level, device=device, python=python,
+                timeout_s=timeout_s, progress=progress)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
@@ -329,11 +351,18 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:
-        lf = layout_fix(c.fc_input.sources, cfg, num_layers=dep.num_layers, architecture=dep.target_architecture,
-                        version=dep.sglang_version, draft_path=str(run.draft))
+        from specparity.serving.engine import get_engine
+
+        eng = get_engine(run.engine)
+        lf = eng.layout_fix(c.fc_input.sources, cfg, num_layers=dep.num_layers, architecture=dep.target_architecture,
+                            version=dep.sglang_version, draft_path=str(run.draft))
         if lf.json_patch or not lf.feasible:
             layout_fix_text = lf.summary
             fix = FixSuggestion(lf.summary, lf.file, lf.json_patch)
+        if run.engine != "sglang":
+            from specparity.gate_engines import convention_findings
+
+            findings += convention_findings(eng, c, dep, cfg, fix_summary=layout_fix_text)
     facts = DeploymentFacts(
         sglang_version=dep.sglang_version if dep else None, architecture=dep.target_architecture if dep else None,
         fc_calls=0 if dep is not None and not dep.fc_applied and not run.failures else None,
@@ -386,7 +415,8 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     spec: dict[str, Any] | None = None
     if dep is not None:
         spec = {"requested": dep.requested_spec.to_dict(), "resolved": dep.resolved_spec.to_dict(),
-                "warnings": list(dep.spec_warnings)}
+                "warnings": list(dep.spec_warnings),
+                **({"engine_label": "vLLM"} if run.engine == "vllm" else {})}
     return Verdict(
         contract_name=c.name, contract_hash=c.content_hash, level=level, status=status,  # type: ignore[arg-type]
         sglang_version=dep.sglang_version if dep else None,
@@ -395,6 +425,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,
         probes=probes, timings=dict(timings),
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
+        engine=run.engine,
     )
 
 

@@ -52,7 +52,8 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("draft", "parity_draft", "draft model directory as deployed"),
     ("report", "parity_report", "directory for report.json / report.html / report.txt"),
     ("level", "parity_level", "static | capture | outcome | all (default all)"),
-    ("python", "parity_python", "interpreter whose SGLang serves (default: this one)"),
+    ("python", "parity_python", "interpreter whose engine serves (default: this one)"),
+    ("engine", "parity_engine", "serving engine: sglang | vllm (default sglang)"),
 )
 _PATH_OPTIONS = ("contract", "target", "draft", "report", "python")
 VERDICTS_KEY = pytest.StashKey[dict[str, Verdict]]()
@@ -69,7 +70,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--parity-sglang-arg", dest="parity_sglang_args", action="append", default=None, metavar="KEY=VALUE",
         help="SGLang server argument for the deployment, repeatable (ini: parity_sglang_args, one per line)",
     )
+    group.addoption(
+        "--parity-engine-arg", dest="parity_engine_args", action="append", default=None, metavar="KEY=VALUE",
+        help="engine argument (vllm.LLM keywords for vllm, ServerArgs for sglang), repeatable "
+             "(ini: parity_engine_args, one per line)",
+    )
     parser.addini("parity_sglang_args", "SGLang server arguments KEY=VALUE, one per line", type="linelist", default=[])
+    parser.addini("parity_engine_args", "engine arguments KEY=VALUE, one per line", type="linelist", default=[])
     parser.addini("parity_deployments", "deployments to check, one per line: NAME contract=PATH target=PATH "
                   "draft=PATH [engine=NAME] [level=L] [python=PATH] [engine_arg=KEY=VALUE ...] "
                   "(or [tool.specparity.deployments.NAME] tables in pyproject.toml)", type="linelist", default=[])
@@ -112,7 +119,9 @@ def parity_settings(config: pytest.Config) -> dict[str, Any]:
         out[name] = value
     args = config.getoption("parity_sglang_args")
     out["sglang_args"] = list(args) if args is not None else list(config.getini("parity_sglang_args"))
-    out["engine"] = config.getoption("parity_engine", default=None) or DEFAULT_ENGINE  # issue 14's option
+    extra = config.getoption("parity_engine_args")
+    out["sglang_args"] += list(extra) if extra is not None else list(config.getini("parity_engine_args"))
+    out["engine"] = out.get("engine") or DEFAULT_ENGINE
     return out
 
 

@@ -79,6 +79,9 @@ class OutcomeSummary:
     recorded_interval: tuple[float, float] | None = None
     served_interval: tuple[float, float] | None = None
     scored_tokens: int | None = None
+    # the engine's own serving loop (vLLM's spec-decode counters): drafts, per_position, intervals (95% Wilson),
+    # acceptance_length, engine, tensor_parallel_size; None where the engine reports none (SGLang)
+    engine_loop: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +94,7 @@ class OutcomeSummary:
             "recorded_interval": list(self.recorded_interval) if self.recorded_interval is not None else None,
             "served_interval": list(self.served_interval) if self.served_interval is not None else None,
             "scored_tokens": self.scored_tokens,
+            "engine_loop": dict(self.engine_loop) if self.engine_loop is not None else None,
         }
 
 
@@ -117,6 +121,7 @@ class Verdict:
     environment: Mapping[str, str] = field(default_factory=dict)
     # stand-ins that were active in the child (README "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
     stand_ins: Sequence[str] = ()
+    engine: str = "sglang"  # the serving engine; sglang_version holds its version
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -136,6 +141,8 @@ class Verdict:
             "contract_hash": self.contract_hash,
             "level": self.level,
             "sglang_version": self.sglang_version,
+            "engine": self.engine,
+            "engine_version": self.sglang_version,
             "target_architecture": self.target_architecture,
             "draft_path": self.draft_path,
             "expected_layout": list(self.expected_layout),
@@ -191,4 +198,5 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         timings=dict(d.get("timings", {})),
         environment=dict(d.get("environment", {})),
         stand_ins=list(d.get("stand_ins", [])),
+        engine=str(d.get("engine") or "sglang"),
     )

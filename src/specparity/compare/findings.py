@@ -20,6 +20,8 @@ class FindingKind(str, enum.Enum):
     EXTRA_EMBEDDING = "extra_embedding"
     MISSING_SOURCE = "missing_source"
     OFF_BY_ONE = "off_by_one"
+    # the draft config's ids mean other layers on the serving engine than under the training tool's convention
+    ENGINE_CONVENTION_MISMATCH = "engine_convention_mismatch"
     ORDER_MISMATCH = "order_mismatch"
     LAYOUT_MISMATCH = "layout_mismatch"
     # how SGLang resolved the deployment

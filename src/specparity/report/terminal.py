@@ -68,7 +68,7 @@ def context(verdict: Verdict) -> str:
     """``sglang 0.5.23, LlamaForCausalLM``: the parts that are known."""
     parts = []
     if verdict.sglang_version:
-        parts.append(f"sglang {verdict.sglang_version}")
+        parts.append(f"{verdict.engine} {verdict.sglang_version}")
     if verdict.target_architecture:
         parts.append(verdict.target_architecture)
     return ", ".join(parts) if parts else "serving engine unknown"
@@ -155,8 +155,9 @@ def spec_config_line(resolved: Mapping[str, Any]) -> str:
     Accepts either ``{"requested": {...}, "resolved": {...}}`` or a flat mapping of resolved values.
     """
     req, res = resolved.get("requested"), resolved.get("resolved")
+    label = resolved.get("engine_label", "SGLang")
     if isinstance(res, Mapping):
-        line = f"Spec config: SGLang serves {_spec_settings(res)}"
+        line = f"Spec config: {label} serves {_spec_settings(res)}"
         if isinstance(req, Mapping):
             changed = {k: v for k, v in req.items() if v is not None and res.get(k) != v}
             if changed:
@@ -189,6 +190,12 @@ def outcome_lines(outcome: OutcomeSummary) -> list[str]:
         r, v = outcome.recorded_interval, outcome.served_interval
         lines.append(f"  first draft, 95% Wilson interval over {outcome.scored_tokens} scored tokens: "
                      f"recorded [{r[0]:.3f}, {r[1]:.3f}], served [{v[0]:.3f}, {v[1]:.3f}]")
+    loop = outcome.engine_loop
+    if loop:
+        cells = ", ".join(f"{p:.2f} [{lo:.2f}, {hi:.2f}]" for p, (lo, hi) in zip(loop["per_position"], loop["intervals"],
+                                                                             strict=True))
+        lines.append(f"  {loop.get('engine')}'s own loop, {loop['drafts']} drafts: accepted per position {cells} "
+                     f"(95% Wilson); acceptance length {loop['acceptance_length']:.2f}")
     return lines
 
 

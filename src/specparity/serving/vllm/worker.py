@@ -124,6 +124,10 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
 
     reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
     shape = fc_shape_from_checkpoint(Path(request.draft))
+    try:
+        raw = json.loads((Path(request.draft) / "config.json").read_text())
+    except (OSError, ValueError):
+        raw = {}
     k = drafter_aux_count(dcfg)
     t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
     if fc_meta is not None:
@@ -144,7 +148,9 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
         device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
         num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
         target_dtype=str(mc.dtype).removeprefix("torch."),
-        draft_architecture=str((dcfg.get("architectures") or ["?"])[0]), draft_hidden_size=int(dcfg.get("hidden_size") or 0),
+        # as the draft's config.json names it (vLLM maps a speculators config to its own class)
+        draft_architecture=str((raw.get("architectures") or dcfg.get("architectures") or ["?"])[0]),
+        draft_hidden_size=int(dcfg.get("hidden_size") or 0),
         draft_vocab_size=dcfg.get("draft_vocab_size"), requested_spec=spec, resolved_spec=resolved, spec_warnings=(),
         draft_config_ids=tuple(int(b) for b in read) if read else None, ids_fallback_reason=reason,
         layers_to_capture=boundaries, served_sources=tuple(boundary_to_source(b, num_layers) for b in reachable),

@@ -1,0 +1,87 @@
+"""``specparity explain --engine vllm``: what vLLM will feed the drafter's fc, and how it got there.
+
+One static resolution through vLLM's own code (``serving.vllm.resolve_deployment``: ``EngineArgs
+.create_engine_config`` with its ``SpeculativeConfig``, and ``GPUModelRunner._get_eagle3_aux_layers_from_config``),
+no weights loaded, explained with vLLM's id rules (:mod:`specparity.contract.vllm_conventions`): which key the
+ids came from, that id ``k`` is ``hidden_states[k]`` (no ``+1``), the default when there are none, and fc's width.
+Exit codes as :mod:`specparity.explain`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, InputError
+from specparity.explain import Explanation
+from specparity.serving.results import ResolvedDeployment, ServingFailure
+
+_ENVIRONMENT = frozenset({"vllm_missing", "unsupported_version", "timeout", "child_crashed"})
+RULE = ("id k = boundary k = hidden_states[k], no +1 (vllm/model_executor/models/interfaces.py:1601-1611, "
+        "models/llama.py:428-441); sorted and deduplicated (interfaces.py:1577-1578)")
+
+
+def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, object]) -> Explanation:
+    """The explanation of vLLM's static resolution."""
+    from specparity.contract.vllm_conventions import drafter_aux_count, read_ids
+
+    read = read_ids(draft_config, num_layers=dep.num_layers, version=dep.sglang_version)
+    ids_source = (f"draft config.json: {read.key}" if read.key is not None else
+                  f"vLLM default (2, L//2, L-3): {dep.ids_fallback_reason}")
+    problems = []
+    if dep.unreachable_boundaries:
+        problems.append(f"boundaries {list(dep.unreachable_boundaries)} are outside 0..{dep.num_layers}")
+    k = drafter_aux_count(draft_config)
+    if len(dep.served_sources) != k:
+        problems.append(f"the target captures {len(dep.served_sources)} states but the drafter's fc takes {k} "
+                        "(num_aux_hidden_states, else the nested eagle_config ids; llama_eagle3.py:209-216)")
+    served = ", ".join(dep.served_sources) or "nothing"
+    spec = dep.resolved_spec
+    lines = (
+        f"target   {dep.target_architecture}: {dep.num_layers} layers, hidden {dep.target_hidden_size}, "
+        f"{dep.target_dtype} (vllm {dep.sglang_version})",
+        f"draft    {dep.draft_architecture}: hidden {dep.draft_hidden_size}",
+        f"ids      {list(read.ids) if read.ids is not None else 'none'} from {ids_source}",
+        f"rule     {RULE}",
+        f"capture  aux_hidden_state_layers {list(dep.layers_to_capture)}",
+        f"serves   {served} (fc order)",
+        f"fc       {dep.fc_in_features} -> {dep.fc_out_features} ({dep.fc_source})",
+        f"spec     num_speculative_tokens {spec.num_steps} (one chain)",
+        *(f"problem  {p}" for p in problems),
+    )
+    data = {"engine": "vllm", "engine_version": dep.sglang_version, "target_architecture": dep.target_architecture,
+            "num_layers": dep.num_layers, "draft_ids": list(read.ids) if read.ids is not None else None,
+            "ids_source": ids_source, "convention": {"rule": RULE}, "layers_to_capture": list(dep.layers_to_capture),
+            "served_sources": list(dep.served_sources), "ids_fallback": dep.ids_fallback_reason,
+            "fc_in_features": dep.fc_in_features, "resolved_spec": spec.to_dict(), "problems": problems}
+    code = EXIT_PARITY_FAILURE if problems else EXIT_PASS
+    summary = (f"vLLM {dep.sglang_version} feeds fc {served}" if not problems
+               else f"vLLM {dep.sglang_version} would not serve this drafter as built: {problems[0]}")
+    return Explanation(code, summary, data, lines)
+
+
+def explain_vllm_failure(failure: ServingFailure) -> Explanation:
+    if failure.kind in _ENVIRONMENT:
+        return Explanation(EXIT_ENVIRONMENT, f"vLLM could not run: {failure.message}",
+                           {"engine": "vllm", "error": failure.to_dict()})
+    if failure.kind == "bad_deployment":
+        return Explanation(EXIT_BAD_INPUT, failure.message, {"engine": "vllm", "error": failure.to_dict()})
+    return Explanation(EXIT_PARITY_FAILURE, f"vLLM refuses the deployment: {failure.message}",
+                       {"engine": "vllm", "error": failure.to_dict()})
+
+
+def explain_vllm(target: Path, draft: Path, *, engine_args: Mapping[str, object], python: str | None = None,
+                 timeout_s: float = 600) -> Explanation:
+    """Resolve (target, draft, args) with vLLM's own code and explain the result."""
+    from specparity.serving.vllm import resolve_deployment
+
+    for role, p in (("--target", target), ("--draft", draft)):
+        if not (p / "config.json").is_file():
+            raise InputError("not a model directory (no config.json)", path=p, field=role)
+    try:
+        cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read the draft config: {e}", path=draft / "config.json") from None
+    dep = resolve_deployment(target, draft, engine_args=dict(engine_args), python=python, timeout_s=timeout_s)
+    return explain_vllm_resolved(dep, cfg) if isinstance(dep, ResolvedDeployment) else explain_vllm_failure(dep)

@@ -1,0 +1,55 @@
+"""specparity's vLLM id reader (contract/vllm_conventions.py) against vLLM 0.32's own function, on real configs.
+
+vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251) and its
+speculators translation (transformers_utils/configs/speculators/algos.py) run on the draft configs as vLLM
+parses them (``EngineArgs.create_engine_config``, no weights)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from vllm_helpers import BUNDLE, copy_draft
+
+from specparity.contract.vllm_conventions import read_ids
+
+pytestmark = pytest.mark.vllm
+CASES = {
+    "nested": {},
+    "top_level": {"eagle_aux_hidden_state_layer_ids": [2, 4, 6]},
+    "none": {"eagle_config": {"use_aux_hidden_state": True}},
+}
+
+
+def _vllm_reading(draft: Path) -> tuple[int, ...] | None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    cfg = EngineArgs(model=str(BUNDLE / "target"), dtype="float32", max_model_len=256,
+                     speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}
+                     ).create_engine_config()
+
+    class Runner:
+        speculative_config = cfg.speculative_config
+
+    return GPUModelRunner._get_eagle3_aux_layers_from_config(Runner())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_reader_matches_vllm(case: str, tmp_path: Path) -> None:
+    import json
+
+    draft = copy_draft(tmp_path, case, edit=CASES[case])
+    got = _vllm_reading(draft)
+    mine = read_ids(json.loads((draft / "config.json").read_text()), num_layers=8, version="0.32.0")
+    assert (tuple(got) if got else None) == mine.ids
+
+
+def test_speculators_config_reaches_vllm_with_its_top_level_ids() -> None:
+    import json
+
+    got = _vllm_reading(BUNDLE / "speculators" / "draft")
+    cfg = json.loads((BUNDLE / "speculators" / "draft" / "config.json").read_text())
+    assert tuple(got or ()) == read_ids(cfg, num_layers=8).ids == (2, 4, 6)

@@ -1,0 +1,134 @@
+"""The gate with --engine vllm on vLLM's real engine (CPU): verdicts, the off-by-one and its patch, TP=2.
+
+Each gate run is one vLLM start in a child process (the vllm-0.32 env's own interpreter)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vllm_helpers import BUNDLE, CONTRACT, REPO, SPECULATORS_CONTRACT, copy_draft
+
+from specparity.compare.findings import FindingKind
+from specparity.compare.fix import apply_json_patch
+from specparity.gate import run_gate
+from specparity.verdict import Verdict
+
+pytestmark = pytest.mark.vllm
+TARGET = BUNDLE / "target"
+
+
+def _gate(draft: Path, python: str, *, level: str = "all", contract: Path = CONTRACT, timeout_s: float = 600,
+          **engine_args: object) -> Verdict:
+    return run_gate(contract, TARGET, draft, level=level, engine="vllm", engine_args=engine_args, python=python,
+                    timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def as_is(vllm_python: str) -> Verdict:
+    """The bundled SpecForge-style drafter (nested ids [1, 3, 5]) served on vLLM unchanged."""
+    return _gate(BUNDLE / "draft", vllm_python)
+
+
+@pytest.fixture(scope="module")
+def patched(as_is: Verdict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same drafter with the report's JSON patch applied to a copy of its config."""
+    assert as_is.fix is not None and as_is.fix.json_patch
+    out = copy_draft(tmp_path_factory.mktemp("patched"), "draft")
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(apply_json_patch(cfg, as_is.fix.json_patch)))
+    return out
+
+
+def test_specforge_drafter_as_is_fails_naming_the_off_by_one(as_is: Verdict) -> None:
+    assert as_is.status == "fail" and as_is.engine == "vllm" and (as_is.sglang_version or "").startswith("0.32")
+    kinds = {f.kind for f in as_is.errors}
+    assert FindingKind.ENGINE_CONVENTION_MISMATCH in kinds and FindingKind.OFF_BY_ONE in kinds
+    assert as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
+    assert as_is.fix is not None
+    assert list(as_is.fix.json_patch) == [
+        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
+    assert as_is.outcome is not None and as_is.outcome.diagnosis == "wiring"
+
+
+def test_patched_drafter_passes_with_the_real_loop_reported(patched: Path, vllm_python: str) -> None:
+    v = _gate(patched, vllm_python)
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
+    assert v.outcome is not None and v.outcome.diagnosis == "healthy"
+    loop = v.outcome.engine_loop
+    assert loop is not None and loop["drafts"] > 0 and len(loop["per_position"]) == 3
+    for p, (lo, hi) in zip(loop["per_position"], loop["intervals"], strict=True):
+        assert 0.0 <= lo <= p <= hi <= 1.0
+
+
+def test_tp2_gives_the_tp1_verdict(as_is: Verdict, vllm_python: str) -> None:
+    v = _gate(BUNDLE / "draft", vllm_python, level="capture", tensor_parallel_size=2)
+    assert v.status == as_is.status == "fail"
+    assert v.served_layout == as_is.served_layout
+    assert {f.kind for f in v.errors} >= {FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.OFF_BY_ONE}
+    assert v.fix is not None and as_is.fix is not None and v.fix.json_patch == as_is.fix.json_patch
+
+
+def test_speculators_format_drafter_passes(vllm_python: str) -> None:
+    v = _gate(BUNDLE / "speculators" / "draft", vllm_python, level="capture", contract=SPECULATORS_CONTRACT)
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
+
+
+def test_static_level_uses_vllms_own_reader_without_weights(vllm_python: str) -> None:
+    v = _gate(BUNDLE / "draft", vllm_python, level="static")
+    assert v.status == "fail"
+    assert v.served_layout == ["layer:0", "layer:2", "layer:4"]
+    assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in v.errors}
+
+
+def test_speculation_off_is_fc_not_called(vllm_python: str) -> None:
+    v = _gate(BUNDLE / "draft", vllm_python, level="capture", speculative_config=None)
+    assert v.status != "pass"
+    assert FindingKind.FC_NOT_CALLED in {f.kind for f in v.errors}
+
+
+def test_nan_in_the_target_is_a_failure(vllm_python: str, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    target = tmp_path / "target"
+    shutil.copytree(TARGET, target)
+    st = load_file(str(target / "model.safetensors"))
+    st["model.layers.2.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(st, str(target / "model.safetensors"), metadata={"format": "pt"})
+    v = run_gate(CONTRACT, target, BUNDLE / "draft", level="capture", engine="vllm", python=vllm_python)
+    assert v.status != "pass"
+    assert FindingKind.NONFINITE in {f.kind for f in v.errors}
+
+
+def test_engine_crash_is_a_failure_not_a_pass(vllm_python: str, tmp_path: Path) -> None:
+    # d2t in the checkpoint while draft_vocab_size == vocab_size: vLLM 0.32 builds no draft_id_to_target_id
+    # and its loader raises (issue 14, measured) - a real incompatibility, reported as vLLM's exception
+    draft = copy_draft(tmp_path, "draft", edit={"draft_vocab_size": 512})
+    v = _gate(draft, vllm_python, level="capture")
+    assert v.status == "fail" and v.exit_code == 1  # vLLM refusing the draft as deployed is the deployment's fault
+    assert any(f.details.get("serving_failure") == "vllm_exception" for f in v.errors), [str(f) for f in v.errors]
+
+
+def test_timeout_is_an_error_not_a_pass(vllm_python: str) -> None:
+    v = _gate(BUNDLE / "draft", vllm_python, level="capture", timeout_s=3)
+    assert v.status == "error"
+    assert FindingKind.TIMEOUT in {f.kind for f in v.errors}
+
+
+def test_cli_from_the_main_venv_shape(vllm_python: str, tmp_path: Path) -> None:
+    """`specparity gate --engine vllm --python <vllm env>` writes the engine and its version in the report."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specparity.cli", "gate", "--engine", "vllm", "--python", vllm_python, "--level",
+         "static", "--contract", str(CONTRACT), "--target", str(TARGET), "--draft", str(BUNDLE / "draft"),
+         "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["engine"] == "vllm" and report["engine_version"].startswith("0.32")
+    assert "(vllm 0.32" in proc.stdout
