@@ -1,0 +1,87 @@
+"""Benchmark: the vLLM gate at TP=1 and TP=2 as a ratio to a bare ``LLM.generate`` of the same probes.
+
+Both sides start vLLM's real engine in a fresh interpreter of the vLLM env, with speculation on (EAGLE-3,
+3 speculative tokens), on the bundled head_dim-32 models (fixtures/vllm):
+  (a) baseline: ``python -c`` that builds ``vllm.LLM`` with the same settings the gate uses and generates the
+      contract's probes greedily (one request each, 16 tokens), nothing else;
+  (b) the gate: ``run_gate(..., engine="vllm", level="all")`` (capture with the tap and atlas, attribution,
+      outcome replay, the loop's counters), run from this interpreter with ``python=<vllm env>``.
+Goal: (b) / (a) <= 1.3 at each TP. Wall-clock on a shared machine varies; the ratio is the figure.
+Run: ``.venv/bin/python benchmarks/bench_vllm_gate.py [--python .tox/vllm-0.32/bin/python] [--tp 1 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLE = REPO / "fixtures" / "vllm"
+CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
+
+BASELINE = r"""
+import json, os, sys
+tp = int(sys.argv[1])
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+if tp == 1:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+else:
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % (os.cpu_count() or 1)) for r in range(tp)))
+def main():
+    from vllm import LLM, SamplingParams
+    probes = json.loads(sys.argv[4])
+    llm = LLM(model=sys.argv[2], seed=0, enforce_eager=True, disable_log_stats=False, enable_prefix_caching=False,
+              max_num_seqs=1, max_model_len=256, max_num_batched_tokens=256, dtype="float32",
+              gpu_memory_utilization=0.3, tensor_parallel_size=tp,
+              speculative_config={"method": "eagle3", "model": sys.argv[3], "num_speculative_tokens": 3})
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    for p in probes:
+        llm.generate([{"prompt_token_ids": p}], params, use_tqdm=False)
+    sys.stdout.flush()
+    os._exit(0)
+if __name__ == "__main__":
+    main()
+"""
+
+
+def baseline(python: str, tp: int, probes: list[list[int]]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([python, "-c", BASELINE, str(tp), str(BUNDLE / "target"), str(BUNDLE / "draft"), json.dumps(probes)],
+                   check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def gate(python: str, tp: int, draft: Path) -> tuple[float, str]:
+    from specparity.gate import run_gate
+
+    t0 = time.perf_counter()
+    v = run_gate(CONTRACT, BUNDLE / "target", draft, engine="vllm", engine_args={"tensor_parallel_size": tp},
+                 python=python, level="all")
+    return time.perf_counter() - t0, v.status
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=str(REPO / ".tox" / "vllm-0.32" / "bin" / "python"))
+    parser.add_argument("--tp", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    from specparity.contract import load_contract, probe_pack_path, read_probe_pack
+
+    c = load_contract(CONTRACT)
+    probes = [s.input_ids.tolist() for s in read_probe_pack(probe_pack_path(c, CONTRACT)).samples]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for tp in args.tp:
+        b = baseline(args.python, tp, probes)
+        g, status = gate(args.python, tp, BUNDLE / "draft")
+        print(f"TP={tp}: bare LLM.generate {b:6.1f} s, gate (level all, verdict {status}) {g:6.1f} s, "
+              f"ratio {g / b:.2f}x (goal <= 1.3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
