@@ -77,6 +77,15 @@ TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "Qwen3ForCausalLM": ("qwen3", {}),
     "Qwen3MoeForCausalLM": ("qwen3_moe", {}),
     "Qwen3VLForConditionalGeneration": ("qwen3_vl", {}),
+    "Qwen4ExpForConditionalGeneration": ("qwen4_exp", {"text_config": _QWEN35_TEXT}),
+    "Cosmos3ForConditionalGeneration": ("cosmos3_omni", {}),
+    "InternS2PreviewForConditionalGeneration": ("intern_s2_preview", {"text_config": _QWEN35_TEXT}),
+    # EXAONE-MoE: the first layer dense, the rest MoE (models/exaone_moe.py:497-504 read is_moe_layer)
+    "ExaoneMoeForCausalLM": ("exaone_moe", {
+        "is_moe_layer": lambda c: [i > 0 for i in range(int(c["num_hidden_layers"]))]}),
+    "ExaoneMoEForCausalLM": ("exaone_moe", {
+        "is_moe_layer": lambda c: [i > 0 for i in range(int(c["num_hidden_layers"]))]}),
+
     "Qwen3_5ForConditionalGeneration": ("qwen3_5", {"text_config": _QWEN35_TEXT}),
     "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", {"text_config": _QWEN35_TEXT}),
     "Qwen3_5ForCausalLM": ("qwen3_5_text", _QWEN35_TEXT),
@@ -97,20 +106,16 @@ NOT_TARGETS = frozenset({
 # Targets without a config here yet, with what stopped it (issue 12 follow-up; report these, never skip them)
 PENDING: dict[str, str] = {
     "Qwen3NextForCausalLM": "qwen3_next.py:252 asks torch for the current CUDA device while constructing: needs a GPU",
-    "Qwen4ExpForConditionalGeneration": "config not written yet",
     "DeepseekV32ForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
     "GlmMoeDsaForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
     "Glm5NextForConditionalGeneration": "num_key_value_heads validation of the class defaults",
     "Gemma4ForCausalLM": "per-layer attributes (per_layer_config) not written yet",
     "Gemma4ForConditionalGeneration": "vision_config defaults are None (gemma4_vision.py:562)",
-    "ExaoneMoeForCausalLM": "is_moe_layer list not written yet", "ExaoneMoEForCausalLM": "as ExaoneMoeForCausalLM",
-    "LongcatFlashForCausalLM": "longcat_flash.py:377 reads rope_parameters not written yet",
+    "LongcatFlashForCausalLM": "longcat_flash.py:377 reads config.rope_parameters, which its config class leaves None",
+    "InternS2MobiusForConditionalGeneration": "text config needs a per-layer layer_types list (interns2_mobius.py:708)",
     "BailingMoEForCausalLM": "no config class here", "BailingMoeForCausalLM": "no config class here",
     "BailingMoeV2ForCausalLM": "no config class here", "SarvamMoEForCausalLM": "no config class here",
-    "Cosmos3ForConditionalGeneration": "config not written yet",
     "InternS1ProForConditionalGeneration": "config not written yet",
-    "InternS2MobiusForConditionalGeneration": "config not written yet",
-    "InternS2PreviewForConditionalGeneration": "config not written yet",
 }
 
 
@@ -129,7 +134,7 @@ def target_config(architecture: str) -> dict[str, Any]:
     else:
         base = _class_defaults(model_type)
     base["architectures"] = [architecture]
-    out = _merge(base, extra)
+    out = _merge(base, {k: v(base) if callable(v) else v for k, v in extra.items()})
     text = out.get("text_config")
     if isinstance(text, dict) and "num_attention_heads" not in text and "model_type" in text:
         out["text_config"] = _merge(_class_defaults(str(text["model_type"])), text)  # the text model's own defaults
