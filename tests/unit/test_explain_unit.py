@@ -1,0 +1,64 @@
+"""``specparity.explain`` on resolved deployments (no SGLang): the wording, the JSON keys, the exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specparity.explain import explain_failure, explain_resolved
+from specparity.serving import ResolvedDeployment, ServingFailure, SpecSettings
+
+KEYS = {"engine", "engine_version", "target_architecture", "num_layers", "draft_ids", "ids_source",
+        "layers_to_capture", "served_sources", "ids_fallback", "fc_in_features", "resolved_spec"}
+
+
+def dep(**kw: object) -> ResolvedDeployment:
+    base = ResolvedDeployment(
+        sglang_version="0.5.23", adapter="sglang-family-E", target_path="/t", draft_path="/d", device="cpu",
+        target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64, target_vocab_size=512,
+        target_dtype="bfloat16", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64,
+        draft_vocab_size=256, requested_spec=SpecSettings(None, None, None), resolved_spec=SpecSettings(5, 4, 8),
+        spec_warnings=(), draft_config_ids=(1, 3, 5), ids_fallback_reason=None, layers_to_capture=(2, 4, 6),
+        served_sources=("layer:1", "layer:3", "layer:5"), fc_in_features=192, fc_out_features=64, fc_bias=False,
+        num_aux_hidden_states=3, fc_applied=True, norm_before_fc=False, fc_norm=False, norm_output=False,
+        fc_bias_in_config=False, server_args={}, timings={}, capture_owner="model",
+        draft_model_class="LlamaForCausalLMEagle3", draft_fc_module=(192, 64, False))
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_resolved_deployment_explains_with_the_issue_keys() -> None:
+    e = explain_resolved(dep())
+    assert e.exit_code == 0 and set(e.data) >= KEYS
+    assert e.data["served_sources"] == ["layer:1", "layer:3", "layer:5"]
+    assert "models/llama.py:929-941" in "\n".join(e.lines) and "+1 applied" in e.data["convention"]["applied"]  # type: ignore[index]
+
+
+def test_default_ids_name_the_fallback_reason() -> None:
+    e = explain_resolved(dep(draft_config_ids=None, ids_fallback_reason="draft config has no eagle_config",
+                             layers_to_capture=(2, 4, 5), served_sources=("layer:1", "layer:3", "layer:4")))
+    assert e.exit_code == 0 and e.data["ids_fallback"] == "draft config has no eagle_config"
+    assert e.data["ids_source"] == "SGLang default: draft config has no eagle_config"
+
+
+def test_deepseek_raw_branch_is_named() -> None:
+    e = explain_resolved(dep(target_architecture="DeepseekV3ForCausalLM", num_layers=61, draft_config_ids=(2, 30, 58),
+                             layers_to_capture=(2, 30, 58), served_sources=("layer:1", "layer:29", "layer:57")))
+    assert "no +1" in e.data["convention"]["applied"] and "deepseek_v2.py:3458-3473" in e.data["convention"]["rule"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"unreachable_boundaries": (8,), "served_sources": ("layer:1", "layer:3")}, "never reached"),
+    ({"fc_in_features": 256, "fc_out_features": 64}, "loader refuses the weight"),
+    ({"fc_applied": False}, "skips fc entirely"),
+])
+def test_a_deployment_sglang_would_not_serve_is_exit_1(change: dict[str, object], needle: str) -> None:
+    e = explain_resolved(dep(**change))
+    assert e.exit_code == 1 and any(needle in p for p in e.data["problems"])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("kind", "code"), [("sglang_exception", 1), ("draft_unreadable", 1), ("bad_deployment", 2),
+                                            ("timeout", 3), ("sglang_missing", 3), ("child_crashed", 3)])
+def test_failures_map_to_exit_codes(kind: str, code: int) -> None:
+    e = explain_failure(ServingFailure(kind, "why"))
+    assert e.exit_code == code and e.data["error"] == {"kind": kind, "message": "why", "sample": None}
