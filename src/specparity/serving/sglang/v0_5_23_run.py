@@ -6,14 +6,10 @@ come from SGLang's own benchmark module (sglang 0.5.23 ``sglang/benchmark/one_ba
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from array import array
 from dataclasses import dataclass
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -250,64 +246,3 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
         entry[FINAL_NORM] = n_rows
         per_sample.append(entry)
     return LayerAtlas(per_sample=per_sample, num_layers=num_layers)
-
-
-def setter_model(cls: type[Any], hf_config: Any) -> Any:
-    """An instance of the real target class with only what ``set_eagle3_layers_to_capture`` reads.
-
-    No weights, no parallel state: ``nn.Module.__init__`` only, then the attributes the 0.5.23
-    setters use (``models/llama.py:929-941``: pp_group.is_last_rank, config, model.layers_to_capture).
-    """
-    obj: Any = object.__new__(cls)
-    torch.nn.Module.__init__(obj)
-    obj.config = hf_config
-    obj.pp_group = SimpleNamespace(is_last_rank=True, is_first_rank=True, rank_in_group=0, world_size=1)
-    num_layers = int(hf_config.num_hidden_layers)
-    obj.model = SimpleNamespace(
-        layers_to_capture=[],
-        start_layer=0,
-        end_layer=num_layers,
-        layers=[SimpleNamespace() for _ in range(num_layers)],
-    )
-    obj.capture_aux_hidden_states = False
-    return obj
-
-
-def _entry_class(architecture: str) -> type[Any] | None:
-    """The ``EntryClass`` named ``architecture``, importing only the model module that defines it.
-
-    Same answer as SGLang's registry (models/registry.py:117-150 imports every module and asserts each
-    EntryClass name is unique), without importing ~300 model modules (~3 s on 2 cores).
-    """
-    import sglang.srt.models as models_pkg
-
-    pattern = f"class {architecture}("
-    for path in sorted(Path(models_pkg.__path__[0]).glob("*.py")):
-        if pattern not in path.read_text(encoding="utf-8", errors="ignore"):
-            continue
-        module = importlib.import_module(f"sglang.srt.models.{path.stem}")
-        entries = getattr(module, "EntryClass", None)
-        for entry in entries if isinstance(entries, list) else [entries]:
-            if getattr(entry, "__name__", None) == architecture:
-                return cast("type[Any]", entry)
-    return None
-
-
-def model_class(model_config: Any) -> type[Any]:
-    """The target class SGLang would instantiate (sglang 0.5.23 model_loader/utils.py:198)."""
-    archs = list(getattr(model_config.hf_config, "architectures", None) or [])
-    impl = str(getattr(model_config.model_impl, "value", model_config.model_impl)).lower()
-    plain = (
-        model_config.quantization is None
-        and impl in ("auto", "sglang")
-        and not os.environ.get("SGLANG_EXTERNAL_MODEL_PACKAGE")
-    )
-    if plain and len(archs) == 1:
-        cls = _entry_class(archs[0])
-        if cls is not None:
-            return cls
-    # quantized, multi-arch, external or unknown: SGLang's full selection (special cases included)
-    from sglang.srt.model_loader.utils import get_model_architecture
-
-    cls, _ = get_model_architecture(model_config)
-    return cast("type[Any]", cls)
