@@ -50,8 +50,9 @@ def test_gate_with_python_reports_the_childs_sglang_and_torch(tmp_path: Path) ->
         pytest.skip(f"{python} is not built (scripts/venv-sglang.sh 0.5.3); in CI (CI set) this fails")
     out = tmp_path / "verdict.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    gate_python = REPO / ".venv" / "bin" / "python"  # the gate's own env (sglang 0.5.23), as the issue states
     proc = subprocess.run(
-        [sys.executable, "-m", "specparity.cli", "gate", "--contract", str(CONTRACT), "--target", str(BUNDLE / "target"),
+        [str(gate_python if gate_python.is_file() else sys.executable), "-m", "specparity.cli", "gate", "--contract", str(CONTRACT), "--target", str(BUNDLE / "target"),
          "--draft", str(BUNDLE / "draft"), "--level", "static", "--python", str(python), "--json", str(out)],
         capture_output=True, text=True, timeout=600, check=False, env=env, cwd=REPO)
     assert out.is_file(), proc.stdout[-2000:] + proc.stderr[-3000:]

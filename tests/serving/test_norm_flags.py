@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from specparity import gate
@@ -94,3 +96,29 @@ def test_llama_atlas_stops_at_the_boundary_its_loop_reaches(monkeypatch) -> None
     atlas, seen = _run_atlas(monkeypatch, "LlamaForCausalLM")
     assert seen[0] == [0, 1, 2, 3]
     assert list(atlas.per_sample[0]) == ["embedding", "layer:0", "layer:1", "layer:2", "final_norm"]
+
+
+@pytest.mark.sglang
+@pytest.mark.usefixtures("sglang_required")
+def test_static_resolve_reports_the_norms_the_built_drafter_applies(tmp_path: Path) -> None:
+    """norm_before_fc in the draft config: 0.5.23 builds input_norm (reported True); 0.5.3 / 0.4.10 build no
+    norm module and ignore the key (reported False, and named as ignored), where they used to echo the config."""
+    import json
+    import shutil
+    from importlib.metadata import version
+
+    from specparity.serving import ResolvedDeployment, resolve_deployment
+    from specparity.serving.sglang.adapter import parse_version
+
+    bundle = Path(__file__).resolve().parents[2] / "fixtures" / "default"
+    draft = tmp_path / "draft"
+    shutil.copytree(bundle / "draft", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["norm_before_fc"] = True
+    (draft / "config.json").write_text(json.dumps(cfg))
+    dep = resolve_deployment(bundle / "target", draft)
+    assert isinstance(dep, ResolvedDeployment), dep
+    applies = parse_version(version("sglang")) >= (0, 5, 17)
+    assert dep.norm_before_fc is applies and not dep.fc_norm
+    if not applies:
+        assert dep.unsupported_norms == NORM_FLAGS and dep.ignored_norm_config == ("norm_before_fc",)

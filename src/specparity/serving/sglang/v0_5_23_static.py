@@ -16,7 +16,6 @@ are 0.5.23-specific. This module imports sglang: use it only inside the serving 
 
 from __future__ import annotations
 
-import dataclasses
 import resource
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
+    with_applied_norms,
 )
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
@@ -335,7 +335,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             is_dspark=False,
         ))
         draft_mc = spec.draft_model_config
-        draft = draft_shape(build_meta_model(draft_mc, server_args=build_sa))
+        draft_model = build_meta_model(draft_mc, server_args=build_sa)
+        draft = draft_shape(draft_model)
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
         return exception_failure(exc, prefix="while resolving: ")
     t2 = time.perf_counter()
@@ -356,8 +357,9 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
                  "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
     )
-    return dataclasses.replace(
-        dep,
+    # the norms the drafter SGLang built applies, read from its modules (issue 11 item 2), not the config
+    return with_applied_norms(
+        dep, getattr(draft_model, "model", None),
         # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
         # (models/llama_eagle3.py:338-353); the shape is then the constructed module's.
         fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
