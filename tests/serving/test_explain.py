@@ -158,3 +158,13 @@ def test_draft_sized_for_another_target_is_refused(tmp_path: Path) -> None:
     code, text, data = run_explain(tmp_path, target, draft)
     assert code == 1, text
     assert "6144" in text and "fc takes 192" in text and data["problems"]
+
+
+def test_gate_on_a_speculators_draft_is_a_parity_failure_not_an_environment_error(tmp_path: Path) -> None:
+    spec_draft = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                  "eagle_aux_hidden_state_layer_ids": [2, 4, 6], "transformer_layer_config": {"model_type": "llama"}}
+    code, text, report = _gate_static(REPO / "contracts" / "tiny-llama-eagle3.json", DEFAULT / "target",
+                                      _draft_dir(tmp_path, spec_draft), tmp_path)
+    assert code == 1, text
+    assert "model_type is missing" in text and "LlamaForCausalLMEagle3" in text
+    assert report["verdict"] == "fail"
