@@ -50,6 +50,7 @@ def loop_summary(loop: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "intervals": [list(wilson_interval(a, drafts)) for a in per_pos],
         "acceptance_length": 1.0 + accepted / drafts,
         "tensor_parallel_size": (loop or {}).get("tensor_parallel_size"),
+        "prompts": (loop or {}).get("loop_prompts"),  # "assistant_start": the probes' prompts; else after the probe
     }
 
 
@@ -85,11 +86,23 @@ def engine_outcome(contract: Contract, pack: ProbePack, capture: CaptureResult, 
     return dataclasses.replace(report.summary, engine_loop=loop), tuple(report.findings)
 
 
+def _prompt_length(n: int, loss_mask: Any) -> int:
+    if loss_mask is None:
+        return n
+    hits = (loss_mask != 0).nonzero()
+    return int(hits[0, 0]) if hits.numel() and int(hits[0, 0]) > 0 else n
+
+
 def run_engine(engine: Engine, contract: Contract, pack: ProbePack, target: str | Path, draft: str | Path,
                args: Mapping[str, object], *, level: str, device: str, python: str | None, timeout_s: float,
                progress: Callable[[int, int], None] | None
                ) -> tuple[CaptureResult, OutcomeSummary | None, tuple[Finding, ...]]:
-    """One engine start: the capture, and at ``outcome``/``all`` the outcome from the same run."""
+    """One engine start: the capture, and at ``outcome``/``all`` the outcome from the same run.
+
+    The real loop runs on each probe's prompt (the rows before its first ``loss_mask`` 1, the assistant's
+    first token), so the target writes the answer the drafter was trained to predict."""
+    if level in ("outcome", "all") and engine.name == "vllm":
+        args = {**args, "loop_prompt_lengths": [_prompt_length(s.input_ids.numel(), s.loss_mask) for s in pack.samples]}
     capture = engine.capture(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], args=args,
                              device=device, timeout_s=timeout_s, python=python, progress=progress)
     if level not in ("outcome", "all") or capture.fc is None:

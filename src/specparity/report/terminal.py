@@ -247,7 +247,8 @@ def environment_lines(verdict: Verdict) -> list[str]:
     env = verdict.environment
     lines = []
     if env:
-        lines.append(f"Measured with: sglang {env.get('sglang')} ({env.get('sglang_path')}), torch {env.get('torch')}, "
+        name = "vllm" if "vllm" in env else "sglang"
+        lines.append(f"Measured with: {name} {env.get(name)} ({env.get(name + '_path')}), torch {env.get('torch')}, "
                      f"transformers {env.get('transformers')}, device {env.get('device')}, python {env.get('python')}")
     if verdict.stand_ins:
         lines.append(f"Stand-ins active: {'; '.join(verdict.stand_ins)}")

@@ -95,6 +95,7 @@ def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
     """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
     args = dict(request.server_args)
     gen = int(args.pop("generate_tokens", GENERATE_TOKENS))
+    args.pop("loop_prompt_lengths", None)  # read by capture()
     n_spec = int(args.pop("num_speculative_tokens", DEFAULT_SPEC_TOKENS))
     longest = max((len(p) for p in request.probes), default=1)
     max_len = int(args.get("max_model_len") or max(256, longest + gen + n_spec + 8))
@@ -258,9 +259,22 @@ def capture(request: Any, tap_dir: Path) -> Any:
         for r in range(tp):
             per_rank[r].append(files.get(r, []))
         _progress(2 + i, total)
+    counters, prompts = _metrics(llm), "after_probe"
+    lengths = request.server_args.get("loop_prompt_lengths")
+    if isinstance(lengths, list) and len(lengths) == len(request.probes):
+        # the real loop's acceptance on the probes' prompts (up to the first assistant token): the target then
+        # writes its own answer, the text the drafter was trained on; counters are the difference
+        for ids, n in zip(request.probes, lengths, strict=True):
+            llm.generate([{"prompt_token_ids": list(ids[: max(1, int(n))])}], params, use_tqdm=False)
+        _new_files(tap_dir, seen)  # those fc calls are not the probes'
+        after = _metrics(llm)
+        counters = {k: ([a - b for a, b in zip(v, counters.get(k) or [0] * len(v), strict=False)]
+                        if isinstance(v, list) else (v or 0) - (counters.get(k) or 0)) for k, v in after.items()}
+        prompts = "assistant_start"
     generate_s = time.perf_counter() - t1
     loop = {"engine": "vllm", "tensor_parallel_size": tp, "num_speculative_tokens": n_spec, "generate_tokens": gen,
-            "counters": _metrics(llm), "outputs": outputs, "startup_s": startup, "generate_s": generate_s,
+            "counters": counters, "loop_prompts": prompts, "outputs": outputs, "startup_s": startup,
+            "generate_s": generate_s,
             "ranks": {str(r): {"meta": metas.get(r), "fc_calls": sum(len(f) for f in per_rank[r])} for r in range(tp)}}
     failures: list[ServingFailure] = []
     dep = _deployment(request, config, kw, n_spec, fc_meta=fc_meta,
