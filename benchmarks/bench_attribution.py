@@ -7,7 +7,8 @@ Baselines, over the same bytes:
   (a) plain read: ``t.sum()`` once over every atlas, served and recorded tensor;
   (b) pairwise ``torch.testing.assert_close`` of every served chunk against every boundary.
 
-Goals: attribution reaches >= 70% of plain-read bandwidth and is >= 5x faster than (b).
+Goals: attribution (identity by relative error and separation, drift percentiles included, issue 10)
+reaches >= 50% of plain-read bandwidth and is >= 5x faster than (b).
 Run: ``.venv/bin/python benchmarks/bench_attribution.py [--threads 1] [--tokens 512] [--hidden 7168] [--repeat 3]``.
 """
 
@@ -95,7 +96,7 @@ def main() -> None:
     print(f"plain read:        {t_read * 1e3:8.1f} ms  {nbytes / t_read / 2**30:6.2f} GiB/s")
     print(f"attribution:       {t_attr * 1e3:8.1f} ms  {nbytes / t_attr / 2**30:6.2f} GiB/s  -> {attributed}")
     print(f"pairwise assert_close: {t_pair * 1e3:8.1f} ms ({len(chunks) * len(states)} calls)")
-    print(f"ratio bandwidth (attribution / plain read): {t_read / t_attr:.2f}  (goal >= 0.70)")
+    print(f"ratio bandwidth (attribution / plain read): {t_read / t_attr:.2f}  (goal >= 0.5)")
     print(f"ratio speed-up vs pairwise assert_close:    {t_pair / t_attr:.1f}x (goal >= 5x)")
     # attribution's own working set: float32 block buffers plus per-token [T, chunks, boundaries] sums
     chunks_total, pairs = 2 * len(SOURCES), 2 * len(SOURCES)

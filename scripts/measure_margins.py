@@ -6,9 +6,10 @@ same forward, as in SGLang) and, separately, in the recorded dtype (the "trainin
 contract's 4 probe samples. The gate's own attribution then reports, per pair and over the chunks of
 the correct layout (layer:1, 3, 5) and of a layout one layer late (layer:2, 4, 6):
 
-- worst separation of a correct chunk (limit: max_separation), and for a chunk one layer late how many
-  times its expected source's relative error exceeds the best boundary's (identity fails when > 1);
-- per-token relative error vs recorded, p99 and max, in units of the coarser dtype's roundoff.
+- worst separation of a recorded chunk against the serving atlas (limit: max_separation; the served
+  chunks and the atlas come from one forward, so their own separation is 0);
+- per-token relative error vs recorded, p99 and max, in units of the coarser dtype's roundoff, for the
+  correct layout and (p99, best case) for the layout one layer late.
 
 Run: ``PYTHONPATH=src .venv/bin/python scripts/measure_margins.py`` (about a minute on one thread).
 """
@@ -48,28 +49,25 @@ def main() -> None:
     for name, dt in DTYPES.items():
         model = AutoModelForCausalLM.from_pretrained(ROOT / "fixtures" / "default" / "target", dtype=dt).eval()
         runs[name] = [states(model, s.input_ids) for s in pack.samples]
-    print(f"{'served/recorded':16} {'sep right (worst)':>18} {'late: exp/best':>16} {'p99 u':>7} {'max u':>7} "
-          f"{'late p99 u':>10}")
+    print(f"{'served/recorded':16} {'recorded sep (worst)':>20} {'p99 u':>7} {'max u':>7} {'one late: p99 u':>16}")
     for s_name, s_dt in DTYPES.items():
         for r_name, r_dt in DTYPES.items():
             atlas = [{k: v.to(s_dt) for k, v in a.items()} for a in runs[s_name]]
             recorded = [torch.cat([a[x] for x in RIGHT], -1).to(r_dt).to(s_dt) for a in runs[r_name]]
-            cells = []
+            drift = pair_tolerance(s_dt, r_dt)
+            row = []
             for wired in (RIGHT, LATE):
                 served = [torch.cat([a[x] for x in wired], -1) for a in atlas]
-                t = attribute(served, recorded, atlas, expected=RIGHT, tolerance=pair_tolerance(s_dt, s_dt),
-                              recorded_tolerance=pair_tolerance(r_dt, s_dt))
-                drift = pair_tolerance(s_dt, r_dt)
-                seps = [c.separation if c.best == c.expected else float("inf") for c in t.served]
-                cells.append((seps, [drift.units(e.token_rel_err_p99) for e in t.evidence],
-                              [drift.units(e.token_rel_err_max) for e in t.evidence]))
-            (sep_r, p99, peak), (_, late_p99, _) = cells
-            wrong = attribute([torch.cat([a[x] for x in LATE], -1) for a in atlas], recorded, atlas, expected=RIGHT,
-                              tolerance=pair_tolerance(s_dt, s_dt)).served
-            # a chunk one layer late: how far its expected source is behind the best (1/separation it would need)
-            late = [c.expected_rel_err / max(c.rel_err, 1e-300) for c in wrong]
-            print(f"{s_name + '/' + r_name:16} {max(sep_r):>18.3g} {min(late):>16.3g} {max(p99):>7.3g} "
-                  f"{max(peak):>7.3g} {min(late_p99):>10.3g}")
+                row.append(attribute(served, recorded, atlas, expected=RIGHT, tolerance=pair_tolerance(s_dt, s_dt),
+                                     recorded_tolerance=pair_tolerance(r_dt, s_dt)))
+            right, late = row
+            # the served chunk and the atlas come from one run (exact); the recording is another run: its
+            # separation against the serving atlas is the cross-kernel identity margin
+            sep = max(c.separation for c in right.recorded)
+            p99 = max(drift.units(e.token_rel_err_p99) for e in right.evidence)
+            peak = max(drift.units(e.token_rel_err_max) for e in right.evidence)
+            late_p99 = min(drift.units(e.token_rel_err_p99) for e in late.evidence)
+            print(f"{s_name + '/' + r_name:16} {sep:>20.3g} {p99:>7.3g} {peak:>7.3g} {late_p99:>16.3g}")
 
 
 if __name__ == "__main__":

@@ -315,6 +315,7 @@ def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
         return [ChunkReport(i, expected[i] if i < len(expected) else None, served[i] if i < len(served) else None)
                 for i in range(max(len(expected), len(served)))]
     t = run.table
+    drift = _pair_tolerances(run)[2][0]  # served vs recorded: the unit the drift is measured in
     ev = {e.index: e for e in t.evidence}
     rec = {c.index: c for c in t.recorded}
     out = []
@@ -324,7 +325,11 @@ def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
             index=c.index, expected=c.expected, served=c.attributed,
             cosine=e.cosine_at(0) if e else None, max_abs_err=e.max_abs_err if e else None,
             recorded=rec[c.index].attributed if c.index in rec else None,
-            min_passing_atol=e.min_passing_atol if e else None))
+            min_passing_atol=e.min_passing_atol if e else None,
+            separation=c.separation, runner_up=c.runner_up,
+            rel_err_p99=e.token_rel_err_p99 if e else None, rel_err_max=e.token_rel_err_max if e else None,
+            unit_roundoff=drift.unit_roundoff,
+            recorded_separation=rec[c.index].separation if c.index in rec else None))
     out += [ChunkReport(i, expected[i], None, recorded=rec[i].attributed if i in rec else None)
             for i in range(len(t.served), len(expected))]
     return out

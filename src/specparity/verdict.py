@@ -28,6 +28,15 @@ class ChunkReport:
     max_abs_err: float | None = None  # served vs recorded chunk
     recorded: str | None = None  # what the recorded training chunk attributes to
     min_passing_atol: float | None = None
+    # identity and drift margins (compare/tolerances.py): served chunk's relative error to its best boundary
+    # over the runner-up's, and per-token relative error to the recorded chunk (p99, max; multiply out of
+    # ``unit_roundoff`` of the coarser dtype for units)
+    separation: float | None = None
+    runner_up: str | None = None
+    rel_err_p99: float | None = None
+    rel_err_max: float | None = None
+    unit_roundoff: float | None = None
+    recorded_separation: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +47,12 @@ class ChunkReport:
             "cosine": self.cosine,
             "max_abs_err": self.max_abs_err,
             "min_passing_atol": self.min_passing_atol,
+            "separation": self.separation,
+            "runner_up": self.runner_up,
+            "rel_err_p99": self.rel_err_p99,
+            "rel_err_max": self.rel_err_max,
+            "unit_roundoff": self.unit_roundoff,
+            "recorded_separation": self.recorded_separation,
         }
 
 
