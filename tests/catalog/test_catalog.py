@@ -171,6 +171,16 @@ def test_cli_reports_and_pytest_items_are_views_of_one_verdict(catalog: dict[str
                                     "--html", str(out / "r.html"), "--junit", str(out / "j.xml")])
     assert cli.exit_code == v.exit_code, (name, cli.output)
     assert json.loads((out / "r.json").read_text())["verdict"] == v.status
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(out / "j.xml").getroot().find("testsuite")
+    assert suite is not None
+    junit_failed = int(suite.get("failures", "0")) + int(suite.get("errors", "0")) > 0
+    assert junit_failed == (v.status != "pass"), (name, ET.tostring(suite)[:400])
+    for case in suite.findall("testcase"):  # probe cases: the same per-probe decision as the pytest items
+        if case.get("name", "").startswith("capture[probe "):
+            i = int(case.get("name", "")[len("capture[probe "):-1])
+            assert (case.find("failure") is not None) == (v.probes[i]["status"] != "pass")
     text = cli.stdout
     assert text.splitlines()[0].startswith("PASS") == (v.status == "pass"), text
     if v.status == "pass":

@@ -37,6 +37,8 @@ def failing() -> Verdict:
             Finding(FindingKind.DEFAULT_IDS_FALLBACK, Severity.ERROR, "SGLang used its default ids"),
             Finding(FindingKind.EXTRA_EMBEDDING, Severity.ERROR, "chunk 0 serves embedding", chunk=0),
             Finding(FindingKind.SPEC_CONFIG_REWRITTEN, Severity.WARNING, "num_draft_tokens 16 is served as 4"),
+            Finding(FindingKind.ACCEPTANCE_COLLAPSE, Severity.ERROR, "acceptance collapses on the served fc input",
+                    details={"check": "outcome"}),
         ),
         fix=FixSuggestion(FIX),
         probes=({"index": 0, "tokens": 32, "status": "pass", "max_abs_err": 0.0},
@@ -85,19 +87,21 @@ def test_failing_verdict_one_testcase_per_check() -> None:
     probe = cs["capture[probe 1]"].find("failure")
     assert probe is not None and probe.get("message") == "probe 1 (17 tokens): fail, max|d| 2.0"
     outcome = cs["outcome"].find("failure")
-    assert outcome is not None and outcome.get("type") == "wiring"
+    assert outcome is not None and outcome.get("type") == "acceptance_collapse"
+    assert "wiring" in (outcome.text or "")  # the diagnosis lines come with it
 
 
 def test_properties_carry_verdict_hash_version_and_every_finding() -> None:
     p = props(suite_of(failing()))
     assert p["verdict"] == "fail" and p["contract_hash"] == "ab" * 32 and p["sglang_version"] == "0.5.23"
     assert p["served_layout"] == "embedding, layer:1, layer:3"
-    assert [p[f"finding.{n}"] for n in range(3)] == [
+    assert [p[f"finding.{n}"] for n in range(4)] == [
         "default_ids_fallback: SGLang used its default ids",
         "extra_embedding: chunk 0 serves embedding",
         "spec_config_rewritten: num_draft_tokens 16 is served as 4",
+        "acceptance_collapse: acceptance collapses on the served fc input",
     ]
-    assert "finding.3" not in p
+    assert "finding.4" not in p
 
 
 def test_passing_verdict_has_no_failures() -> None:
@@ -169,3 +173,15 @@ def test_render_json_is_to_dict_and_strict_json() -> None:
     doc = json.loads(render_json(nan), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert doc["heatmap"]["values"] == [["nan", 0.5]]
     assert (doc["chunks"][0]["cosine"], doc["chunks"][0]["max_abs_err"]) == ("nan", "inf")
+
+
+def test_the_outcome_testcase_fails_iff_an_error_is_on_the_outcome_check() -> None:
+    """Issue 10: JUnit is a view of the verdict; an outcome finding never crashes it."""
+    v = verdict(status="fail", served_layout=EXPECTED, findings=(
+        Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "the outcome check could not run: fc_not_called",
+                details={"check": "outcome", "cause": "deployment"}),))
+    outcome = cases(suite_of(v))["outcome"].find("failure")
+    assert outcome is not None and outcome.get("type") == "sglang_error"
+    healthy = verdict(status="pass", served_layout=EXPECTED,
+                      outcome=OutcomeSummary((0.75,), (0.74,), 1.75, 1.74, None, "model_quality"))
+    assert cases(suite_of(healthy))["outcome"].find("failure") is None  # no error finding: it passes

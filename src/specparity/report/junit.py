@@ -105,7 +105,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
     for name, value in prop_values:
         ET.SubElement(props, "property", {"name": name, "value": _clean(value)})
 
-    by_check: dict[str, list[Finding]] = {"sglang": [], "static": [], "capture": []}
+    by_check: dict[str, list[Finding]] = {"sglang": [], "static": [], "capture": [], "outcome": []}
     for f in verdict.findings:
         by_check[check_of(f, verdict)].append(f)
 
@@ -145,11 +145,14 @@ def build_junit(verdict: Verdict) -> ET.Element:
                     detail += f", max|d| {fmt_num(float(err))}"
                 _fail(case, "failure", message=detail, kind=status, lines=[detail, "the fc-input layout over all probes is in testcase 'capture'"])
 
-    if verdict.outcome is not None:
+    if verdict.outcome is not None or by_check["outcome"]:
+        # fails iff the verdict puts an error on the outcome check (issue 10: every face is a view of one decision)
         case = _case(suite, "outcome", verdict=verdict, time=timings.get("outcome", 0.0))
-        if verdict.outcome.diagnosis != "healthy":
-            lines = outcome_lines(verdict.outcome)
-            _fail(case, "failure", message=lines[0], kind=verdict.outcome.diagnosis, lines=lines)
+        outcome_errors = [f for f in by_check["outcome"] if f.is_failure]
+        if outcome_errors:
+            lines = outcome_lines(verdict.outcome) if verdict.outcome is not None else []
+            _fail(case, "failure", message=outcome_errors[0].message, kind=outcome_errors[0].kind.value,
+                  lines=_header(verdict) + lines + finding_lines(by_check["outcome"]))
 
     if verdict.status == "fail" and not any(c.find("failure") is not None for c in suite.findall("testcase")):
         # A failing verdict must never read as a green suite, whatever check produced it.
