@@ -327,3 +327,14 @@ def test_a_recording_of_other_weights_is_a_target_mismatch_not_a_contract_fault(
     errors = [f for f in findings if f.severity is Severity.ERROR]
     assert [f.kind for f in errors] == [FindingKind.TARGET_MISMATCH]
     assert "other weights" in errors[0].message and errors[0].fix
+
+
+def test_a_target_that_computes_nan_is_nonfinite_not_other_weights() -> None:
+    states = _states()
+    served = concat_sources(states, list(CONTRACT))
+    broken = {k: (v.clone().fill_(float("nan")) if k != "embedding" else v) for k, v in states.items()}
+    table = attribute([served], [served.clone()], [broken], expected=list(CONTRACT), tolerance=FP32)
+    findings = diagnose(ExpectedFacts(name="t", sources=CONTRACT, hidden_size=H), DeploymentFacts(), table=table,
+                        tolerance=FP32)
+    kinds = {f.kind for f in findings if f.severity is Severity.ERROR}
+    assert FindingKind.NONFINITE in kinds and FindingKind.TARGET_MISMATCH not in kinds

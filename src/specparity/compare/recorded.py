@@ -81,6 +81,8 @@ def drift_findings(sources: Sequence[str], table: AttributionTable, matched: Seq
 def recording_findings(table: AttributionTable, tols: Sequence[Tolerance]) -> list[Finding]:
     """The recording against the deployed target's atlas: self-consistency, or other weights."""
     rec = list(table.recorded)
+    if table.atlas_nonfinite_tokens:
+        return []  # a target that computes NaN/Inf matches nothing; the nonfinite finding says why
     if rec and all(a.attributed is None for a in rec):
         worst = min(rec, key=lambda a: a.expected_rel_err if math.isfinite(a.expected_rel_err) else math.inf)
         return [Finding(
