@@ -4,6 +4,15 @@ Every real SpecForge run records in bf16, and SGLang serves with other kernels (
 or ``--sglang-arg dtype=bfloat16``, torch_native on CPU). Healthy must pass at every level, the
 outcome check included; every miswiring must still fail with its kind. Runs in every SGLang env of
 the matrix: the expectations are the default catalog's, which already follow the installed version.
+
+Measured with SGLang 0.5.23 on CPU (capture level, 4 probes, 343 tokens; u = 2^-8, the coarser dtype):
+
+=============  ==================================  ===================  ===================
+served in      recorded separation (layer:1/3/5)   drift p99 (worst)    drift max (worst)
+=============  ==================================  ===================  ===================
+fp32           0.023 / 0.038 / 0.047 (limit 0.5)   8.2 u (limit 24 u)   14.9 u (limit 64 u)
+bf16           0.015 / 0.028 / 0.037               5.8 u                9.3 u
+=============  ==================================  ===================  ===================
 """
 
 from __future__ import annotations
