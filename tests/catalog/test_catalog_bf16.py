@@ -60,4 +60,6 @@ def test_every_miswiring_fails_with_its_kind_on_bf16_recordings(catalog_bf16: di
     v = gate_bf16(catalog_bf16, name, served)
     assert v.status == status, (name, served, v.status, [f.to_dict() for f in v.findings])
     assert expected <= kinds(v), (name, served, sorted(kinds(v)))
-    assert v.exit_code == 1
+    # the default catalog's verdict on this version: a miswiring exits 1; a scenario this version serves as
+    # trained (e.g. norm_before_fc where SGLang ignores the key, D5) passes here too
+    assert v.exit_code == (0 if status == "pass" else 1), (name, served, v.exit_code)
