@@ -287,6 +287,55 @@ def test_family_a_reads_configured_ids_from_either_place() -> None:
     assert configured_ids(SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": ["x"]})) is None
 
 
+def test_family_c_kv_copy_stand_in_is_the_stubs_byte_copy_and_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.14's Triton KV-copy launch on CPU: per-layer slot copy, equal slots untouched, every call recorded."""
+    import importlib.util
+
+    from specparity.serving.sglang.family_e_run import _TiledKvCopyOnCpu
+
+    stub_init = REPO / "src/specparity/serving/sglang/kernel_stub/sgl_kernel/__init__.py"
+    spec = importlib.util.spec_from_file_location("sgl_kernel", stub_init)
+    assert spec is not None and spec.loader is not None
+    stub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stub)
+    monkeypatch.setitem(sys.modules, "sgl_kernel", stub)
+    layers = [torch.arange(8 * 4, dtype=torch.float32).reshape(8, 4) for _ in range(2)]
+    before = [t.clone() for t in layers]
+    ptrs = torch.tensor([t.data_ptr() for t in layers], dtype=torch.uint64)
+    strides = torch.tensor([t.stride(0) * t.element_size() for t in layers], dtype=torch.int64)
+    zero = torch.zeros(4, dtype=torch.int64)
+    _TiledKvCopyOnCpu()[(2, 1)](ptrs, strides, zero, zero, 1, 4, BYTES_PER_TILE=128, num_warps=4)  # the warm-up
+    assert all(torch.equal(a, b) for a, b in zip(layers, before, strict=True))
+    _TiledKvCopyOnCpu()[(2, 1)](ptrs, strides, torch.tensor([5, 6]), torch.tensor([1, 2]), 2, 2)
+    for t, b in zip(layers, before, strict=True):
+        assert torch.equal(t[5], b[1]) and torch.equal(t[6], b[2]) and torch.equal(t[:5], b[:5])
+    assert stub.CALLED == [_TiledKvCopyOnCpu.NAME] * 2
+
+
+def test_worker_v2_glue_detects_keywords_id_holder_and_id_reader() -> None:
+    """Families C/D: constructor keywords by signature, where the runner keeps the ids, the re-typed reader."""
+    from specparity.serving.sglang.family_e_run import call_with_accepted, runner_ids
+    from specparity.serving.sglang.family_e_static import read_ids
+
+    def tp_worker_0514(server_args: Any, gpu_id: int, tp_rank: int, dp_rank: Any, nccl_port: int) -> dict[str, Any]:
+        return {"tp_rank": tp_rank, "dp_rank": dp_rank}
+
+    def tp_worker_0523(server_args: Any, gpu_id: int, nccl_port: int) -> str:
+        return "ok"
+
+    common = {"server_args": 0, "gpu_id": 0, "nccl_port": 1, "tp_rank": 0, "dp_rank": None, "pp_rank": 0}
+    assert call_with_accepted(tp_worker_0514, **common) == {"tp_rank": 0, "dp_rank": None}
+    assert call_with_accepted(tp_worker_0523, **common) == "ok"
+    assert runner_ids(SimpleNamespace(spec_aux_config=SimpleNamespace(eagle_aux_hidden_state_layer_ids=[1]))) == [1]
+    assert runner_ids(SimpleNamespace(eagle_aux_hidden_state_layer_ids=[2, 3])) == [2, 3]
+    assert runner_ids(SimpleNamespace()) is None
+    ec = {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
+    assert read_ids(SimpleNamespace(eagle_config=ec)) == (True, [1, 3, 5])
+    assert read_ids(SimpleNamespace(eagle_config={**ec, "use_aux_hidden_state": False})) == (False, [1, 3, 5])
+    assert read_ids(SimpleNamespace()) == (True, None)  # bare except: None.get raises
+    assert read_ids(SimpleNamespace(eagle_config={"use_aux_hidden_state": True})) == (True, None)
+
+
 _JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=4),
                         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
                                                                                     max_size=3), max_leaves=8)

@@ -1,19 +1,116 @@
 """SGLang families C, D and E, 0.5.11-0.5.23 (domain.md §6): the worker-v2 adapter, differences by feature detection.
 
 These releases share the shape the 0.5.23 adapter drives (``TpModelWorker`` + ``EAGLEWorkerV2``, ids set
-before CUDA graphs); :mod:`.v0_5_23` holds the behaviour and detects what moved inside the range:
+before CUDA graphs). Where the installed SGLang has the 0.5.23 layout (``runtime_context.publish``,
+``arg_groups.model_override_base.resolved_view``, ``model_runner_components``), :mod:`.v0_5_23` runs
+unchanged. Otherwise :class:`FamilyEAdapter` swaps in what this SGLang has, each found by detection:
 
-- spec-arg resolution: ``arg_groups`` + ``resolved_view`` (>= 0.5.19) vs the rewritten ServerArgs attribute;
-- ``EagleDraftInput``: ``speculative.eagle_info`` (always here; ``eagle_utils`` only before 0.5.3).
+- ServerArgs: ``resolve_once()`` where it exists; before, the constructor's ``__post_init__`` resolves and
+  rewrites the speculative attributes in place (0.5.14 ``server_args.py:2456``);
+- the resolved view: ``arg_groups.model_override_base`` (0.5.19+), ``arg_groups.overrides`` (0.5.15, 0.5.18),
+  else the attribute itself (it is rewritten, domain.md §5);
+- process set-up: ``runtime_context.publish`` or, before it, ``set_global_server_args_for_scheduler``;
+- where the target reads the ids: ``model_runner_components.spec_aux_hidden_state`` (0.5.16+) or
+  ``ModelRunner.__init__`` itself (0.5.11-0.5.15, 0.5.14 ``model_executor/model_runner.py:458-472``);
+- worker keywords, the draft worker, FULL capture and request fields: :mod:`.family_e_run`;
+- boundary 0 (``embedding``): capturable on llama-style loops only with ``layers.layer_boundary`` (0.5.22+).
 
 Runs only inside the child process.
 """
 
 from __future__ import annotations
 
-from specparity.serving.sglang.v0_5_23 import Adapter
+import importlib
+import importlib.util
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
+
+from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.sglang import family_e_run
+from specparity.serving.sglang import v0_5_23_run as run_0523
+from specparity.serving.sglang.adapter import WorkerRequest
+from specparity.serving.sglang.common import collect_sglang_warnings
+from specparity.serving.sglang.v0_5_23 import Adapter, server_args_kwargs
 
 
-def make_adapter(*, sglang_version: str, name: str) -> Adapter:
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def has_0523_layout() -> bool:
+    """The installed SGLang has every module the unchanged 0.5.23 adapter imports."""
+    return all(_has_module(m) for m in (
+        "sglang.srt.arg_groups.model_override_base", "sglang.srt.distributed.bootstrap",
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state", "sglang.benchmark.one_batch"))
+
+
+def embedding_capturable() -> bool:
+    """Boundary 0 reaches llama-style capture only after the 0.5.22 ``layer_boundary`` refactor (D9)."""
+    return _has_module("sglang.srt.layers.layer_boundary")
+
+
+def resolved_view_function() -> Any:
+    """SGLang's ``resolved_view`` where it has one, else the identity (the attribute is the resolved value)."""
+    for name in ("sglang.srt.arg_groups.model_override_base", "sglang.srt.arg_groups.overrides"):
+        try:
+            fn = getattr(importlib.import_module(name), "resolved_view", None)
+        except ImportError:
+            continue
+        if fn is not None:
+            return fn
+    return lambda sa: sa
+
+
+class FamilyEAdapter(Adapter):
+    """:class:`~.v0_5_23.Adapter` with the feature-detected glue of families C/D where 0.5.23's is missing."""
+
+    def __init__(self, *, sglang_version: str, name: str) -> None:
+        super().__init__(sglang_version=sglang_version, name=name)
+        self.layout_0523 = has_0523_layout()
+        if not self.layout_0523:
+            atlas = partial(family_e_run.layer_atlas, embedding_capturable=embedding_capturable())
+            self.run = SimpleNamespace(
+                start_workers=family_e_run.start_workers, spec_prefill=family_e_run.spec_prefill,
+                layer_atlas=atlas, FcTap=run_0523.FcTap, kernel_stub_calls=run_0523.kernel_stub_calls,
+                kernel_stub_active=run_0523.kernel_stub_active)
+
+    def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+        if self.layout_0523:
+            return super()._server_args(request, extra_requests=extra_requests)
+        from sglang.srt.server_args import ServerArgs
+
+        with collect_sglang_warnings() as warnings:
+            sa = ServerArgs(**server_args_kwargs(request, extra_requests=extra_requests))
+            if hasattr(sa, "resolve_once"):
+                sa.resolve_once()
+        return sa, list(warnings)
+
+    def _publish(self, sa: Any) -> None:
+        if family_e_run.has_runtime_publish():
+            super()._publish(sa)
+            return
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(sa)
+
+    def _resolved_view(self, sa: Any) -> Any:
+        return super()._resolved_view(sa) if self.layout_0523 else resolved_view_function()(sa)
+
+    def _runner_ids(self, model_runner: Any) -> Any:
+        return family_e_run.runner_ids(model_runner)
+
+    def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
+        if self.layout_0523:
+            return super().resolve(request)
+        from specparity.serving.sglang.family_e_static import resolve_static_c
+
+        return resolve_static_c(self, request)
+
+
+def make_adapter(*, sglang_version: str, name: str) -> FamilyEAdapter:
     """Registry hook (``adapter.load_adapter``)."""
-    return Adapter(sglang_version=sglang_version, name=name)
+    return FamilyEAdapter(sglang_version=sglang_version, name=name)

@@ -9,12 +9,15 @@ the attention backend, and the batch. The call sequence mirrors ``Scheduler.init
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from specparity.serving.results import (
+    FC_NOT_CALLED,
     SPEC_SERVER_ARGS,
     CaptureResult,
     FcCapture,
@@ -130,9 +133,22 @@ def _draft_flags(draft_hf_config: Any) -> dict[str, bool]:
 class Adapter:
     """The 0.5.23 adapter: :meth:`resolve` (static) and :meth:`capture` (real forward)."""
 
+    # The capture glue module; families C/D (family_e.py) put their feature-detected glue here.
+    run: Any = run
+
     def __init__(self, *, sglang_version: str, name: str) -> None:
         self.sglang_version = sglang_version
         self.name = name
+
+    def _resolved_view(self, sa: Any) -> Any:
+        """The resolved ServerArgs (0.5.19+ keeps the rewrite in a stash, domain.md §5)."""
+        from sglang.srt.arg_groups.model_override_base import resolved_view
+
+        return resolved_view(sa)
+
+    def _runner_ids(self, model_runner: Any) -> Any:
+        """The draft ids the target's runner read (``None``: SGLang's default path)."""
+        return model_runner.spec_aux_config.eagle_aux_hidden_state_layer_ids
 
     # ---------------------------------------------------------------- shared start of both paths
     def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
@@ -167,9 +183,7 @@ class Adapter:
         model_class: str,
         timings: dict[str, float],
     ) -> ResolvedDeployment:
-        from sglang.srt.arg_groups.model_override_base import resolved_view
-
-        view = resolved_view(sa)
+        view = self._resolved_view(sa)
         hf = model_config.hf_text_config
         num_layers = int(hf.num_hidden_layers)
         max_b = max_reachable_boundary(model_class, num_layers)
@@ -230,7 +244,7 @@ class Adapter:
         try:
             sa, warnings = self._server_args(request, extra_requests=3 * len(request.probes))
             self._publish(sa)
-            workers = run.start_workers(sa, device=request.device)
+            workers = self.run.start_workers(sa, device=request.device)
         except Exception as exc:
             return CaptureResult(None, None, None, (exception_failure(exc, prefix="during start-up: "),))
         timings["startup_s"] = time.perf_counter() - t0
@@ -243,7 +257,7 @@ class Adapter:
             warnings,
             model_config=workers.tp_worker.model_runner.model_config,
             draft_hf_config=drafter.config,
-            ids=workers.tp_worker.model_runner.spec_aux_config.eagle_aux_hidden_state_layer_ids,
+            ids=self._runner_ids(workers.tp_worker.model_runner),
             layers_to_capture=list(target.model.layers_to_capture)
             if target.capture_aux_hidden_states
             else [],
@@ -257,17 +271,18 @@ class Adapter:
         lengths = [len(p) for p in request.probes]
         failures: list[ServingFailure] = []
         t1 = time.perf_counter()
-        tap = run.FcTap(fc_mod, target.model)
+        tap = self.run.FcTap(fc_mod, target.model)
+        raised: ServingFailure | None = None
         try:
             if sum(lengths) > 0:
-                run.spec_prefill(workers, request.probes)
+                self.run.spec_prefill(workers, request.probes)
         except Exception as exc:
-            failures.append(exception_failure(exc, prefix="during the prefill forward: "))
+            raised = exception_failure(exc, prefix="during the prefill forward: ")
         finally:
             tap.remove()
         timings["fc_forward_s"] = time.perf_counter() - t1
         first = tap.fc_inputs[0] if tap.fc_inputs else None
-        failures[:0] = judge_fc_capture(
+        judged = judge_fc_capture(
             hook_calls=len(tap.fc_inputs),
             rows=None if first is None else int(first.shape[0]),
             width=None if first is None else int(first.shape[-1]),
@@ -278,6 +293,9 @@ class Adapter:
             fc_applied=deployment.fc_applied,
             target_ran=tap.target_calls > 0,
         )
+        # SGLang's own exception comes first; "fc never called" would only restate a forward that died
+        # before the drafter (e.g. boundary 0 on llama before 0.5.22, D9); as the pre-worker-v2 adapter does.
+        failures[:0] = judged if raised is None else [raised, *(f for f in judged if f.kind != FC_NOT_CALLED)]
         fc: FcCapture | None = None
         if first is not None and int(first.shape[0]) == sum(lengths):
             per_sample = split_rows(first, lengths)
@@ -289,9 +307,9 @@ class Adapter:
                 hook_calls=len(tap.fc_inputs),
                 aux_states_captured=tap.aux_count,
                 aux_states_expected=deployment.num_aux_hidden_states,
-                kernel_stub_calls=run.kernel_stub_calls(),
+                kernel_stub_calls=self.run.kernel_stub_calls(),
                 aux_per_sample=aux,
-                kernel_stub_active=run.kernel_stub_active(),
+                kernel_stub_active=self.run.kernel_stub_active(),
             )
             failures.extend(nonfinite_failures(per_sample, what="fc input"))
         progress(2, 3 if request.atlas else 2)
@@ -299,7 +317,7 @@ class Adapter:
         if request.atlas and sum(lengths) > 0:
             t2 = time.perf_counter()
             try:
-                atlas = run.layer_atlas(workers, request.probes, lengths)
+                atlas = self.run.layer_atlas(workers, request.probes, lengths)
                 failures.extend(
                     f
                     for f in nonfinite_failures(
@@ -315,13 +333,18 @@ class Adapter:
         ):  # specparity.replay (outcome): drafter on recorded vs served fc
             from specparity.serving.sglang.replay_hooks import run_replay
 
-            run_replay(
-                drafter,
-                request.replay,
-                probes=request.probes,
-                prefill=lambda: run.spec_prefill(workers, request.probes),
-            )
+            if raised is None:
+                run_replay(
+                    drafter,
+                    request.replay,
+                    probes=request.probes,
+                    prefill=lambda: self.run.spec_prefill(workers, request.probes),
+                )
+            else:  # the same prefill would raise again; say so in replay_hooks' status protocol
+                Path(str(request.replay["out"]) + ".json").write_text(json.dumps(
+                    {"ok": False, "passes": {},
+                     "error": f"not run: the capture prefill failed ({raised.message})"}))
         if fc is not None:  # the stub list is final only after every forward
-            fc.kernel_stub_calls = run.kernel_stub_calls()
+            fc.kernel_stub_calls = self.run.kernel_stub_calls()
         timings["total_s"] = time.perf_counter() - t0
         return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))

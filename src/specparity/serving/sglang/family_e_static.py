@@ -1,0 +1,204 @@
+"""Static resolution for SGLang families C/D releases without the 0.5.23 module layout (0.5.11-0.5.15).
+
+What runs is SGLang's own: ``ServerArgs`` as deployed (its ``__post_init__`` resolves and rewrites the
+speculative triple, 0.5.14 ``server_args.py:2456``), ``ModelConfig`` for target and draft, the model class
+SGLang's loader picks, and that class's real ``set_eagle3_layers_to_capture``. Two steps differ from the 0.5.23 static level, and say so:
+
+- the ids: these releases read them inside ``ModelRunner.__init__`` (0.5.14
+  ``model_executor/model_runner.py:458-472``: ``use_aux_hidden_state`` and the nested ids, bare ``except`` ->
+  ``None``), which cannot run without loading weights; :func:`read_ids` is that block, re-typed;
+- the target object: the meta-device build needs the process groups ``ModelRunner.init_torch_distributed``
+  sets up (0.5.14 ``model_runner.py:1145-1240``), not reproduced here; the setter runs on an instance of the
+  real class holding only what it reads (:func:`.legacy._setter_model`, as the pre-worker-v2 families do).
+
+The capture level (real forward, :mod:`.family_e_run`) checks both against SGLang's own objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
+from specparity.serving.sglang.common import (
+    collect_sglang_warnings,
+    exception_failure,
+    fc_shape_from_checkpoint,
+)
+
+IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
+STATIC_NOTE = ("static level on a pre-0.5.16 layout: the draft ids were read by a re-typed copy of "
+               f"{IDS_CITE}; the capture level runs SGLang's own reader")
+_WORLD_READY = False
+
+
+def init_single_rank(sa: Any, model_config: Any) -> None:
+    """A one-rank gloo world with SGLang's own functions, once per process, then its dp-attention state for
+    this model (0.5.14 model_runner.py:1212-1240: init_distributed_environment, initialize_model_parallel,
+    initialize_dp_attention)."""
+    global _WORLD_READY
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    if _WORLD_READY:
+        initialize_dp_attention(server_args=sa, model_config=model_config)
+        return
+    from sglang.srt.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+        model_parallel_is_initialized,
+    )
+    from sglang.srt.server_args import PortArgs
+
+    if not model_parallel_is_initialized():
+        port = PortArgs.init_new(sa).nccl_port
+        init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
+        initialize_model_parallel(tensor_model_parallel_size=1)
+    _WORLD_READY = True
+    initialize_dp_attention(server_args=sa, model_config=model_config)
+
+
+def build_meta_model(model_config: Any, sa: Any) -> Any:
+    """The class SGLang's loader picks, constructed by its ``_initialize_model`` on the meta device.
+
+    The quantization config (which imports SGLang's model registry) is computed BEFORE entering the meta
+    device: model modules imported under ``torch.device("meta")`` fail their own import-time set-up.
+    """
+    import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    load_config = LoadConfig(load_format=sa.load_format)  # model_runner.py:1368-1371 (no remote loaders)
+    quant_config = _get_quantization_config(model_config, load_config)
+    with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+        return _initialize_model(model_config, load_config, quant_config)
+
+
+def read_ids(draft_hf_config: Any) -> tuple[bool, Any]:
+    """``(use_aux_hidden_state, ids)`` exactly as 0.5.14 ``model_runner.py:458-472`` computes them."""
+    use_aux = True
+    try:
+        eagle_config = getattr(draft_hf_config, "eagle_config", None)
+        use_aux = eagle_config.get("use_aux_hidden_state", True)  # type: ignore[union-attr]
+        ids = eagle_config["eagle_aux_hidden_state_layer_ids"]  # type: ignore[index]
+    except Exception:  # SGLang's bare except: no aux layer -> None
+        ids = None
+    return bool(use_aux), ids
+
+
+def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
+    from sglang.srt.server_args import ServerArgs
+
+    with collect_sglang_warnings() as warnings:
+        sa = ServerArgs(**kw)
+        if hasattr(sa, "resolve_once"):
+            sa.resolve_once()
+    return sa, list(warnings)
+
+
+def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_layers: int,
+                     model_class: str) -> ServingFailure | None:
+    """Boundary 0 crashes llama-style loops before 0.5.22 (D9): never claim it is served."""
+    if 0 not in layers:
+        return None
+    from specparity.contract.sglang_capture import sglang_capture_plan
+
+    plan = sglang_capture_plan(None if ids is None else list(ids), num_layers=num_layers, architecture=model_class,
+                               version=version)
+    if plan.crash is None:
+        return None
+    return ServingFailure(SGLANG_EXCEPTION, (
+        f"predicted without a forward: {plan.crash} at {model_class}'s model file: layers_to_capture "
+        f"{list(layers)} holds the embedding boundary, and layer 0 computes hidden_states + residual with "
+        f"residual None on sglang {version} (the embedding is served from 0.5.22 on); a capture run raises it"))
+
+
+def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
+    """The static level on 0.5.11-0.5.15 (see the module docstring for what differs from 0.5.23)."""
+    from specparity.serving.sglang.draft_format import unreadable_draft
+    from specparity.serving.sglang.v0_5_23 import _draft_k
+    from specparity.serving.sglang.v0_5_23_static import (
+        HARDWARE_FALLBACKS,
+        SINGLE_RANK_ARGS,
+        draft_shape,
+        read_capture,
+        setter_call,
+        static_server_args_kwargs,
+    )
+
+    bad = unreadable_draft(Path(request.draft))
+    if bad is not None:
+        return bad
+    t0 = time.perf_counter()
+    kw = static_server_args_kwargs(request)
+    notes = [STATIC_NOTE]
+    try:
+        try:
+            sa, warnings = _server_args(kw)
+        except Exception as exc:
+            refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
+            for fallback in HARDWARE_FALLBACKS if kw.get("device") == "cuda" else ():
+                try:
+                    sa, warnings = _server_args({**kw, **fallback})
+                except Exception:
+                    continue
+                notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}'; "
+                             "server args were resolved with " + ", ".join(f"{k}={v}" for k, v in fallback.items()))
+                break
+            else:
+                return refusal
+        t1 = time.perf_counter()
+        adapter._publish(sa)
+        from sglang.srt.configs.model_config import ModelConfig
+
+        model_config = ModelConfig.from_server_args(sa)
+        draft_mc = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
+        use_aux, ids = read_ids(draft_mc.hf_config)
+        wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
+        build_sa = sa
+        if wide or kw.get("device") != "cpu":  # build as rank 0 of a one-rank world on this machine's CPU
+            build_sa, _ = _server_args({**kw, **SINGLE_RANK_ARGS, "device": "cpu"})
+            if wide:
+                notes.append("models built as rank 0 of a one-rank world (deployment: "
+                             + ", ".join(f"{k}={v}" for k, v in wide.items())
+                             + "); every rank's setter stores the same capture list")
+            adapter._publish(build_sa)
+        build_mc = ModelConfig.from_server_args(build_sa)
+        init_single_rank(build_sa, build_mc)
+        target = build_meta_model(build_mc, build_sa)
+        # ModelRunner.init_aux_hidden_state_capture (0.5.14 model_runner.py:1002-1011)
+        setting = read_capture(target, setter_call(None if ids is None else [int(x) for x in ids])) if use_aux \
+            else None
+        layers = setting.layers_to_capture if setting is not None else ()
+        draft = draft_shape(build_meta_model(ModelConfig.from_server_args(
+            build_sa, model_path=build_sa.speculative_draft_model_path, is_draft_model=True), build_sa))
+        cls = type(target)
+        num_layers = int(model_config.hf_text_config.num_hidden_layers)
+        crash = _boundary0_crash(adapter.sglang_version, ids, layers, num_layers=num_layers, model_class=cls.__name__)
+        if crash is not None:
+            return crash
+    except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
+        return exception_failure(exc, prefix="while resolving: ")
+    t2 = time.perf_counter()
+    draft_hf = draft_mc.hf_config
+    ckpt = fc_shape_from_checkpoint(Path(request.draft))
+    k = draft.num_aux_hidden_states or _draft_k(draft_hf)  # as constructed (0.5.12+ models/llama_eagle3.py)
+    if ckpt is not None:
+        fc = (ckpt.in_features, ckpt.out_features, ckpt.bias)
+    elif draft.fc_in_features is not None and draft.fc_out_features is not None:
+        fc = (draft.fc_in_features, draft.fc_out_features, bool(draft.fc_bias))
+    else:
+        h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
+        fc = (k * h_t, int(draft_hf.hidden_size), False)
+    dep = adapter._deployment(
+        request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf, ids=ids,
+        layers_to_capture=list(layers), fc=fc, k=k, model_class=cls.__name__,
+        timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
+    return dataclasses.replace(
+        dep, fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
+        capture_owner=setting.owner if setting is not None else "", draft_model_class=draft.architecture,
+        draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
+        if draft.fc_in_features is not None else None, notes=(*dep.notes, *notes))
