@@ -56,6 +56,11 @@ SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "specul
 
 
 # ================================================================================ no sglang needed
+# Matrix envs built and run (tox / scripts/matrix.sh) but not yet in .ci/run, each with the reason.
+NOT_YET_IN_CI = {
+    "sglang-0.5.14": "6 of 111 real-SGLang tests fail on 0.5.14 (explain on Qwen3.5 hybrid and a mis-sized draft: "
+                     "ServerArgs asserts 'extra_buffer needs CUDA'; norm tests written for 0.4.10/0.5.3/0.5.23)",
+}
 def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> None:
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO / "tox.ini")
@@ -72,7 +77,10 @@ def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> 
             assert f"testenv:{env_name}" in tox, f"tox.ini has no [testenv:{env_name}]"
             assert env_name in tox["tox"]["env_list"], f"tox.ini env_list lacks {env_name}"
             assert env_name in matrix, f"scripts/matrix.sh does not know {env_name}"
-            assert env_name in ci or env_name == "sglang-0.5.23", f".ci/run does not run {env_name}"  # 0.5.23: make test
+            # 0.5.23 runs inside `make test`; NOT_YET_IN_CI names the envs with known failures and why
+            assert env_name in ci or env_name == "sglang-0.5.23" or env_name in NOT_YET_IN_CI, (
+                f".ci/run does not run {env_name}")
+            assert (env_name in ci) != (env_name in NOT_YET_IN_CI) or env_name == "sglang-0.5.23"
             assert (REPO / env.constraints).is_file() and (REPO / env.torch).is_file(), env
             pins = (REPO / env.constraints).read_text().splitlines()
             assert f"sglang=={env.sglang}" in pins, env
@@ -288,7 +296,7 @@ def test_family_a_reads_configured_ids_from_either_place() -> None:
 
 
 def test_family_c_kv_copy_stand_in_is_the_stubs_byte_copy_and_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """0.5.14's Triton KV-copy launch on CPU: per-layer slot copy, equal slots untouched, every call recorded."""
+    """0.5.14's Triton KV-copy launch on CPU: the stand-in's warm-up no-op, any real move refused, all recorded."""
     import importlib.util
 
     from specparity.serving.sglang.family_e_run import _TiledKvCopyOnCpu
@@ -306,10 +314,10 @@ def test_family_c_kv_copy_stand_in_is_the_stubs_byte_copy_and_is_recorded(monkey
     zero = torch.zeros(4, dtype=torch.int64)
     _TiledKvCopyOnCpu()[(2, 1)](ptrs, strides, zero, zero, 1, 4, BYTES_PER_TILE=128, num_warps=4)  # the warm-up
     assert all(torch.equal(a, b) for a, b in zip(layers, before, strict=True))
-    _TiledKvCopyOnCpu()[(2, 1)](ptrs, strides, torch.tensor([5, 6]), torch.tensor([1, 2]), 2, 2)
-    for t, b in zip(layers, before, strict=True):
-        assert torch.equal(t[5], b[1]) and torch.equal(t[6], b[2]) and torch.equal(t[:5], b[:5])
-    assert stub.CALLED == [_TiledKvCopyOnCpu.NAME] * 2
+    with pytest.raises(NotImplementedError, match="would move KV slots"):  # a real move never runs on it
+        _TiledKvCopyOnCpu()[(2, 1)](ptrs, strides, torch.tensor([5, 6]), torch.tensor([1, 2]), 2, 2)
+    assert all(torch.equal(a, b) for a, b in zip(layers, before, strict=True))
+    assert stub.CALLED == ["copy_all_layer_kv_cache_cpu"] * 2
 
 
 def test_worker_v2_glue_detects_keywords_id_holder_and_id_reader() -> None:

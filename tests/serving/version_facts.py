@@ -31,9 +31,8 @@ class VersionFacts:
 FACTS: dict[str, VersionFacts] = {
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
-    # 0.5.14 launches a Triton KV-copy kernel at pool warm-up (family_e_run.install_kv_copy_stand_in)
-    "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({
-        "copy_all_layer_kv_cache_tiled (triton, cpu stand-in)"}), False),
+    # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
+    "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
     "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 

@@ -20,13 +20,14 @@ Runs only inside the child process.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
-from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import family_e_run
 from specparity.serving.sglang import v0_5_23_run as run_0523
 from specparity.serving.sglang.adapter import WorkerRequest
@@ -51,6 +52,31 @@ def has_0523_layout() -> bool:
 def embedding_capturable() -> bool:
     """Boundary 0 reaches llama-style capture only after the 0.5.22 ``layer_boundary`` refactor (D9)."""
     return _has_module("sglang.srt.layers.layer_boundary")
+
+
+def norm_before_fc_supported() -> bool:
+    """Whether this SGLang's EAGLE-3 drafter can build ``norm_before_fc`` (0.5.17+, D5): its ``LlamaModel``
+    constructor assigns ``input_norm`` (0.5.23 ``models/llama_eagle3.py:169-182``); 0.5.14's never does."""
+    from sglang.srt.models.llama_eagle3 import LlamaModel
+
+    return "input_norm" in LlamaModel.__init__.__code__.co_names
+
+
+def with_norm_support(dep: ResolvedDeployment, draft_dir: str) -> ResolvedDeployment:
+    """Mark ``norm_before_fc`` unsupported where the drafter cannot build it, and whether the config asks for it."""
+    if norm_before_fc_supported():
+        return dep
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(draft_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = {}
+    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    asked = bool(ec.get("norm_before_fc", cfg.get("norm_before_fc", False)))
+    return dataclasses.replace(dep, norm_before_fc=False, unsupported_norms=("norm_before_fc",),
+                               ignored_norm_config=("norm_before_fc",) if asked else ())
 
 
 def resolved_view_function() -> Any:
@@ -108,7 +134,14 @@ class FamilyEAdapter(Adapter):
             return super().resolve(request)
         from specparity.serving.sglang.family_e_static import resolve_static_c
 
-        return resolve_static_c(self, request)
+        result = resolve_static_c(self, request)
+        return with_norm_support(result, request.draft) if isinstance(result, ResolvedDeployment) else result
+
+    def capture(self, request: WorkerRequest, *, progress: Any) -> CaptureResult:
+        result = super().capture(request, progress=progress)
+        if self.layout_0523 or result.deployment is None:
+            return result
+        return dataclasses.replace(result, deployment=with_norm_support(result.deployment, request.draft))
 
 
 def make_adapter(*, sglang_version: str, name: str) -> FamilyEAdapter:

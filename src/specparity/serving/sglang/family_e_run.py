@@ -18,10 +18,10 @@ installed SGLang has, detected here, never its version number:
 - the KV-copy kernel: 0.5.2x dispatches to ``sgl_kernel.copy_all_layer_kv_cache_cpu`` on CPU
   (``kernels/ops/kvcache/cache_move.py:190``); 0.5.14 launches the Triton kernel
   ``copy_all_layer_kv_cache_tiled`` unconditionally (``mem_cache/memory_pool.py:1202, :1584``), which has no CPU
-  driver. On CPU only, :func:`install_kv_copy_stand_in` gives that one name the same per-layer byte copy as the
-  ``sgl_kernel`` stand-in's ``copy_all_layer_kv_cache_cpu`` and records every call in its ``CALLED`` list. Its
-  only call on our path is the pool warm-up, copying slot 0 onto itself (``memory_pool.py:1200-1211``) before
-  any forward, so it never touches a hidden state (the version tests pin the recorded calls).
+  driver. On CPU only, :func:`install_kv_copy_stand_in` routes that one name to the ``sgl_kernel`` stand-in's
+  ``copy_all_layer_kv_cache_cpu`` (recorded in its ``CALLED`` list; it refuses any real move) and records the
+  stand-in (``serving/stand_ins.py``). Its only call on our path is the pool warm-up, copying slot 0 onto
+  itself (``memory_pool.py:1200-1211``) before any forward, so it never touches a hidden state.
 
 Runs only inside the child process.
 """
@@ -36,10 +36,11 @@ from typing import Any
 
 import torch
 
+from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.common import split_rows
 from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu
-from specparity.serving.sglang.v0_5_23_run import Workers
+from specparity.serving.sglang.v0_5_23_run import Workers, init_draft_attention
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 RANK_KWARGS = {"tp_rank": 0, "moe_ep_rank": 0, "pp_rank": 0, "attn_cp_rank": 0, "moe_dp_rank": 0, "dp_rank": None}
@@ -70,10 +71,12 @@ def runner_ids(model_runner: Any) -> Any:
     return getattr(model_runner, "eagle_aux_hidden_state_layer_ids", None)
 
 
+TRITON_KV_COPY = ("Triton KV-copy launch on CPU: memory_pool.copy_all_layer_kv_cache_tiled runs the sgl_kernel "
+                  "stand-in's copy_all_layer_kv_cache_cpu (warm-up only; family_e_run.install_kv_copy_stand_in)")
+
+
 class _TiledKvCopyOnCpu:
     """``copy_all_layer_kv_cache_tiled[grid](data_ptrs, strides, tgt, src, n, upper, ...)`` on CPU."""
-
-    NAME = "copy_all_layer_kv_cache_tiled (triton, cpu stand-in)"
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
         def launch(data_ptrs: Any, strides: Any, tgt_loc: Any, src_loc: Any, num_locs: int, *_: Any,
@@ -84,8 +87,8 @@ class _TiledKvCopyOnCpu:
             if not getattr(stub, "SPECPARITY_STUB", False):
                 raise RuntimeError("the CPU KV-copy stand-in needs specparity's sgl_kernel stand-in")
             n = int(num_locs)
+            # the stand-in's own op: records itself, and refuses any real move (only the warm-up may run)
             stub.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc[:n], src_loc[:n])  # type: ignore[union-attr]
-            stub.CALLED[-1] = self.NAME  # type: ignore[union-attr]
 
         return launch
 
@@ -100,6 +103,7 @@ def install_kv_copy_stand_in(device: str) -> bool:
                                                                              "copy_all_layer_kv_cache_tiled"):
         return False  # 0.5.2x: SGLang's own CPU dispatch
     memory_pool.copy_all_layer_kv_cache_tiled = _TiledKvCopyOnCpu()
+    stand_ins.record(TRITON_KV_COPY)
     return True
 
 
@@ -150,12 +154,7 @@ def _start_workers(sa: Any, *, device: str) -> Workers:
                                   req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
     tp_worker.init_attention_backends()  # the target's aux capture was set in ModelRunner init (ids first)
     if device == "cpu":
-        try:
-            spec_worker.init_attention_backends()
-        except ValueError:
-            # speculative/draft_utils.py knows no CPU backend for multi-step draft decode: the draft
-            # runner's own torch_native backend is what _draft_extend_for_prefill uses (sglang-cpu.md §3).
-            spec_worker.draft_worker.draft_worker.init_attention_backends()
+        init_draft_attention(spec_worker)  # the recorded fallback of v0_5_23_run (same message in 0.5.14)
     else:
         spec_worker.init_attention_backends()
     tp_worker.init_cuda_graphs()
