@@ -35,6 +35,9 @@ _ENVIRONMENT_EXCEPTION = re.compile(
     r"|not enough memory|insufficient memory", re.IGNORECASE)
 
 
+_WHERE = re.compile(r" at (sglang/[^\s:]+):\d+\s*$")
+
+
 def failure_cause(kind: str, message: str) -> str:
     """``environment`` or ``deployment`` for one serving failure (kind and message of a ServingFailure).
 
@@ -47,7 +50,14 @@ def failure_cause(kind: str, message: str) -> str:
     if kind == "child_crashed":
         return "environment"
     if kind in ("sglang_exception", "vllm_exception"):  # vLLM's own exceptions follow the same rule
-        return "environment" if _ENVIRONMENT_EXCEPTION.search(message) else "deployment"
+        if _ENVIRONMENT_EXCEPTION.search(message):
+            return "environment"
+        # raised in specparity's own SGLang adapter (serving/sglang/*.py, quoted "at sglang/<file>.py:N"), not in
+        # SGLang's code (sglang/srt/...): the adapter does not fit the installed SGLang, so the check cannot run here
+        where = _WHERE.search(message)
+        if kind == "sglang_exception" and where is not None and not where.group(1).startswith("sglang/srt/"):
+            return "environment"
+        return "deployment"
     return "deployment"
 
 
