@@ -1,1 +1,12 @@
 """Our own test wiring only (pytester); no plugin logic lives here."""
+
+# pytester's in-process runs restore sys.modules when they end, so a library first imported inside one is
+# dropped and imported a second time by a later test. matplotlib then meets objects of its first copy
+# (TypeError: Invalid arguments to set_clip_path, of type Rectangle and NoneType) and every HTML report of
+# the session fails. Import what the heatmap uses once, before any pytester run. The plugin's own start-up
+# test runs pytest in a subprocess, where this conftest is not loaded.
+import matplotlib.backends.backend_agg
+import matplotlib.colors
+import matplotlib.figure
+import matplotlib.lines
+import matplotlib.patches  # noqa: F401
