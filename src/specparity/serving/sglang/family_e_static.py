@@ -124,6 +124,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         HARDWARE_FALLBACKS,
         SINGLE_RANK_ARGS,
         draft_shape,
+        fc_as_built,
         read_capture,
         setter_call,
         static_server_args_kwargs,
@@ -184,15 +185,9 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         return exception_failure(exc, prefix="while resolving: ")
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
-    ckpt = fc_shape_from_checkpoint(Path(request.draft))
     k = draft.num_aux_hidden_states or _draft_k(draft_hf)  # as constructed (0.5.12+ models/llama_eagle3.py)
-    if ckpt is not None:
-        fc = (ckpt.in_features, ckpt.out_features, ckpt.bias)
-    elif draft.fc_in_features is not None and draft.fc_out_features is not None:
-        fc = (draft.fc_in_features, draft.fc_out_features, bool(draft.fc_bias))
-    else:
-        h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
-        fc = (k * h_t, int(draft_hf.hidden_size), False)
+    ckpt = fc_shape_from_checkpoint(Path(request.draft))
+    fc = fc_as_built(ckpt, draft, draft_hf, k)
     dep = adapter._deployment(
         request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf, ids=ids,
         layers_to_capture=list(layers), fc=fc, k=k, model_class=cls.__name__,

@@ -341,15 +341,9 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         return exception_failure(exc, prefix="while resolving: ")
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
-    ckpt = fc_shape_from_checkpoint(Path(request.draft))
     k = draft.num_aux_hidden_states or 3
-    if ckpt is not None:
-        fc = (ckpt.in_features, ckpt.out_features, ckpt.bias)
-    elif draft.fc_in_features is not None and draft.fc_out_features is not None:
-        fc = (draft.fc_in_features, draft.fc_out_features, bool(draft.fc_bias))
-    else:
-        h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
-        fc = (k * h_t, int(draft_hf.hidden_size), False)
+    ckpt = fc_shape_from_checkpoint(Path(request.draft))
+    fc = fc_as_built(ckpt, draft, draft_hf, k)
     dep = adapter._deployment(
         request, sa, warnings, model_config=deployed_config, draft_hf_config=draft_hf,
         ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
@@ -372,3 +366,13 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         adapter_notes=(*dep.adapter_notes,
                        *(("resolution_note", "info", n, "serving/sglang/v0_5_23_static.py") for n in notes)),
     )
+
+
+def fc_as_built(ckpt: Any, draft: Any, draft_hf: Any, k: int) -> tuple[int, int, bool]:
+    """fc's (in, out, bias): the checkpoint's shape, else the meta-built module's, else k x H_t -> H_d."""
+    if ckpt is not None:
+        return (ckpt.in_features, ckpt.out_features, ckpt.bias)
+    if draft.fc_in_features is not None and draft.fc_out_features is not None:
+        return (draft.fc_in_features, draft.fc_out_features, bool(draft.fc_bias))
+    h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
+    return (k * h_t, int(draft_hf.hidden_size), False)
