@@ -89,6 +89,24 @@ def read_ids(draft_hf_config: Any) -> tuple[bool, Any]:
     return bool(use_aux), ids
 
 
+def read_ids_with_sglang(sa: Any, model_config: Any) -> tuple[bool, Any] | None:
+    """``(use_aux_hidden_state, ids)`` from SGLang's own reader where it is a function of its own (0.5.16+
+    ``model_runner_components.spec_aux_hidden_state.resolve_spec_aux_hidden_state_config``, e.g. 0.5.20
+    ``:49-72``, as ``ModelRunner`` calls it for the target); None before (read inside ``ModelRunner.__init__``)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+            resolve_spec_aux_hidden_state_config,
+        )
+    except ImportError:
+        return None
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    spec = resolve_spec_aux_hidden_state_config(
+        server_args=sa, model_config=model_config, is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(sa.speculative_algorithm))
+    return bool(spec.eagle_use_aux_hidden_state), spec.eagle_aux_hidden_state_layer_ids
+
+
 def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
     from sglang.srt.server_args import ServerArgs
 
@@ -157,7 +175,10 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
 
         model_config = ModelConfig.from_server_args(sa)
         draft_mc = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
-        use_aux, ids = read_ids(draft_mc.hf_config)
+        real = read_ids_with_sglang(sa, model_config)  # family D (0.5.20): SGLang's own reader
+        use_aux, ids = real if real is not None else read_ids(draft_mc.hf_config)
+        if real is not None:
+            notes.remove(STATIC_NOTE)
         wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
         build_sa = sa
         if wide or kw.get("device") != "cpu":  # build as rank 0 of a one-rank world on this machine's CPU
