@@ -8,8 +8,10 @@ unmarked tests check the registry, the matrix wiring and the pure helpers of the
 Facts pinned here (table: ``version_facts.FACTS``, shared with the other real-SGLang tests; domain.md §3.4,
 §5, §7 D9; sglang-cpu.md §9):
 - draft ids ``[1,3,5]``: the fc input equals HF ``layer:1,3,5`` on every version;
-- ``[-1,1,3]``: TypeError ``hs + None`` at models/llama.py:332 (0.4.10.post2) / :340 (0.5.3), reported as
-  ``sglang_exception``; 0.5.23 serves ``embedding, layer:1, layer:3``;
+- ``[-1,1,3]``: TypeError ``hs + None`` at models/llama.py:332 (0.4.10.post2) / :340 (0.5.3) / :388 (0.5.10) /
+  :409 (0.5.14) / :442 (0.5.20), reported as ``sglang_exception``; 0.5.23 serves ``embedding, layer:1, layer:3``;
+- family A (0.4.8): static level only; the configured ids are never read (the default ``layer:1,3,4`` with a
+  ``draft_ids_ignored`` finding), fc always has a bias (D4), and a capture is a typed ``unsupported_version``;
 - no ``eagle_config``: SGLang's default on every version, with the fallback reason;
 - steps=1, topk=1, num_draft_tokens=16 is served as 2 on every version;
 - the conventions module's rules equal this version's own ``set_eagle3_layers_to_capture``.
@@ -277,6 +279,23 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
     v = gate._verdict(run, level="static", timings={})
     assert v.status == "fail"  # the bundle was trained on layer:1,3,5; 0.4.8 serves 1,3,4
     assert any(f.kind.value == "draft_ids_ignored" and f.severity.value == severity for f in v.findings)
+
+
+@pytest.mark.parametrize(("checkpoint_has_bias", "noted"), [(False, True), (True, False), (None, False)])
+def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
+        checkpoint_has_bias: bool | None, noted: bool) -> None:
+    """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
+    from specparity import gate
+    from specparity.serving.sglang.family_a import fc_bias_note
+
+    note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
+    assert (note is not None) == noted
+    if note is None:
+        return
+    assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
+    assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
+    [f] = gate._adapter_findings(_static_deployment(sglang_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    assert f.kind.value == "config_mismatch" and f.severity.value == "error"
 
 
 def test_family_a_reads_configured_ids_from_either_place() -> None:
