@@ -16,8 +16,9 @@ installed SGLang has, detected here, never its version number:
 - where the runner keeps the ids it read: ``spec_aux_config`` (0.5.16+) or the ``ModelRunner`` attribute
   (0.5.14 ``model_executor/model_runner.py:458-472``) -- :func:`runner_ids`;
 - FULL capture for a target extend: a ``capture_hidden_mode`` argument (0.5.2x) or the batch's attribute
-  (0.5.14 ``speculative/eagle_worker_v2.py:1072-1079``); a request's extend length: ``extend_end`` or
-  ``fill_len`` + ``set_extend_input_len`` (0.5.14 ``managers/schedule_batch.py:1525``);
+  (0.5.14 ``speculative/eagle_worker_v2.py:1072-1079``); a request's extend length: ``extend_end`` (0.5.23),
+  ``set_extend_range`` (0.5.20 ``managers/schedule_batch.py:1484``) or ``fill_len`` + ``set_extend_input_len``
+  (0.5.14 ``managers/schedule_batch.py:1525``);
 - ``TreeCacheNamespace``: ``sglang.benchmark.one_batch`` or ``sglang.bench_one_batch`` (0.5.14 ``:439``);
 - the KV-copy kernel: 0.5.2x dispatches to ``sgl_kernel.copy_all_layer_kv_cache_cpu`` on CPU
   (``kernels/ops/kvcache/cache_move.py:190``); 0.5.14 launches the Triton kernel
@@ -208,7 +209,9 @@ def _batch(workers: Workers, probes: tuple[tuple[int, ...], ...], *, tag: str, s
                   sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
         req.full_untruncated_fill_ids = req.origin_input_ids
         req.logprob_start_len = -1
-        if hasattr(req, "set_extend_input_len"):  # 0.5.14 bench_one_batch.py:428-431
+        if hasattr(req, "set_extend_range"):  # 0.5.20 benchmark/one_batch.py:428-430, schedule_batch.py:1484
+            req.set_extend_range(len(req.prefix_indices), len(req.origin_input_ids))
+        elif hasattr(req, "set_extend_input_len"):  # 0.5.14 bench_one_batch.py:428-431
             req.fill_len = len(req.full_untruncated_fill_ids)
             req.set_extend_input_len(req.fill_len - len(req.prefix_indices))
         else:

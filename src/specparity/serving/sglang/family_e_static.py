@@ -154,6 +154,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
     t0 = time.perf_counter()
     kw = static_server_args_kwargs(request)
     notes = [STATIC_NOTE]
+    used: dict[str, Any] = {}  # the hardware fallback the server args resolved with, kept for the CPU build
     try:
         try:
             sa, warnings = _server_args(kw)
@@ -166,6 +167,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
                     continue
                 notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}'; "
                              "server args were resolved with " + ", ".join(f"{k}={v}" for k, v in fallback.items()))
+                used = dict(fallback)
                 break
             else:
                 return refusal
@@ -182,7 +184,9 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
         build_sa = sa
         if wide or kw.get("device") != "cpu":  # build as rank 0 of a one-rank world on this machine's CPU
-            build_sa, _ = _server_args({**kw, **SINGLE_RANK_ARGS, "device": "cpu"})
+            # with the fallback that resolved (0.5.14 server_args.py:4365-4368 asserts a hybrid model's mamba
+            # extra_buffer needs CUDA unless the overlap schedule is off)
+            build_sa, _ = _server_args({**kw, **used, **SINGLE_RANK_ARGS, "device": "cpu"})
             if wide:
                 notes.append("models built as rank 0 of a one-rank world (deployment: "
                              + ", ".join(f"{k}={v}" for k, v in wide.items())
