@@ -36,7 +36,8 @@ FACTS: dict[str, VersionFacts] = {
     "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False),
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
-    "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset(), True),
+    # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
+    "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True),
     # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
     "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
     # 0.5.20 dispatches the warm-up to sgl_kernel's CPU op itself (mem_cache/memory_pool.py:46, :2114)
