@@ -72,6 +72,12 @@ def build_meta_model(model_config: Any, sa: Any) -> Any:
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
     load_config = LoadConfig(load_format=sa.load_format)  # model_runner.py:1368-1371 (no remote loaders)
+    if getattr(sa, "device", None) == "cpu":
+        # 0.5.14 model_runner.py:1385-1388: on CPU the runner adds the *_cpu head counts some model files read
+        # (models/qwen3_5.py:161) before it loads, as the 0.5.23 static build does
+        from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
+
+        model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, 1)
     quant_config = _get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
         return _initialize_model(model_config, load_config, quant_config)
