@@ -107,6 +107,14 @@ class FamilyBAdapter(LegacyAdapter):
             self.glue = detect_glue(self.sglang_version)
             self._detected = True
 
+    def warm(self, device: str) -> None:
+        """A warm zygote's imports (serving/zygote.py), after what resolve/capture do first: the CPU shims and
+        the glue detection (old SGLang takes its vllm fallback, and builds its model registry, at import)."""
+        from specparity.serving.sglang.common import preload_engine_modules
+
+        self._detect(device)
+        preload_engine_modules()
+
     def _server_args(self, request: Any, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
         self._detect(request.device)
         return super()._server_args(request, extra_requests=extra_requests)

@@ -114,17 +114,6 @@ def with_environment(result: Any, device: str) -> Any:
     return result
 
 
-# What every adapter's resolve/capture imports (the model registry imports every model file); a warm zygote
-# (serving/zygote.py) imports these once. Names missing in a version are skipped: the job imports what it needs.
-PRELOAD = (
-    "sglang.srt.server_args", "sglang.srt.configs.model_config", "sglang.srt.model_loader.loader",
-    "sglang.srt.models.registry", "sglang.srt.managers.tp_worker", "sglang.srt.managers.schedule_batch",
-    "sglang.srt.speculative.spec_info", "sglang.srt.model_executor.forward_batch_info",
-    "sglang.srt.sampling.sampling_params", "sglang.benchmark.one_batch",
-    "sglang.srt.speculative.eagle_worker", "sglang.srt.speculative.eagle_worker_v2", "sglang.srt.arg_groups.pipeline",
-)
-
-
 @dataclass(frozen=True)
 class Prepared:
     """This interpreter, set up for ``device``: the adapter, or the failure every job on it reports."""
@@ -162,16 +151,13 @@ def prepare(device: str) -> Prepared:
 
 
 def warm(device: str) -> Prepared:
-    """The zygote's set-up (serving/zygote.py): :func:`prepare`, then the engine modules every job imports."""
-    import importlib
-
+    """The zygote's set-up (serving/zygote.py): :func:`prepare`, then the adapter's own ``warm``, which does what
+    its resolve/capture do before their first SGLang import (e.g. the legacy CPU shims) and imports the engine
+    modules every job imports. An adapter without ``warm`` imports nothing ahead (each job pays for it)."""
     prepared = prepare(device)
-    if prepared.adapter is not None:
-        for name in PRELOAD:
-            try:
-                importlib.import_module(name)
-            except Exception:  # absent in this version, or it fails: the job imports (and reports) it itself
-                continue
+    hook = getattr(prepared.adapter, "warm", None)
+    if callable(hook):
+        hook(device)
     return prepared
 
 
