@@ -206,6 +206,7 @@ def _exact_rel(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
                   rtol=tuple(0.0 for _ in wanted))
     total = torch.zeros(len(wanted), dtype=torch.float64)
     count = torch.zeros(len(wanted), dtype=torch.float64)
+    ref2 = torch.zeros(len(wanted), dtype=torch.float64)
     for i in range(len(served)):
         if not int(valids[i].shape[0]):
             continue
@@ -216,7 +217,9 @@ def _exact_rel(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
         tok = torch.sqrt(torch.where(ok, d2, 0.0)) / torch.sqrt(torch.where(ok, b2, 0.0)).clamp_min(1e-300)
         total += (tok * ok).sum(0)
         count += ok.sum(0)
-    return {w: (float(total[p] / count[p]) if count[p] else math.inf) for p, w in enumerate(wanted)}
+        ref2 += torch.where(ok, b2, 0.0).sum(0)
+    # like the Gram form: a boundary with no valid token or no energy matches nothing
+    return {w: (float(total[p] / count[p]) if count[p] and ref2[p] > 0 else math.inf) for p, w in enumerate(wanted)}
 
 
 def _rank(rel_row: torch.Tensor) -> tuple[int, int | None]:
@@ -296,6 +299,12 @@ def attribute(
             if c < k_s:
                 pair_list.append((c, col[expected[c]], tols[c].rtol))
             pair_list.append((k_s + c, col[expected[c]], tols[c].rtol))
+    n_expected = len(pair_list)
+    # and, in the same pass, the two boundaries next to each expected source: for a correct chunk they are
+    # the runner-up candidates (a residual stream changes gradually with depth), so as a rule the exact
+    # best and runner-up need no second scan (measured: a second scan costs ~10% of the first)
+    for row, j, rtol in pair_list[:n_expected]:
+        pair_list.extend((row, n, rtol) for n in (j - 1, j + 1) if 0 <= n < len(names))
     pairs = Pairs(rows=tuple(p[0] for p in pair_list), cols=tuple(p[1] for p in pair_list),
                   rtol=tuple(p[2] for p in pair_list))
     sums = _Sums(k_s + k_r, len(names), len(pair_list))
@@ -333,11 +342,11 @@ def attribute(
     exact: set[tuple[int, int]] = set()
     for p, (row, j, _) in enumerate(pair_list):
         ref2, npair = float(sums.pair_ref2[p]), float(sums.pair_count[p])
-        if ref2 > 0 and npair > 0:
-            rel[row, j] = float(sums.pair_rel[p]) / npair
-            exact.add((row, j))
-        peak = float(sums.pair_max[p])
-        exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
+        rel[row, j] = float(sums.pair_rel[p]) / npair if ref2 > 0 and npair > 0 else math.inf
+        exact.add((row, j))
+        if p < n_expected:
+            peak = float(sums.pair_max[p])
+            exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
     served_ev = [ev.result() for ev in evidence]
     # The Gram form ranks; what is reported and judged is exact. Every boundary that could be a chunk's best
     # or runner-up gets its exact difference: the current best two, any the Gram form cannot resolve

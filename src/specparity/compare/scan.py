@@ -142,6 +142,13 @@ def _array(t: torch.Tensor) -> Any:
     return t.to(torch.float32).contiguous().numpy()
 
 
+def _kind(array: Any) -> int:
+    """The kernels' code for an :func:`_array`'s element type."""
+    from specparity.compare import scan_kernels as k
+
+    return {"uint16": k.BF16, "int16": k.F16}.get(str(array.dtype), k.F32)
+
+
 def _scan_numba(served: torch.Tensor, recorded: torch.Tensor, atlas: Sequence[torch.Tensor], valid: torch.Tensor, *,
                 hidden: int, pairs: Pairs, evidence_rtol: Sequence[float], gram: bool) -> TokenStats:
     import numpy as np
@@ -173,11 +180,13 @@ def _scan_numba(served: torch.Tensor, recorded: torch.Tensor, atlas: Sequence[to
     p_b2, p_d2, p_max, p_exc = (np.zeros((tokens, npairs), f32) for _ in range(4))
     e_dot = np.zeros((tokens, nev, 3), f32)
     e_d2, e_max, e_exc = (np.zeros((tokens, nev), f32) for _ in range(3))
-    # the kernel reads each boundary at its address: these arrays keep the (contiguous) tensors alive
+    # the kernel reads every tensor at its address: these arrays keep the (contiguous) tensors alive
     arrays = [_array(a) for a in atlas]
     addrs = np.asarray([a.ctypes.data for a in arrays], dtype=np.int64)
-    k.scan(_array(served), k_s, _array(recorded), k_r, addrs, arrays[0][:1, :1].ravel(), hidden,
-           valid.to(torch.bool).cpu().numpy(), gram, needed, col_ptr, np.asarray(order, dtype=np.int64),
+    s_arr, r_arr = _array(served), _array(recorded)
+    k.scan(s_arr.ctypes.data, _kind(s_arr), k_s, r_arr.ctypes.data, _kind(r_arr), k_r, addrs,
+           arrays[0][:1, :1].ravel(), hidden, valid.to(torch.bool).cpu().numpy(), gram, needed, col_ptr,
+           np.asarray(order, dtype=np.int64),
            np.asarray(pairs.rows, dtype=np.int64), np.asarray(pairs.rtol, dtype=f32),
            np.asarray(evidence_rtol, dtype=f32), g_cos, g_count, g_diff2, g_rel, g_ref2, g_nonfinite,
            na2, p_b2, p_d2, p_max, p_exc, e_dot, e_d2, e_max, e_exc)

@@ -83,6 +83,24 @@ def _boundary(addrs, j, proto, tokens, hidden):
     return numba.carray(_ptr_like(addrs[j], proto), (tokens, hidden))
 
 
+BF16, F16, F32 = 0, 1, 2  # kinds of the chunk tensors (compare/scan.py ``_kind``)
+_PROTO_BF16 = np.zeros(1, np.uint16)
+_PROTO_F16 = np.zeros(1, np.int16)
+_PROTO_F32 = np.zeros(1, np.float32)
+
+
+@numba.njit(**_JIT)
+def _widen_at(addr, kind, start, hidden, dst):
+    """Elements ``start .. start+hidden`` of the chunk tensor at ``addr`` into float32 ``dst``; returns the
+    squared norm. The kind is a runtime branch here, once per row, so the chunk dtypes do not multiply
+    the compiled kernels (the atlas dtype does: it is in the hot loop)."""
+    if kind == BF16:
+        return _widen(numba.carray(_ptr_like(addr, _PROTO_BF16), (start + hidden,))[start:], dst)
+    if kind == F16:
+        return _widen(numba.carray(_ptr_like(addr, _PROTO_F16), (start + hidden,))[start:], dst)
+    return _widen(numba.carray(_ptr_like(addr, _PROTO_F32), (start + hidden,))[start:], dst)
+
+
 def _load(word):  # pragma: no cover - typed by the overload below, never called from Python
     raise NotImplementedError
 
@@ -253,13 +271,14 @@ def _gram_add(na2_t, o, rows, j, n, sums, g_cos, g_count, g_diff2, g_rel, g_ref2
 
 
 @numba.njit(**_JIT)
-def scan(served, k_s, recorded, k_r, addrs, proto, hidden, valid, gram, rows_needed,
+def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, gram, rows_needed,
          col_ptr, col_pairs, pair_row, pair_rtol, ev_rtol,
          g_cos, g_count, g_diff2, g_rel, g_ref2, g_nonfinite,
          na2, p_b2, p_d2, p_max, p_exc, e_dot, e_d2, e_max, e_exc):
     """One pass over the tokens of one sample (see compare/scan.py ``TokenStats`` for the outputs).
 
-    Rows (chunks) are the ``k_s`` served chunks then the ``k_r`` recorded ones; only ``rows_needed`` are
+    Rows (chunks) are the ``k_s`` served chunks then the ``k_r`` recorded ones (C-contiguous ``[tokens,
+    k*hidden]`` tensors at ``s_addr``/``r_addr`` of kinds ``s_kind``/``r_kind``); only ``rows_needed`` are
     read. The atlas: boundary ``j`` is the C-contiguous ``[tokens, hidden]`` array at address ``addrs[j]``,
     of ``proto``'s dtype (the caller keeps the tensors alive). ``gram``: every row against every atlas boundary, summed over valid tokens into ``g_*``
     ``[rows, cols]`` (float64) and ``g_nonfinite`` ``[cols]``; otherwise only the pairs. Pairs: for atlas
@@ -283,10 +302,10 @@ def scan(served, k_s, recorded, k_r, addrs, proto, hidden, valid, gram, rows_nee
         cur = buf[t & 1]
         for c in range(k_s):
             if rows_needed[c]:
-                na2[t, c] = _widen(served[t, c * hidden:(c + 1) * hidden], cur[c])
+                na2[t, c] = _widen_at(s_addr, s_kind, (t * k_s + c) * hidden, hidden, cur[c])
         for c in range(k_r):
             if rows_needed[k_s + c]:
-                na2[t, k_s + c] = _widen(recorded[t, c * hidden:(c + 1) * hidden], cur[k_s + c])
+                na2[t, k_s + c] = _widen_at(r_addr, r_kind, (t * k_r + c) * hidden, hidden, cur[k_s + c])
         for c in range(evid):
             dot, d2, peak, excess = _pair(cur[c], cur[k_s + c], ev_rtol[c])
             e_dot[t, c, 1] = dot
