@@ -73,7 +73,7 @@ class TokenPairStats:
 
     ``dots[t, 0]`` is served ``t`` . recorded ``t-1`` (t >= 1), ``dots[t, 1]`` served ``t`` . recorded ``t``,
     ``dots[t, 2]`` served ``t`` . recorded ``t+1`` (t <= T-2); the rest come from the difference
-    ``d = served_t - recorded_t`` itself: ``||d||^2``, ``max |d|`` and ``max(|d| - rtol |recorded_t|)``.
+    ``d = served_t - recorded_t`` itself: ``||d||^2``, ``max |d|`` and ``max(0, max(|d| - rtol |recorded_t|))``.
     Only valid tokens whose two norms are finite are read.
     """
 
@@ -97,7 +97,7 @@ def token_stats(served: torch.Tensor, recorded: torch.Tensor, *, rtol: float) ->
     d2 = (d * d).sum(-1)
     d.abs_()
     peak = d.amax(-1) if d.shape[-1] else torch.zeros_like(d2)
-    excess = d.sub_(b.abs().mul_(rtol)).amax(-1) if d.shape[-1] else torch.zeros_like(d2)
+    excess = d.sub_(b.abs().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
     return TokenPairStats(served_norm2=(a * a).sum(-1).cpu(), recorded_norm2=(b * b).sum(-1).cpu(),
                           dots=dots.cpu(), diff_norm2=d2.cpu(), max_abs=peak.cpu(), max_excess=excess.cpu())
 

@@ -67,7 +67,8 @@ class TokenStats:
     ``gram`` (only with ``gram=True``); per token (float32, CPU; tokens that are not valid may hold
     anything): ``na2`` ``[T, R]`` chunk rows' squared norms, ``pair_b2``, ``pair_d2``, ``pair_max``,
     ``pair_excess`` ``[T, P]``, and ``evidence``, one per served/recorded chunk pair. A maximum is
-    meaningful only where the token's squared norms are finite.
+    meaningful only where the token's squared norms are finite; an excess ``max(|a-b| - rtol |b|)`` is
+    reported from 0 up (all that the smallest passing atol needs).
     """
 
     gram: GramSums | None
@@ -250,6 +251,7 @@ def _scan_torch(served: torch.Tensor, recorded: torch.Tensor, atlas: Sequence[to
             torch.amax(d, dim=-1, out=p_max[t0:t1])
             ref.abs_().mul_(rtol)
             torch.amax(d.sub_(ref), dim=-1, out=p_exc[t0:t1])
+            p_exc[t0:t1].clamp_min_(0.0)  # only from 0 up matters (the smallest passing atol), as in the kernels
     evidence = tuple(token_stats(served[:, c * hidden:(c + 1) * hidden], recorded[:, c * hidden:(c + 1) * hidden],
                                  rtol=float(evidence_rtol[c])) for c in range(len(evidence_rtol)))
     sums = gram_sums(dots.cpu(), na2.cpu(), nb2.cpu(), valid_cpu) if gram else None

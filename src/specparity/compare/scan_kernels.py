@@ -11,10 +11,16 @@ combination actually used: bfloat16 arrives as its bits in a uint16 array, float
 int16 array (numba has no bfloat16, and its float16 support varies by version), float32 as is.
 
 All sums are float32 with reassociation (vectorised partial sums), like the float32 ``bmm`` of the torch
-path. Non-finite values are not trusted here: ``fastmath`` may drop a NaN from a maximum, so the caller
-judges a token from its squared norms (a non-finite value makes them non-finite) and ignores the maxima
-of such a token (compare/attribution.py); the finiteness tests made here live in functions compiled
-without ``fastmath``, where they cannot be assumed away.
+path. The fast-math flags are only those that reorder arithmetic (``reassoc``, ``contract``, ``nsz``,
+``arcp``), never "no NaN / no inf": a NaN or inf in any input propagates to the squared norms, by which
+the caller judges a token (compare/attribution.py), and the finiteness tests made here are integer tests
+on the bits (:func:`_finite`).
+
+_MAXIMA: a float maximum does not vectorise without "no NaN" (measured ~10x slower), but the bits of a
+non-negative float32 order like the float, so ``max |d|`` is an integer maximum of ``|d|``'s bits (a NaN,
+whose bits are above inf's, wins it); and the excess ``max(|d| - rtol |b|)`` only matters from 0 up (the
+smallest passing atol), so it is a signed maximum of the bits starting at 0 (negative floats are negative
+integers).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 TILE = 3  # chunk rows and boundaries per register tile (see _gram_norm)
-_JIT = {"fastmath": True, "nogil": True, "cache": True}
+_JIT = {"fastmath": {"reassoc", "contract", "nsz", "arcp"}, "nogil": True, "cache": True}
 
 
 @intrinsic
@@ -52,17 +58,21 @@ def _from_f16(typingctx, word):
     return sig, codegen
 
 
-@intrinsic
-def _fmax(typingctx, a, b):
-    """``llvm.maxnum``: unlike ``max`` (a compare and a branch), LLVM vectorises it as a reduction (~10x)."""
-    sig = types.float32(types.float32, types.float32)
+def _bitcast(src, dst):  # the intrinsic reinterpreting a ``src`` value as ``dst`` (same width)
+    @intrinsic
+    def cast(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
 
-    def codegen(context, builder, signature, args):
-        f32 = ir.FloatType()
-        fn = builder.module.declare_intrinsic("llvm.maxnum", [f32], fnty=ir.FunctionType(f32, [f32, f32]))
-        return builder.call(fn, args)
+        return dst(src), codegen
 
-    return sig, codegen
+    return cast
+
+
+_ubits = _bitcast(types.float32, types.uint32)
+_sbits = _bitcast(types.float32, types.int32)
+_from_ubits = _bitcast(types.uint32, types.float32)
+_from_sbits = _bitcast(types.int32, types.float32)
 
 
 @intrinsic
@@ -105,7 +115,7 @@ def _load(word):  # pragma: no cover - typed by the overload below, never called
     raise NotImplementedError
 
 
-@overload(_load, jit_options={"fastmath": True})
+@overload(_load, jit_options={"fastmath": {"reassoc", "contract", "nsz", "arcp"}})
 def _load_typed(word):
     """One element as float32, chosen by the array's element type (resolved at compile time)."""
     if word == types.uint16:
@@ -202,35 +212,37 @@ def _gram(x, y, z, a0, a1, a2):
 @numba.njit(**_JIT)
 def _diff(src, a, rtol):
     """Chunk row ``a`` (float32) against boundary row ``src``, from the difference itself (no Gram
-    cancellation): ``||b||^2``, ``||a-b||^2``, ``max |a-b|``, ``max(|a-b| - rtol |b|)``."""
+    cancellation): ``||b||^2``, ``||a-b||^2``, ``max |a-b|``, ``max(0, max(|a-b| - rtol |b|))``."""
     b2 = np.float32(0.0)
     d2 = np.float32(0.0)
-    peak = np.float32(0.0)
-    excess = np.float32(-np.inf)
+    peak = np.uint32(0)
+    excess = np.int32(0)
     for h in range(a.shape[0]):
         v = _load(src[h])
         d = a[h] - v
         b2 += v * v
         d2 += d * d
-        peak = _fmax(peak, abs(d))
-        excess = _fmax(excess, abs(d) - rtol * abs(v))
-    return b2, d2, peak, excess
+        # maxima on the bits (see _MAXIMA)
+        peak = max(peak, _ubits(abs(d)))
+        excess = max(excess, _sbits(abs(d) - rtol * abs(v)))
+    return b2, d2, _from_ubits(peak), _from_sbits(excess)
 
 
 @numba.njit(**_JIT)
 def _pair(s, r, rtol):
-    """Served row ``s`` against recorded row ``r`` (both float32): dot, ||s-r||^2, max |s-r|, max excess."""
+    """Served row ``s`` against recorded row ``r`` (both float32): dot, ||s-r||^2, max |s-r| and the excess
+    ``max(0, max(|s-r| - rtol |r|))``."""
     dot = np.float32(0.0)
     d2 = np.float32(0.0)
-    peak = np.float32(0.0)
-    excess = np.float32(-np.inf)
+    peak = np.uint32(0)
+    excess = np.int32(0)
     for h in range(s.shape[0]):
         d = s[h] - r[h]
         dot += s[h] * r[h]
         d2 += d * d
-        peak = _fmax(peak, abs(d))
-        excess = _fmax(excess, abs(d) - rtol * abs(r[h]))
-    return dot, d2, peak, excess
+        peak = max(peak, _ubits(abs(d)))
+        excess = max(excess, _sbits(abs(d) - rtol * abs(r[h])))
+    return dot, d2, _from_ubits(peak), _from_sbits(excess)
 
 
 @numba.njit(**_JIT)
@@ -241,27 +253,30 @@ def _dot(a, b):
     return s
 
 
-@numba.njit(nogil=True, cache=True)  # no fastmath: a finiteness test must not be assumed true
+@numba.njit(**_JIT)
 def _finite(x):
-    return np.isfinite(np.float64(x))
+    """Whether float32 ``x`` is finite, from its exponent bits: an integer test, which no fast-math flag
+    can fold to True (with numba's full ``fastmath`` it folded ``np.isfinite``, even in a callee compiled
+    without it once inlined: measured)."""
+    return (_ubits(x) & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
 
 
-@numba.njit(nogil=True, cache=True)  # no fastmath: its finiteness tests must not be assumed away
+@numba.njit(**_JIT)
 def _gram_add(na2_t, o, rows, j, n, sums, g_cos, g_count, g_diff2, g_rel, g_ref2):
     """Add one token's Gram terms of rows ``o..o+2`` against boundary ``j`` (squared norm ``n``) to the
-    float64 sums, with the formulas of compare/scan.py ``gram_sums``."""
-    b2 = np.float64(n)
-    if not np.isfinite(b2):
+    float64 sums, with the formulas of compare/scan.py ``gram_sums``; a non-finite term adds nothing."""
+    if not _finite(n):
         return
+    b2 = np.float64(n)
     nb = max(np.sqrt(b2), 1e-300)
     for i in range(TILE):
         r = o + i
         if r >= rows:
             break
+        if not (_finite(na2_t[r]) and _finite(sums[i])):
+            continue
         a2 = np.float64(na2_t[r])
         dd = np.float64(sums[i])
-        if not (np.isfinite(a2) and np.isfinite(dd)):
-            continue
         d2 = max(a2 + b2 - 2.0 * dd, 0.0)
         g_cos[r, j] += dd / max(np.sqrt(a2 * b2), 1e-300)
         g_count[r, j] += 1.0
