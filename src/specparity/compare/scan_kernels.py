@@ -262,27 +262,32 @@ def _finite(x):
 
 
 @numba.njit(**_JIT)
-def _gram_add(na2_t, o, rows, j, n, sums, g_cos, g_count, g_diff2, g_rel, g_ref2):
-    """Add one token's Gram terms of rows ``o..o+2`` against boundary ``j`` (squared norm ``n``) to the
-    float64 sums, with the formulas of compare/scan.py ``gram_sums``; a non-finite term adds nothing."""
-    if not _finite(n):
-        return
-    b2 = np.float64(n)
-    nb = max(np.sqrt(b2), 1e-300)
-    for i in range(TILE):
-        r = o + i
-        if r >= rows:
-            break
-        if not (_finite(na2_t[r]) and _finite(sums[i])):
+def _gram_token(na2_t, dots_t, nb2_t, b2, nb, fin_b, g_cos, g_count, g_diff2, g_rel, g_ref2, g_nonfinite):
+    """Add one token's Gram terms (``dots_t`` ``[rows, cols]``, squared norms ``na2_t`` / ``nb2_t``) to the
+    float64 sums, with the formulas of compare/scan.py ``gram_sums``; a non-finite term adds nothing.
+    Done once per token over contiguous rows, so it vectorises (per tile it cost ~20% of the scan)."""
+    rows, cols = dots_t.shape
+    for j in range(cols):
+        fin_b[j] = _finite(nb2_t[j])
+        b2[j] = np.float64(nb2_t[j]) if fin_b[j] else 0.0
+        nb[j] = np.sqrt(b2[j])
+        if not fin_b[j]:
+            g_nonfinite[j] += 1
+    for r in range(rows):
+        if not _finite(na2_t[r]):
             continue
         a2 = np.float64(na2_t[r])
-        dd = np.float64(sums[i])
-        d2 = max(a2 + b2 - 2.0 * dd, 0.0)
-        g_cos[r, j] += dd / max(np.sqrt(a2 * b2), 1e-300)
-        g_count[r, j] += 1.0
-        g_diff2[r, j] += d2
-        g_rel[r, j] += np.sqrt(d2) / nb
-        g_ref2[r, j] += b2
+        na = np.sqrt(a2)
+        for j in range(cols):
+            ok = fin_b[j] and _finite(dots_t[r, j])
+            dd = np.float64(dots_t[r, j]) if ok else 0.0
+            bb = b2[j] if ok else 0.0
+            d2 = max(a2 + bb - 2.0 * dd, 0.0) if ok else 0.0
+            g_cos[r, j] += dd / max(na * nb[j], 1e-300)
+            g_count[r, j] += 1.0 if ok else 0.0
+            g_diff2[r, j] += d2
+            g_rel[r, j] += np.sqrt(d2) / max(nb[j], 1e-300)
+            g_ref2[r, j] += bb
 
 
 @numba.njit(**_JIT)
@@ -310,7 +315,10 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
     buf = np.zeros((2, groups * TILE, hidden), np.float32)
     cols = addrs.shape[0]
     evid = ev_rtol.shape[0]
-    nb2 = np.zeros(TILE, np.float32)
+    # one token's Gram terms, reduced into the sums once the token is done (_gram_token)
+    dots_t = np.zeros((rows, cols), np.float32)
+    nb2_t = np.zeros(cols, np.float32)
+    b2_t, nb_t, fin_t = np.zeros(cols), np.zeros(cols), np.zeros(cols, np.bool_)
     for t in range(tokens):
         if not valid[t]:
             continue
@@ -342,17 +350,16 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
                     o = g * TILE
                     if g == 0:
                         norms, sx, sy, sz = _gram_norm(x, y, z, cur[o], cur[o + 1], cur[o + 2])
-                        nb2[0], nb2[1], nb2[2] = norms
                         for i in range(width):
-                            if not _finite(nb2[i]):
-                                g_nonfinite[j0 + i] += 1
+                            nb2_t[j0 + i] = norms[i]
                     else:
                         sx, sy, sz = _gram(x, y, z, cur[o], cur[o + 1], cur[o + 2])
-                    _gram_add(na2[t], o, rows, j0, nb2[0], sx, g_cos, g_count, g_diff2, g_rel, g_ref2)
-                    if width > 1:
-                        _gram_add(na2[t], o, rows, j0 + 1, nb2[1], sy, g_cos, g_count, g_diff2, g_rel, g_ref2)
-                    if width > 2:
-                        _gram_add(na2[t], o, rows, j0 + 2, nb2[2], sz, g_cos, g_count, g_diff2, g_rel, g_ref2)
+                    for i in range(min(TILE, rows - o)):
+                        dots_t[o + i, j0] = sx[i]
+                        if width > 1:
+                            dots_t[o + i, j0 + 1] = sy[i]
+                        if width > 2:
+                            dots_t[o + i, j0 + 2] = sz[i]
             for j in range(j0, j0 + width):
                 for q in range(col_ptr[j], col_ptr[j + 1]):
                     p = col_pairs[q]
@@ -362,3 +369,6 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
                     p_d2[t, p] = d2
                     p_max[t, p] = peak
                     p_exc[t, p] = excess
+        if gram:
+            _gram_token(na2[t], dots_t, nb2_t, b2_t, nb_t, fin_t, g_cos, g_count, g_diff2, g_rel, g_ref2,
+                        g_nonfinite)
