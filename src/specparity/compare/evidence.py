@@ -85,21 +85,27 @@ class TokenPairStats:
     max_excess: torch.Tensor
 
 
+def _rowdot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Row-wise dot products as a batched matmul: no ``[T, H]`` temporary (``(x * y).sum(-1)`` makes one)."""
+    return torch.bmm(x.unsqueeze(1), y.unsqueeze(2)).view(-1)
+
+
 def token_stats(served: torch.Tensor, recorded: torch.Tensor, *, rtol: float) -> TokenPairStats:
     """:class:`TokenPairStats` of two ``[T, H]`` tensors with torch (any device; the results on CPU)."""
-    a = served.float()
-    b = recorded.float()
+    a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
+    b = recorded.to(torch.float32, copy=True)
     dots = torch.zeros(a.shape[0], 3, dtype=torch.float32, device=a.device)
-    dots[1:, 0] = (a[1:] * b[:-1]).sum(-1)
-    dots[:, 1] = (a * b).sum(-1)
-    dots[:-1, 2] = (a[:-1] * b[1:]).sum(-1)
-    d = a - b
-    d2 = (d * d).sum(-1)
+    dots[1:, 0] = _rowdot(a[1:], b[:-1])
+    dots[:, 1] = _rowdot(a, b)
+    dots[:-1, 2] = _rowdot(a[:-1], b[1:])
+    na2, nb2 = _rowdot(a, a), _rowdot(b, b)
+    d = a.sub_(b)
+    d2 = _rowdot(d, d)
     d.abs_()
     peak = d.amax(-1) if d.shape[-1] else torch.zeros_like(d2)
-    excess = d.sub_(b.abs().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
-    return TokenPairStats(served_norm2=(a * a).sum(-1).cpu(), recorded_norm2=(b * b).sum(-1).cpu(),
-                          dots=dots.cpu(), diff_norm2=d2.cpu(), max_abs=peak.cpu(), max_excess=excess.cpu())
+    excess = d.sub_(b.abs_().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
+    return TokenPairStats(served_norm2=na2.cpu(), recorded_norm2=nb2.cpu(), dots=dots.cpu(), diff_norm2=d2.cpu(),
+                          max_abs=peak.cpu(), max_excess=excess.cpu())
 
 
 class _Moments:
