@@ -203,7 +203,7 @@ def _exact_rel(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
     used = sorted({j for _, j in wanted})
     local = {j: i for i, j in enumerate(used)}
     pairs = Pairs(rows=tuple(r for r, _ in wanted), cols=tuple(local[j] for _, j in wanted),
-                  rtol=tuple(0.0 for _ in wanted))
+                  rtol=tuple(0.0 for _ in wanted), full=tuple(False for _ in wanted))
     total = torch.zeros(len(wanted), dtype=torch.float64)
     count = torch.zeros(len(wanted), dtype=torch.float64)
     ref2 = torch.zeros(len(wanted), dtype=torch.float64)
@@ -306,7 +306,7 @@ def attribute(
     for row, j, rtol in pair_list[:n_expected]:
         pair_list.extend((row, n, rtol) for n in (j - 1, j + 1) if 0 <= n < len(names))
     pairs = Pairs(rows=tuple(p[0] for p in pair_list), cols=tuple(p[1] for p in pair_list),
-                  rtol=tuple(p[2] for p in pair_list))
+                  rtol=tuple(p[2] for p in pair_list), full=tuple(p < n_expected for p in range(len(pair_list))))
     sums = _Sums(k_s + k_r, len(names), len(pair_list))
     evidence = [EvidenceAccumulator(c, rtol=tols[c].rtol) for c in range(min(k_s, k_r))]
     valids: list[torch.Tensor] = []

@@ -37,6 +37,12 @@ class Pairs:
     rows: tuple[int, ...] = ()
     cols: tuple[int, ...] = ()
     rtol: tuple[float, ...] = ()
+    # whether a pair's maxima (max |a-b|, the excess) are wanted; None: every pair's. Without them a pair
+    # gives its squared norms only (for ranking), and its maxima are 0
+    full: tuple[bool, ...] | None = None
+
+    def wants_maxima(self) -> tuple[bool, ...]:
+        return self.full if self.full is not None else tuple(True for _ in self.rows)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -187,8 +193,8 @@ def _scan_numba(served: torch.Tensor, recorded: torch.Tensor, atlas: Sequence[to
     s_arr, r_arr = _array(served), _array(recorded)
     k.scan(s_arr.ctypes.data, _kind(s_arr), k_s, r_arr.ctypes.data, _kind(r_arr), k_r, addrs,
            arrays[0][:1, :1].ravel(), hidden, valid.to(torch.bool).cpu().numpy(), gram, needed, col_ptr,
-           np.asarray(order, dtype=np.int64),
-           np.asarray(pairs.rows, dtype=np.int64), np.asarray(pairs.rtol, dtype=f32),
+           np.asarray(order, dtype=np.int64), np.asarray(pairs.rows, dtype=np.int64),
+           np.asarray(pairs.rtol, dtype=f32), np.asarray(pairs.wants_maxima(), dtype=np.bool_),
            np.asarray(evidence_rtol, dtype=f32), g_cos, g_count, g_diff2, g_rel, g_ref2, g_nonfinite,
            na2, p_b2, p_d2, p_max, p_exc, e_dot, e_d2, e_max, e_exc)
     t = torch.from_numpy

@@ -229,6 +229,19 @@ def _diff(src, a, rtol):
 
 
 @numba.njit(**_JIT)
+def _diff_norms(src, a):
+    """:func:`_diff` without the maxima (``||b||^2``, ``||a-b||^2``): for pairs that only rank."""
+    b2 = np.float32(0.0)
+    d2 = np.float32(0.0)
+    for h in range(a.shape[0]):
+        v = _load(src[h])
+        d = a[h] - v
+        b2 += v * v
+        d2 += d * d
+    return b2, d2
+
+
+@numba.njit(**_JIT)
 def _pair(s, r, rtol):
     """Served row ``s`` against recorded row ``r`` (both float32): dot, ||s-r||^2, max |s-r| and the excess
     ``max(0, max(|s-r| - rtol |r|))``."""
@@ -292,7 +305,7 @@ def _gram_token(na2_t, dots_t, nb2_t, b2, nb, fin_b, g_cos, g_count, g_diff2, g_
 
 @numba.njit(**_JIT)
 def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, gram, rows_needed,
-         col_ptr, col_pairs, pair_row, pair_rtol, ev_rtol,
+         col_ptr, col_pairs, pair_row, pair_rtol, pair_full, ev_rtol,
          g_cos, g_count, g_diff2, g_rel, g_ref2, g_nonfinite,
          na2, p_b2, p_d2, p_max, p_exc, e_dot, e_d2, e_max, e_exc):
     """One pass over the tokens of one sample (see compare/scan.py ``TokenStats`` for the outputs).
@@ -302,7 +315,8 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
     read. The atlas: boundary ``j`` is the C-contiguous ``[tokens, hidden]`` array at address ``addrs[j]``,
     of ``proto``'s dtype (the caller keeps the tensors alive). ``gram``: every row against every atlas boundary, summed over valid tokens into ``g_*``
     ``[rows, cols]`` (float64) and ``g_nonfinite`` ``[cols]``; otherwise only the pairs. Pairs: for atlas
-    column ``j``, ``col_pairs[col_ptr[j]:col_ptr[j+1]]`` are the pairs compared exactly with it, per token.
+    column ``j``, ``col_pairs[col_ptr[j]:col_ptr[j+1]]`` are the pairs compared exactly with it, per token
+    (their maxima only where ``pair_full``).
     Evidence: served chunk ``c`` against recorded chunk ``c`` for ``c < len(ev_rtol)``, per token, at
     shifts -1, 0, +1. Tokens with ``valid`` False are skipped (their per-token outputs stay 0).
     """
@@ -363,12 +377,15 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
             for j in range(j0, j0 + width):
                 for q in range(col_ptr[j], col_ptr[j + 1]):
                     p = col_pairs[q]
-                    b2, d2, peak, excess = _diff(_boundary(addrs, j, proto, tokens, hidden)[t], cur[pair_row[p]],
-                                             pair_rtol[p])
+                    row = _boundary(addrs, j, proto, tokens, hidden)[t]
+                    if pair_full[p]:
+                        b2, d2, peak, excess = _diff(row, cur[pair_row[p]], pair_rtol[p])
+                        p_max[t, p] = peak
+                        p_exc[t, p] = excess
+                    else:
+                        b2, d2 = _diff_norms(row, cur[pair_row[p]])
                     p_b2[t, p] = b2
                     p_d2[t, p] = d2
-                    p_max[t, p] = peak
-                    p_exc[t, p] = excess
         if gram:
             _gram_token(na2[t], dots_t, nb2_t, b2_t, nb_t, fin_t, g_cos, g_count, g_diff2, g_rel, g_ref2,
                         g_nonfinite)
