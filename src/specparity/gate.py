@@ -1,13 +1,15 @@
 """The gate: static resolution + capture with attribution + outcome -> one :class:`Verdict`.
 
-Data flows one way (docs/house-style.md): the contract says what training promised; the serving
-adapter says what SGLang really does (in a child process, with SGLang's own code); compare/ and
-replay/ turn the two into findings; this module only orchestrates and never renders.
+Data flows one way (docs/house-style.md): the contract says what training promised; the engine
+adapter (:mod:`specparity.serving.engine`, SGLang or vLLM) says what the engine really does, started once
+per gate run in a child process with the engine's own code; compare/ and replay/ turn the two into
+findings; this module only orchestrates and never renders.
 
 Levels:
-- ``static``  SGLang resolves the deployment (ids, capture list, fc width, speculative settings).
-- ``capture`` also a real prefill of the contract's probes; every fc chunk attributed to a source.
-- ``outcome`` also the drafter's acceptance on recorded vs served fc inputs (wiring vs model).
+- ``static``  the engine resolves the deployment (ids, capture list, fc width, speculative settings).
+- ``capture`` also a real run of the contract's probes; every fc chunk attributed to a source.
+- ``outcome`` also the drafter's acceptance on recorded vs served fc inputs (wiring vs model), held against
+  the engine's own figures from the same run (its drafter replay, its serving loop's counters).
 - ``all``     everything.
 
 A check that could not run is an ``error`` verdict, never a pass.

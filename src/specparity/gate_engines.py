@@ -28,14 +28,16 @@ def engine_args_for(engine: Engine, contract: Contract, user: Mapping[str, objec
 def outcome_request(pack: ProbePack) -> OutcomeRequest:
     """What the outcome level asks of the engine run: the recorded fc rows (for the engine's own drafter) and each
     probe's prompt, the rows before its first ``loss_mask`` 1 (the assistant's first token), so a real serving
-    loop generates the answer the drafter was trained to predict."""
+    loop generates the answer the drafter was trained to predict (None for a probe without a loss mask)."""
     return OutcomeRequest(recorded_fc=tuple(s.fc_input for s in pack.samples),
                           prompt_lengths=tuple(_prompt_length(s.input_ids.numel(), s.loss_mask) for s in pack.samples))
 
 
-def _prompt_length(n: int, loss_mask: Any) -> int:
+def _prompt_length(n: int, loss_mask: Any) -> int | None:
+    """Rows before the first loss-mask 1; None without a mask (e.g. speculators' hs files carry none), where
+    the assistant's start is unknown and a loop on the whole probe would measure text the drafter never saw."""
     if loss_mask is None:
-        return n
+        return None
     hits = (loss_mask != 0).nonzero()
     return int(hits[0, 0]) if hits.numel() and int(hits[0, 0]) > 0 else n
 

@@ -80,7 +80,8 @@ def test_outcome_request_carries_the_recorded_rows_and_each_probes_prompt() -> N
     pack = ProbePack(samples=[sample([0, 0, 1, 1, 1, 0]), sample(None), sample([1] * 6), sample([0] * 6)],
                      sources=["layer:1"], hidden_size=3)
     req = outcome_request(pack)
-    assert req.prompt_lengths == (2, 6, 6, 6)  # the assistant's first token; else the whole probe
+    # the assistant's first token; the whole probe where the mask starts at 0 or is all 0; unknown without a mask
+    assert req.prompt_lengths == (2, None, 6, 6)
     assert all(r is s.fc_input for r, s in zip(req.recorded_fc, pack.samples, strict=True))
 
 

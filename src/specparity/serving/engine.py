@@ -131,10 +131,13 @@ class VllmEngine:
                 progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
         from specparity.serving.vllm import capture_deployment
 
-        # the outcome: vLLM's real loop, run after the probes on their prompts, counts its own acceptance
+        # the outcome: vLLM's real loop counts its own acceptance, on the probes' prompts where every probe says
+        # where its assistant turn starts; otherwise on what it generates after each probe (loop "prompts" says)
+        lengths = outcome.prompt_lengths if outcome is not None else ()
+        known = [n for n in lengths if n is not None]
         return capture_deployment(target, draft, probes=probes, engine_args=args, device=device, atlas=True,
                                   timeout_s=timeout_s, python=python, progress=progress,
-                                  loop_prompt_lengths=outcome.prompt_lengths if outcome is not None else None)
+                                  loop_prompt_lengths=known if lengths and len(known) == len(lengths) else None)
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:

@@ -270,12 +270,12 @@ class OutcomeRequest:
 
     Each engine takes what it can use: ``recorded_fc[i]`` (probe ``i``'s recorded fc input ``[T_i, k*H_t]``,
     row t = token t) for an engine that replays its own drafter on it (SGLang), ``prompt_lengths[i]`` (the
-    probe's rows before the assistant's first token) for an engine whose real serving loop generates from
-    there (vLLM).
+    probe's rows before the assistant's first token; None where the probe pack does not say, i.e. has no
+    loss mask) for an engine whose real serving loop generates from there (vLLM).
     """
 
     recorded_fc: tuple[torch.Tensor, ...]
-    prompt_lengths: tuple[int, ...]
+    prompt_lengths: tuple[int | None, ...]
 
 
 @dataclass(frozen=True)
