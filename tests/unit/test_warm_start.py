@@ -121,6 +121,19 @@ def test_a_changed_environment_gets_its_own_zygote(tmp_path: Path, zygote_env: N
     assert warm.MAX_ZYGOTES == 2 and a.zygote.proc.wait(timeout=10) is not None and b.zygote.proc.poll() is None
 
 
+def test_pytests_per_test_variable_keeps_the_zygote_and_reaches_the_job(tmp_path: Path, zygote_env: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest rewrites PYTEST_CURRENT_TEST for every test: that must not start a zygote per test, and each job
+    still runs under the environment a cold child would get at that moment."""
+    a, _, _ = _job(tmp_path, "a")
+    _wait(a)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "some/other::test (call)")
+    b, wb, _ = _job(tmp_path, "b")
+    _wait(b)
+    assert a.zygote is b.zygote
+    assert json.loads((wb / "out" / "probe.json").read_text())["current_test"] == "some/other::test (call)"
+
+
 def test_warm_start_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(warm.WARM_START_ENV, raising=False)
     assert not warm.enabled()

@@ -7,8 +7,10 @@ in its own session, a timeout kills its process group, a job that dies without a
 ``child_crashed`` failure with its stderr tail. A zygote that cannot start or dies is dropped and the job
 starts cold; nothing is ever skipped for it.
 
-Keyed by the interpreter, the worker module, the device, the working directory and the parent's whole
-environment, so a changed environment variable (or another ``--python``) gets its own zygote; at most
+Keyed by the interpreter, the worker module, the device, the working directory and the parent's environment
+(but ``PYTEST_CURRENT_TEST``, which pytest rewrites for every test), so a changed environment variable (or
+another ``--python``) gets its own zygote; each job also runs under the environment a cold child would get at
+that moment (the zygote applies it after forking). At most
 :data:`MAX_ZYGOTES` live per process (the least recently used one is ended). Zygotes end with this process
 (their stdin closes) or with :func:`shutdown`.
 """
@@ -76,7 +78,8 @@ class Zygote:
             self.dead = True
             self._cond.notify_all()
 
-    def submit(self, argv: list[str], stdout: Path, stderr: Path, *, deadline: float) -> int | None:
+    def submit(self, argv: list[str], stdout: Path, stderr: Path, *, env: dict[str, str],
+               deadline: float) -> int | None:
         """Fork one job; its pid, or None when the zygote is dead or not ready by ``deadline``."""
         with self._cond:
             if not self._cond.wait_for(lambda: self.ready or self.dead, timeout=max(0.0, deadline - time.monotonic())):
@@ -84,7 +87,7 @@ class Zygote:
             if self.dead:
                 return None
             job, self._next = self._next, self._next + 1
-            line = json.dumps({"job": job, "argv": argv, "stdout": str(stdout), "stderr": str(stderr)})
+            line = json.dumps({"job": job, "argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env})
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write(line + "\n")
@@ -134,8 +137,11 @@ _ZYGOTES: dict[str, Zygote] = {}  # in least-recently-used order
 _LOCK = threading.Lock()
 
 
+VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})  # rewritten by pytest for every test; read by no engine
+
+
 def _key(interpreter: str, module: str, device: str) -> str:
-    env = json.dumps(sorted(os.environ.items()))
+    env = json.dumps(sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV))
     where = f"{os.path.realpath(interpreter)}\0{module}\0{device}\0{os.getcwd()}\0{env}"
     return hashlib.sha256(where.encode()).hexdigest()
 
@@ -210,7 +216,7 @@ def start_job(interpreter: str, module: str, device: str, argv: list[str], work:
     if z is None:
         return None
     stdout, stderr = work / "child.stdout", work / "child.stderr"
-    pid = z.submit(argv, stdout, stderr, deadline=deadline)
+    pid = z.submit(argv, stdout, stderr, env=env_for(work), deadline=deadline)
     if pid is None:
         return None
     return WarmChild(z, pid, stdout, stderr, on_stdout)

@@ -6,10 +6,11 @@ once (the worker's own set-up: environment variables, the ``sgl_kernel`` stand-i
 the engine modules it imports; no model, no distributed state, no forward), then serves jobs read from stdin as
 JSON lines::
 
-    {"job": 3, "argv": ["REQUEST.json", "OUT_DIR"], "stdout": "PATH", "stderr": "PATH"}
+    {"job": 3, "argv": ["REQUEST.json", "OUT_DIR"], "stdout": "PATH", "stderr": "PATH", "env": {...}}
 
 For each job it forks. The forked process starts its own session (so a timeout kills its whole process
-group, as for a cold child), sends its stdout/stderr to the given files and runs
+group, as for a cold child), takes the job's environment (what a cold child would get now; the zygote's own
+was fixed when it started), sends its stdout/stderr to the given files and runs
 ``WORKER_MODULE.run(argv, warm_state)``: the same code path as a cold ``python -m WORKER_MODULE``, in a process
 that holds no state of any earlier job. The zygote answers on stdout::
 
@@ -58,6 +59,9 @@ def _run_job(worker: Any, state: Any, job: dict[str, Any]) -> int:
         os.dup2(err, 2)
         for fd in (devnull, out, err):
             os.close(fd)
+        if job.get("env") is not None:
+            os.environ.clear()
+            os.environ.update(job["env"])
         code = int(worker.run(list(job["argv"]), state))
     except BaseException:
         traceback.print_exc()

@@ -38,5 +38,5 @@ def run(argv: list[str], state: dict[str, object] | None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps({
         "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "warmed_in": WARMED_IN,
-        "jobs_seen": list(JOBS_SEEN), "state": state}))
+        "jobs_seen": list(JOBS_SEEN), "state": state, "current_test": os.environ.get("PYTEST_CURRENT_TEST")}))
     return 0
