@@ -54,14 +54,15 @@ if grep -v '^#' "$torch_list" | grep -q '+cpu'; then  # comments may name the CP
 else  # a CUDA build needs its nvidia-* libraries to import, even on CPU
   pip install "${torch_index[@]}" -r "$torch_list"
 fi
+. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
 if [ "$env_sglang" = "$version" ]; then
-  pip install --no-deps -r "$list"
+  pinned_install "$VENV/bin/python" "$list"
 else
   tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
   sed "s/^sglang==.*/sglang==$version/" "$list" > "$tmp"
-  pip install --no-deps -r "$tmp"
+  pinned_install "$VENV/bin/python" "$tmp"
 fi
-pip install --no-deps -r constraints/dev.txt
+pinned_install "$VENV/bin/python" constraints/dev.txt
 pip install --no-deps -e .
 "$VENV/bin/python" -c "import importlib.metadata as m; v = m.version('sglang'); assert v == '$version', v"
 echo "$stamp" > "$VENV/.specparity-stamp"

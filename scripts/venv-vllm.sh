@@ -29,8 +29,9 @@ pip() { "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@"; }
 torch_index=()
 [ -n "${SPECPARITY_TORCH_INDEX:-}" ] && torch_index=(--extra-index-url "$SPECPARITY_TORCH_INDEX")
 pip install --no-deps "${torch_index[@]}" -r constraints/torch-cpu-2.13.txt
-pip install --no-deps -r constraints/vllm-0.32.txt
-pip install --no-deps -r constraints/dev.txt
+. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
+pinned_install "$VENV/bin/python" constraints/vllm-0.32.txt
+pinned_install "$VENV/bin/python" constraints/dev.txt
 pip install --no-deps -e .
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as m

@@ -17,8 +17,9 @@ echo "specparity: preparing $VENV (first time: a few minutes; pip's cache makes 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q --disable-pip-version-check -r constraints/torch-0.5.23.txt
-pip install -q --disable-pip-version-check --no-deps -r constraints/sglang-0.5.23.txt
-pip install -q --disable-pip-version-check --no-deps -r constraints/dev.txt
-pip install -q --disable-pip-version-check --no-deps -r constraints/fast.txt
+. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
+pinned_install "$VENV/bin/python" constraints/sglang-0.5.23.txt
+pinned_install "$VENV/bin/python" constraints/dev.txt
+pinned_install "$VENV/bin/python" constraints/fast.txt
 pip install -q --disable-pip-version-check --no-deps -e .
 echo "$stamp" > "$VENV/.stamp"
