@@ -134,6 +134,24 @@ def test_pytests_per_test_variable_keeps_the_zygote_and_reaches_the_job(tmp_path
     assert json.loads((wb / "out" / "probe.json").read_text())["current_test"] == "some/other::test (call)"
 
 
+def test_a_job_sees_cuda_and_the_environment_as_a_fresh_process_does(tmp_path: Path, zygote_env: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote's imports touched CUDA (as SGLang's do); in the job, CUDA still fails with the message a fresh
+    process gets (never "Cannot re-initialize CUDA in forked subprocess"), and what warm() set is there."""
+    import subprocess
+
+    monkeypatch.setenv("PROBE_TOUCH_CUDA", "1")
+    child, work, _ = _job(tmp_path, "cuda")
+    assert _wait(child) == 0
+    probe = json.loads((work / "out" / "probe.json").read_text())
+    fresh = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+                            "import warm_probe_worker as w; print(w._cuda_error())", str(DATA)],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert probe["cuda_error"] == fresh and "forked subprocess" not in fresh, (probe["cuda_error"], fresh)
+    assert probe["set_by_warm"] == "1"
+    assert child.zygote.ready and child.zygote.why_cold is None
+
+
 def test_warm_start_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(warm.WARM_START_ENV, raising=False)
     assert not warm.enabled()

@@ -53,6 +53,7 @@ class Zygote:
         self._next = 0
         self.ready = False
         self.dead = False
+        self.why_cold: str | None = None
         with self.stderr_path.open("w") as err:
             self.proc = subprocess.Popen(
                 [interpreter, "-m", ZYGOTE_MODULE, module, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -67,8 +68,11 @@ class Zygote:
             except ValueError:
                 continue
             with self._cond:
-                if msg.get("ready"):
+                if msg.get("ready") is True:
                     self.ready = True
+                elif msg.get("ready") is False:  # it cannot fork faithfully here (zygote.py): jobs start cold
+                    self.why_cold = str(msg.get("why"))
+                    self.dead = True
                 elif "job" in msg:
                     self._pids[int(msg["job"])] = int(msg["pid"])
                 elif "exit" in msg:
@@ -152,6 +156,9 @@ def zygote_for(interpreter: str, module: str, device: str,
     key = _key(interpreter, module, device)
     with _LOCK:
         z = _ZYGOTES.pop(key, None)
+        if z is not None and z.why_cold is not None:  # it said it cannot fork faithfully here: remember that
+            _ZYGOTES[key] = z
+            return None
         if z is not None and (z.dead or z.proc.poll() is not None):
             z.close()
             z = None

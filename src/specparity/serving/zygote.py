@@ -26,7 +26,19 @@ once per interpreter instead of once per child. Enabled by ``SPECPARITY_WARM_STA
 
 Fork safety: the zygote never runs a job, a model or a torch op itself; after ``warm`` it holds only
 imported modules (one Python thread). A job's process initialises torch's thread pools, torch.distributed and
-SGLang's runtime state itself, exactly as a cold child does.
+SGLang's runtime state itself, exactly as a cold child does. Two things a fork could carry over are handled:
+
+- **Environment.** A job runs under the environment a cold child would get now (sent with the job), plus what
+  ``warm`` itself set (e.g. ``SGLANG_USE_CPU_ENGINE``, which a cold child sets in the same code before the
+  same imports).
+- **CUDA.** Touching CUDA in a CUDA build of torch (SGLang's imports ask for the device count, and some model
+  files try ``get_device_capability``) registers torch's fork guard, after which every forked child raises
+  "Cannot re-initialize CUDA in forked subprocess" where a fresh process raises "Found no NVIDIA driver" or uses
+  the GPU. So the zygote first asks a fresh interpreter of this environment (a subprocess) what those two calls
+  give here. Where there is **no** CUDA device, ``warm`` runs while ``torch._C._cuda_getDeviceCount`` and
+  ``torch._C._cuda_init`` give exactly that answer (0, and the same exception) without the real calls; both are
+  restored after ``warm``, so a job calls the real ones. Where a GPU is visible, or a probe fork still finds
+  the guard set, the zygote answers ``{"ready": false, "why": ...}`` and every job starts cold.
 """
 
 from __future__ import annotations
@@ -36,9 +48,25 @@ import importlib
 import json
 import os
 import select
+import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any
+
+# What a fresh interpreter's torch says about CUDA here: its device count, and what CUDA's init raises.
+_CUDA_FACTS = """
+import json, torch
+facts = {"built": bool(torch.backends.cuda.is_built()), "count": None, "init_error": None}
+if facts["built"]:
+    facts["count"] = torch.cuda.device_count()
+    if facts["count"] == 0:
+        try:
+            torch._C._cuda_init()
+        except BaseException as e:
+            facts["init_error"] = [type(e).__module__, type(e).__qualname__, str(e)]
+print(json.dumps(facts))
+"""
 
 
 def _say(msg: dict[str, Any]) -> None:
@@ -85,13 +113,77 @@ def _reap() -> None:
         _say({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
 
 
+def _fresh_cuda_facts() -> dict[str, Any]:
+    """:data:`_CUDA_FACTS`, run in a fresh interpreter of this environment."""
+    out = subprocess.run([sys.executable, "-c", _CUDA_FACTS], capture_output=True, text=True, timeout=600,
+                         check=True)
+    facts: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return facts
+
+
+@contextlib.contextmanager
+def _cuda_answers_without_fork_guard(init_error: BaseException) -> Iterator[None]:
+    """While the engine is imported: torch's device-count query gives 0 and CUDA's init raises ``init_error``,
+    what a fresh interpreter measured here, without the real calls (which register torch's fork guard)."""
+    import torch
+
+    real_count, real_init = torch._C._cuda_getDeviceCount, torch._C._cuda_init
+
+    def no_driver() -> None:
+        raise type(init_error)(*init_error.args)
+
+    torch._C._cuda_getDeviceCount = lambda: 0
+    torch._C._cuda_init = no_driver
+    try:
+        yield
+    finally:
+        torch._C._cuda_getDeviceCount, torch._C._cuda_init = real_count, real_init
+
+
+def _forked_child_is_fresh() -> bool:
+    """A probe fork: is a child of this zygote free of torch's CUDA bad-fork state?"""
+    pid = os.fork()
+    if pid == 0:
+        torch = sys.modules.get("torch")
+        os._exit(1 if torch is not None and torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _warm(worker: Any, device: str) -> tuple[Any, str | None]:
+    """``worker.warm(device)`` under the CUDA precautions; (state, why this zygote cannot serve)."""
+    import builtins
+
+    torch = sys.modules.get("torch")
+    guard: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if torch is not None and torch.backends.cuda.is_built():
+        facts = _fresh_cuda_facts()
+        if facts["count"] != 0:
+            return None, f"{facts['count']} CUDA device(s) visible: a forked child could not use CUDA; jobs start cold"
+        module, name, message = facts["init_error"] or ("", "", "")
+        error_type = getattr(builtins, name, None) if module == "builtins" else None
+        if not (isinstance(error_type, type) and issubclass(error_type, BaseException)):
+            return None, f"CUDA's init raises {module}.{name} here, which the zygote cannot replay; jobs start cold"
+        guard = _cuda_answers_without_fork_guard(error_type(message))
+    state = None
+    with guard:
+        try:
+            state = worker.warm(device)
+        except BaseException:  # a warm-up that fails is reported by every job, as a cold child would
+            traceback.print_exc()
+    if not _forked_child_is_fresh():
+        return None, "the engine's import left torch's CUDA fork guard set; jobs start cold"
+    return state, None
+
+
 def serve(module: str, device: str) -> int:
     worker = importlib.import_module(module)
-    try:
-        state = worker.warm(device)
-    except BaseException:  # a warm-up that fails is reported by every job, as a cold child would
-        traceback.print_exc()
-        state = None
+    before = dict(os.environ)
+    state, why = _warm(worker, device)
+    warm_env = {k: v for k, v in os.environ.items() if before.get(k) != v}  # what warm() set, a cold child too
+    if why is not None:
+        _say({"ready": False, "why": why, "pid": os.getpid()})
+        return 0
     _say({"ready": True, "pid": os.getpid()})
     buffer = b""
     while True:
@@ -110,6 +202,8 @@ def serve(module: str, device: str) -> int:
             job = json.loads(line)
             sys.stdout.flush()
             sys.stderr.flush()
+            if job.get("env") is not None:
+                job["env"] = {**job["env"], **warm_env}
             pid = os.fork()
             if pid == 0:
                 _run_job(worker, state, job)

@@ -17,9 +17,26 @@ WARMED_IN: int | None = None
 JOBS_SEEN: list[str] = []  # module state a job sets: a later job must not see it
 
 
+def _cuda_error() -> str | None:
+    import torch
+
+    try:
+        torch.cuda.current_device()
+    except Exception as e:  # no GPU here: what torch says about CUDA in this process
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def warm(device: str) -> dict[str, object]:
+    """Like SGLang's imports: ask torch about CUDA (device count, then an init attempt) and set a variable."""
     global WARMED_IN
     WARMED_IN = os.getpid()
+    if os.environ.get("PROBE_TOUCH_CUDA") == "1":
+        import torch
+
+        torch.cuda.is_available()
+        _cuda_error()
+    os.environ["PROBE_SET_BY_WARM"] = "1"
     return {"device": device}
 
 
@@ -38,5 +55,7 @@ def run(argv: list[str], state: dict[str, object] | None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps({
         "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0), "warmed_in": WARMED_IN,
-        "jobs_seen": list(JOBS_SEEN), "state": state, "current_test": os.environ.get("PYTEST_CURRENT_TEST")}))
+        "jobs_seen": list(JOBS_SEEN), "state": state, "current_test": os.environ.get("PYTEST_CURRENT_TEST"),
+        "set_by_warm": os.environ.get("PROBE_SET_BY_WARM"),
+        "cuda_error": _cuda_error() if os.environ.get("PROBE_TOUCH_CUDA") == "1" else None}))
     return 0
