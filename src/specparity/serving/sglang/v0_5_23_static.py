@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import resource
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.results import NEEDS_HARDWARE, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
@@ -76,19 +77,28 @@ def init_single_rank(server_args: Any, *, model_config: Any) -> None:
     """SGLang's own process set-up for rank 0 of a one-rank world, as its CPU path runs it.
 
     Same calls as ``Scheduler.init_model_worker()`` up to the model load (sglang-cpu.md §2 steps 3-6):
-    ``runtime_context.publish``, ``one_batch._init_process_global_configs``, ``PortArgs.init_new``,
+    ``runtime_context.publish``, the process-global MoE and GEMM configs, ``PortArgs.init_new``,
     ``bootstrap.init_parallel_runtime`` (gloo, CPU) and ``bootstrap.init_layer_runtime``. The parallel
     groups can be built once per process (``distributed/bootstrap.py:102-112``); later calls in the
     same process re-publish and keep the groups (all one-rank worlds are alike).
     """
     global _PARALLEL_READY
-    from sglang.benchmark.one_batch import _init_process_global_configs
     from sglang.srt.distributed import bootstrap
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
+    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
+    from sglang.srt.layers.quantization.unquant import initialize_bf16_gemm_config
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import PortArgs
 
     publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
-    _init_process_global_configs()
+    # The four functions benchmark/one_batch.py:119-128 (_init_process_global_configs) and the scheduler
+    # (managers/scheduler.py:1008-1013) call, imported from their own modules: one_batch's module imports the
+    # whole run-time stack (ModelRunner, the engine entrypoint, schedule_batch), which no meta build needs
+    initialize_moe_config()
+    initialize_fp8_gemm_config()
+    initialize_bf16_gemm_config()
+    initialize_fp4_gemm_config()
     if not _PARALLEL_READY:
         port_args = PortArgs.init_new(server_args)
         bootstrap.init_parallel_runtime(server_args=server_args, device="cpu", dist_port=port_args.nccl_port)
@@ -238,6 +248,25 @@ def static_server_args_kwargs(request: Any) -> dict[str, Any]:
     return kw
 
 
+def gpu_query_failure(exc: BaseException, *, stage: str) -> ServingFailure | None:
+    """``needs_hardware`` when ``exc`` is torch refusing a CUDA query on a machine without a GPU, else None.
+
+    The innermost frame is torch's own CUDA module (``torch/cuda/__init__.py`` ``_lazy_init``: "Found no
+    NVIDIA driver", "Torch not compiled with CUDA"); the SGLang frame that asked is named, e.g.
+    ``arg_groups/model_hook.py:341`` (DSA models read ``torch.cuda.get_device_capability()`` while resolving
+    ServerArgs) or ``models/qwen3_next.py:252`` (``torch.get_device_module().current_device()``, which is
+    torch.cuda on a CUDA build of torch, while constructing). On a machine with a GPU these calls succeed.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    if torch.cuda.is_available() or not frames or "/torch/cuda/" not in frames[-1].filename.replace("\\", "/"):
+        return None
+    asked = next((f"{f.filename[f.filename.rindex('/sglang/') + 1:]}:{f.lineno}" for f in reversed(frames)
+                  if "/sglang/" in f.filename.replace("\\", "/")), "?")
+    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ServingFailure(NEEDS_HARDWARE, f"{stage}, SGLang asks for a GPU at {asked} ({type(exc).__name__}: {why}); "
+                          "this machine has none, so SGLang's own code cannot resolve the deployment here")
+
+
 def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
     from sglang.srt.server_args import ServerArgs
 
@@ -271,7 +300,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     except Exception as exc:
         refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
         if kw.get("device") != "cuda" or torch.cuda.is_available():
-            return refusal
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
         # A validation that reads the platform (e.g. arg_groups/mamba_hook.py:113-121 asks whether this
         # machine snapshots Mamba state) cannot pass on a machine without the deployment's GPU: say so,
         # and resolve what can be resolved on this machine's platform, as SGLang's CPU path would.
@@ -288,7 +317,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             kw = {**kw, **fallback}
             break
         else:
-            return refusal
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
     t1 = time.perf_counter()
     try:
         from sglang.srt.arg_groups.model_override_base import resolved_view
@@ -338,7 +367,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         draft_model = build_meta_model(draft_mc, server_args=build_sa)
         draft = draft_shape(draft_model)
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
-        return exception_failure(exc, prefix="while resolving: ")
+        return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
     k = draft.num_aux_hidden_states or 3
