@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import resource
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,12 @@ from typing import Any
 
 import torch
 
-from specparity.serving.results import NEEDS_HARDWARE, ResolvedDeployment, ServingFailure
+from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
+    gpu_query_failure,
     with_applied_norms,
 )
 
@@ -246,25 +246,6 @@ def static_server_args_kwargs(request: Any) -> dict[str, Any]:
         speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"),
     )
     return kw
-
-
-def gpu_query_failure(exc: BaseException, *, stage: str) -> ServingFailure | None:
-    """``needs_hardware`` when ``exc`` is torch refusing a CUDA query on a machine without a GPU, else None.
-
-    The innermost frame is torch's own CUDA module (``torch/cuda/__init__.py`` ``_lazy_init``: "Found no
-    NVIDIA driver", "Torch not compiled with CUDA"); the SGLang frame that asked is named, e.g.
-    ``arg_groups/model_hook.py:341`` (DSA models read ``torch.cuda.get_device_capability()`` while resolving
-    ServerArgs) or ``models/qwen3_next.py:252`` (``torch.get_device_module().current_device()``, which is
-    torch.cuda on a CUDA build of torch, while constructing). On a machine with a GPU these calls succeed.
-    """
-    frames = traceback.extract_tb(exc.__traceback__)
-    if torch.cuda.is_available() or not frames or "/torch/cuda/" not in frames[-1].filename.replace("\\", "/"):
-        return None
-    asked = next((f"{f.filename[f.filename.rindex('/sglang/') + 1:]}:{f.lineno}" for f in reversed(frames)
-                  if "/sglang/" in f.filename.replace("\\", "/")), "?")
-    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    return ServingFailure(NEEDS_HARDWARE, f"{stage}, SGLang asks for a GPU at {asked} ({type(exc).__name__}: {why}); "
-                          "this machine has none, so SGLang's own code cannot resolve the deployment here")
 
 
 def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
