@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.sglang import model_modules
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
@@ -269,6 +270,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     if bad is not None:
         return bad
     t0 = time.perf_counter()
+    model_modules.limit_registry(model_modules.architectures(request.target, request.draft))
     try:
         import sglang.srt.server_args  # noqa: F401  (timed apart: the import dominates on 2 cores)
     except Exception as exc:
@@ -334,7 +336,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             is_draft_worker=False,
             spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
         )
-        target = build_meta_model(model_config, server_args=build_sa)
+        target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
         # as TpModelWorker.init_attention_backends calls it (attention_backend_setup.py:40-61)
         setting = read_capture(target, lambda m: configure_aux_hidden_state_capture(
             model=m,
@@ -345,7 +347,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             is_dspark=False,
         ))
         draft_mc = spec.draft_model_config
-        draft_model = build_meta_model(draft_mc, server_args=build_sa)
+        draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
         draft = draft_shape(draft_model)
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
         return (gpu_query_failure(exc, stage="while building the models on the meta device")
@@ -360,7 +362,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
         fc=fc, k=k, model_class=type(target).__name__,
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
-                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 "registry_limited": float(model_modules.subset_in_use())},
     )
     # the norms the drafter SGLang built applies, read from its modules (issue 11 item 2), not the config
     return with_applied_norms(
