@@ -212,14 +212,15 @@ def test_a_validation_that_needs_the_absent_gpu_is_a_note_with_exit_3(tmp_path: 
 
     target, draft = deployment(tmp_path, DEEPSEEK_V32, eagle3_draft(7168, 129280, [1, 29, 57]))
     code, text, data = run_explain(tmp_path, target, draft)
-    if not NEW_ARCHS:
+    assert "Traceback" not in text
+    if SGLANG_VERSION != "0.5.23":  # older families: the same note where they ask torch.cuda, else their refusal
         assert code in (1, 3), text
+        assert code == 1 or data["error"]["kind"] == "needs_hardware", text  # type: ignore[index]
         return
     if torch.cuda.is_available():  # on a GPU machine SGLang's own check passes and the layout resolves
         assert code == 0, text
         assert data["served_sources"] == ["layer:1", "layer:29", "layer:57"]
         return
     assert code == 3, text
-    assert "Traceback" not in text
     assert data["error"]["kind"] == "needs_hardware"  # type: ignore[index]
     assert "arg_groups/model_hook.py" in data["error"]["message"] and "GPU" in text  # type: ignore[index]
