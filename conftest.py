@@ -5,8 +5,16 @@
 # (TypeError: Invalid arguments to set_clip_path, of type Rectangle and NoneType) and every HTML report of
 # the session fails. Import what the heatmap uses once, before any pytester run. The plugin's own start-up
 # test runs pytest in a subprocess, where this conftest is not loaded.
+import os
+
 import matplotlib.backends.backend_agg
 import matplotlib.colors
 import matplotlib.figure
 import matplotlib.lines
 import matplotlib.patches  # noqa: F401
+
+# Real-SGLang children start warm: forked from a zygote that imported SGLang once per interpreter
+# (src/specparity/serving/warm.py), instead of a new interpreter paying ~20 CPU-s of imports per deployment.
+# tests/serving/test_warm_start_sglang.py shows a warm capture equals a cold one; SPECPARITY_WARM_START=0 runs
+# the whole suite cold.
+os.environ.setdefault("SPECPARITY_WARM_START", "1")

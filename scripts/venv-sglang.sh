@@ -49,7 +49,7 @@ echo "specparity: preparing $VENV for sglang $version (family $family, $list; fi
 pip() { "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@"; }
 torch_index=()
 [ -n "${SPECPARITY_TORCH_INDEX:-}" ] && torch_index=(--extra-index-url "$SPECPARITY_TORCH_INDEX")
-if grep -q '+cpu' "$torch_list"; then
+if grep -v '^#' "$torch_list" | grep -q '+cpu'; then  # comments may name the CPU build
   pip install --no-deps "${torch_index[@]}" -r "$torch_list"
 else  # a CUDA build needs its nvidia-* libraries to import, even on CPU
   pip install "${torch_index[@]}" -r "$torch_list"

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt pyproject.toml scripts/venv.sh"
+inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt constraints/fast.txt pyproject.toml scripts/venv.sh"
 stamp=$(cat $inputs | sha256sum | cut -c1-16)
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ]; then
   exit 0
@@ -19,5 +19,6 @@ pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q --disable-pip-version-check -r constraints/torch-0.5.23.txt
 pip install -q --disable-pip-version-check --no-deps -r constraints/sglang-0.5.23.txt
 pip install -q --disable-pip-version-check --no-deps -r constraints/dev.txt
+pip install -q --disable-pip-version-check --no-deps -r constraints/fast.txt
 pip install -q --disable-pip-version-check --no-deps -e .
 echo "$stamp" > "$VENV/.stamp"

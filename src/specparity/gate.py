@@ -1,13 +1,15 @@
 """The gate: static resolution + capture with attribution + outcome -> one :class:`Verdict`.
 
-Data flows one way (docs/house-style.md): the contract says what training promised; the serving
-adapter says what SGLang really does (in a child process, with SGLang's own code); compare/ and
-replay/ turn the two into findings; this module only orchestrates and never renders.
+Data flows one way (docs/house-style.md): the contract says what training promised; the engine
+adapter (:mod:`specparity.serving.engine`, SGLang or vLLM) says what the engine really does, started once
+per gate run in a child process with the engine's own code; compare/ and replay/ turn the two into
+findings; this module only orchestrates and never renders.
 
 Levels:
-- ``static``  SGLang resolves the deployment (ids, capture list, fc width, speculative settings).
-- ``capture`` also a real prefill of the contract's probes; every fc chunk attributed to a source.
-- ``outcome`` also the drafter's acceptance on recorded vs served fc inputs (wiring vs model).
+- ``static``  the engine resolves the deployment (ids, capture list, fc width, speculative settings).
+- ``capture`` also a real run of the contract's probes; every fc chunk attributed to a source.
+- ``outcome`` also the drafter's acceptance on recorded vs served fc inputs (wiring vs model), held against
+  the engine's own figures from the same run (its drafter replay, its serving loop's counters).
 - ``all``     everything.
 
 A check that could not run is an ``error`` verdict, never a pass.
@@ -32,12 +34,13 @@ from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
 from specparity.errors import InputError
-from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
-from specparity.serving.results import SPEC_SERVER_ARGS
+from specparity.gate_engines import convention_findings, engine_args_for, outcome_request
+from specparity.replay.outcome import check_outcome
+from specparity.serving.engine import get_engine
+from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
-_SPEC_ARGS = dict(zip(("num_steps", "eagle_topk", "num_draft_tokens"), SPEC_SERVER_ARGS, strict=True))
 # findings the static check owns; everything else found with tensors belongs to the capture check
 _STATIC_KINDS = frozenset({FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.LAYOUT_ASSUMED,
                            FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
@@ -77,11 +80,8 @@ def _typed(raw: str) -> object:
 
 
 def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
-    """The contract's speculative settings as ServerArgs keywords, overridden by the user's arguments."""
-    out: dict[str, object] = {arg: getattr(contract.serving, key) for key, arg in _SPEC_ARGS.items()
-                              if getattr(contract.serving, key) is not None}
-    out.update(user)
-    return out
+    """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
+    return engine_args_for(get_engine("sglang"), contract, user)
 
 
 @dataclass
@@ -124,8 +124,6 @@ def run_gate(
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
-    from specparity.serving.engine import get_engine
-
     try:
         eng = get_engine(engine)
     except ValueError as e:
@@ -146,12 +144,7 @@ def run_gate(
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
     user = {**(sglang_args or {}), **(engine_args or {})}
-    if eng.name == "sglang":
-        args = server_args_for(contract, user)
-    else:
-        from specparity.gate_engines import engine_args_for
-
-        args = engine_args_for(eng, contract, user)
+    args = engine_args_for(eng, contract, user)
     run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name,
                recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)
     timings: dict[str, float] = {}
@@ -161,50 +154,23 @@ def run_gate(
         timings["static"] = time.perf_counter() - t0
     else:
         assert pack is not None  # refused above for a contract without probes
-        if eng.name == "sglang":
-            capture = _capture(run, pack, target, draft, args, level=level, device=device, python=python,
-                               timeout_s=timeout_s, progress=progress)
-        else:
-            from specparity.gate_engines import run_engine
-
-            capture, run.outcome, run.outcome_findings = run_engine(
-                eng, contract, pack, target, draft, args, level=level, device=device, python=python,
-                timeout_s=timeout_s, progress=progress)
+        # one engine start per gate run: the capture, and at the outcome levels the outcome's evidence too
+        request = outcome_request(pack) if level in ("outcome", "all") else None
+        capture = eng.capture(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], args=args,
+                              device=device, timeout_s=timeout_s, python=python, progress=progress, outcome=request)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
             t1 = time.perf_counter()
             _attribute(run, pack, capture)
             timings["compare"] = time.perf_counter() - t1
+        if request is not None:
+            t1 = time.perf_counter()
+            out = check_outcome(contract, pack, capture, target=target, draft=draft, engine=eng.label)
+            run.outcome, run.outcome_findings = out.summary, out.findings
+            timings["outcome"] = time.perf_counter() - t1
     timings["total"] = time.perf_counter() - t0
     return _verdict(run, level=level, timings=timings)
-
-
-def _capture(run: _Run, pack: ProbePack, target: str | Path, draft: str | Path, args: dict[str, object], *,
-             level: str, device: str, python: str | None, timeout_s: float,
-             progress: Callable[[int, int], None] | None) -> CaptureResult:
-    if level in ("outcome", "all"):
-        from specparity.replay.outcome import check_outcome
-
-        out = check_outcome(run.contract, pack, target=target, draft=draft, server_args=args, device=device,
-                            timeout_s=timeout_s, python=python, progress=progress)
-        if out.report is not None:
-            run.outcome = out.report.summary
-            run.outcome_findings = tuple(out.report.findings)
-        extra = tuple(f for f in out.failures if f not in out.capture.failures and out.capture.fc is not None)
-        # without SGLang's own drafter replay the outcome rests on specparity's training-side drafter alone:
-        # never a pass on that (issue 11 item 8), an environment error; NaN/Inf drafter logits are a failure
-        run.outcome_findings += tuple(
-            Finding(FindingKind.NONFINITE, Severity.ERROR, f.message, details={"check": "outcome"})
-            if f.kind == "nonfinite" else
-            Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
-                    f"SGLang drafter replay unavailable, so the outcome cannot pass on the training-side replay "
-                    f"alone: {f.message}", details={"check": "outcome"}) for f in extra)
-        return out.capture
-    from specparity.serving import capture_deployment
-
-    return capture_deployment(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], server_args=args,
-                              device=device, atlas=True, timeout_s=timeout_s, python=python, progress=progress)
 
 
 def _attribute(run: _Run, pack: ProbePack, capture: CaptureResult) -> None:
@@ -356,18 +322,13 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:
-        from specparity.serving.engine import get_engine
-
         eng = get_engine(run.engine)
         lf = eng.layout_fix(c.fc_input.sources, cfg, num_layers=dep.num_layers, architecture=dep.target_architecture,
                             version=dep.sglang_version, draft_path=str(run.draft))
         if lf.json_patch or not lf.feasible:
             layout_fix_text = lf.summary
             fix = FixSuggestion(lf.summary, lf.file, lf.json_patch)
-        if run.engine != "sglang":
-            from specparity.gate_engines import convention_findings
-
-            findings += convention_findings(eng, c, dep, cfg, fix_summary=layout_fix_text)
+        findings += convention_findings(eng, c, dep, cfg, fix_summary=layout_fix_text)
     facts = DeploymentFacts(
         sglang_version=dep.sglang_version if dep else None, architecture=dep.target_architecture if dep else None,
         fc_calls=0 if dep is not None and not dep.fc_applied and not run.failures else None,
@@ -420,8 +381,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     spec: dict[str, Any] | None = None
     if dep is not None:
         spec = {"requested": dep.requested_spec.to_dict(), "resolved": dep.resolved_spec.to_dict(),
-                "warnings": list(dep.spec_warnings),
-                **({"engine_label": "vLLM"} if run.engine == "vllm" else {})}
+                "warnings": list(dep.spec_warnings), "engine_label": get_engine(run.engine).label}
     return Verdict(
         contract_name=c.name, contract_hash=c.content_hash, level=level, status=status,  # type: ignore[arg-type]
         sglang_version=dep.sglang_version if dep else None,

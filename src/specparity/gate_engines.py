@@ -1,6 +1,6 @@
-"""The gate's steps that go through the engine interface (:mod:`specparity.serving.engine`), for any engine
-other than the SGLang path gate.py has always had: one engine start for capture and outcome, the real
-serving loop's acceptance, and the finding for a config whose ids mean other layers on this engine.
+"""What the gate asks of an engine through its interface (:mod:`specparity.serving.engine`): the contract's
+settings in the engine's spelling, the outcome request for the one engine run, and the finding for a draft
+config whose ids mean other layers on this engine than under the training tool's convention.
 
 Engine-agnostic like gate.py: it sees only :class:`~specparity.serving.engine.Engine`, typed serving
 results and canonical source names.
@@ -8,17 +8,13 @@ results and canonical source names.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.contract import Contract, ProbePack
-from specparity.errors import InputError
 from specparity.serving.engine import Engine
-from specparity.serving.results import CaptureResult, ResolvedDeployment
-from specparity.verdict import OutcomeSummary
+from specparity.serving.results import OutcomeRequest, ResolvedDeployment
 
 
 def engine_args_for(engine: Engine, contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
@@ -29,86 +25,21 @@ def engine_args_for(engine: Engine, contract: Contract, user: Mapping[str, objec
     return out
 
 
-def loop_summary(loop: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Per-position acceptance of the engine's own serving loop, with 95% Wilson intervals.
-
-    From vLLM's counters: ``spec_decode_num_accepted_tokens_per_pos[j] / spec_decode_num_drafts`` is the
-    rate at which draft position ``j`` was accepted (vLLM ``v1/spec_decode/metrics.py``); the acceptance
-    length is ``1 + accepted / drafts`` (the bonus token included). None when the engine reported no drafts.
-    """
-    from specparity.replay.acceptance import wilson_interval
-
-    counters = (loop or {}).get("counters") or {}
-    drafts = int(counters.get("spec_decode_num_drafts") or 0)
-    per_pos = [int(a) for a in counters.get("spec_decode_num_accepted_tokens_per_pos") or []]
-    if drafts <= 0 or not per_pos:
-        return None
-    accepted = int(counters.get("spec_decode_num_accepted_tokens") or sum(per_pos))
-    return {
-        "engine": (loop or {}).get("engine"), "drafts": drafts, "draft_tokens": counters.get("spec_decode_num_draft_tokens"),
-        "per_position": [a / drafts for a in per_pos],
-        "intervals": [list(wilson_interval(a, drafts)) for a in per_pos],
-        "acceptance_length": 1.0 + accepted / drafts,
-        "tensor_parallel_size": (loop or {}).get("tensor_parallel_size"),
-        "prompts": (loop or {}).get("loop_prompts"),  # "assistant_start": the probes' prompts; else after the probe
-    }
+def outcome_request(pack: ProbePack) -> OutcomeRequest:
+    """What the outcome level asks of the engine run: the recorded fc rows (for the engine's own drafter) and each
+    probe's prompt, the rows before its first ``loss_mask`` 1 (the assistant's first token), so a real serving
+    loop generates the answer the drafter was trained to predict (None for a probe without a loss mask)."""
+    return OutcomeRequest(recorded_fc=tuple(s.fc_input for s in pack.samples),
+                          prompt_lengths=tuple(_prompt_length(s.input_ids.numel(), s.loss_mask) for s in pack.samples))
 
 
-def engine_outcome(contract: Contract, pack: ProbePack, capture: CaptureResult, *, target: str | Path,
-                   draft: str | Path) -> tuple[OutcomeSummary | None, tuple[Finding, ...]]:
-    """Acceptance on recorded vs served fc inputs (training-side replay of what the engine fed fc) plus the
-    engine's own loop; an outcome that cannot rest on the engine's own figures is an error, never a pass."""
-    from specparity.replay.checkpoint import read_target_lm_head
-    from specparity.replay.diagnosis import expected_from_contract
-    from specparity.replay.drafter import Eagle3Drafter
-    from specparity.replay.outcome import DEFAULT_NUM_STEPS, outcome_from_capture
-
-    loop = loop_summary(capture.loop)
-    details = {"check": "outcome"}
-    if loop is None:
-        return None, (Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "the engine's serving loop reported no "
-                              "speculative drafts, so there is no real acceptance to judge", details=details),)
-    try:
-        drafter = Eagle3Drafter.load(draft, target_dir=target)
-        lm_head = read_target_lm_head(target)
-    except InputError as e:
-        return None, (Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, f"the training-side replay cannot run this "
-                              f"drafter, so wiring cannot be told from model quality: {e}", details=details),)
-    dep = capture.deployment
-    steps = contract.serving.num_steps or (dep.resolved_spec.num_steps if dep else None) or DEFAULT_NUM_STEPS
-    try:
-        report = outcome_from_capture(drafter=drafter, target_lm_head=lm_head, probes=pack, capture=capture,
-                                      sglang=None, num_steps=steps,
-                                      expected=expected_from_contract(contract.training_outcome))
-    except ValueError as e:
-        return None, (Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, f"the outcome level cannot replay these "
-                              f"inputs: {e}", details=details),)
-    return dataclasses.replace(report.summary, engine_loop=loop), tuple(report.findings)
-
-
-def _prompt_length(n: int, loss_mask: Any) -> int:
+def _prompt_length(n: int, loss_mask: Any) -> int | None:
+    """Rows before the first loss-mask 1; None without a mask (e.g. speculators' hs files carry none), where
+    the assistant's start is unknown and a loop on the whole probe would measure text the drafter never saw."""
     if loss_mask is None:
-        return n
+        return None
     hits = (loss_mask != 0).nonzero()
     return int(hits[0, 0]) if hits.numel() and int(hits[0, 0]) > 0 else n
-
-
-def run_engine(engine: Engine, contract: Contract, pack: ProbePack, target: str | Path, draft: str | Path,
-               args: Mapping[str, object], *, level: str, device: str, python: str | None, timeout_s: float,
-               progress: Callable[[int, int], None] | None
-               ) -> tuple[CaptureResult, OutcomeSummary | None, tuple[Finding, ...]]:
-    """One engine start: the capture, and at ``outcome``/``all`` the outcome from the same run.
-
-    The real loop runs on each probe's prompt (the rows before its first ``loss_mask`` 1, the assistant's
-    first token), so the target writes the answer the drafter was trained to predict."""
-    if level in ("outcome", "all") and engine.name == "vllm":
-        args = {**args, "loop_prompt_lengths": [_prompt_length(s.input_ids.numel(), s.loss_mask) for s in pack.samples]}
-    capture = engine.capture(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], args=args,
-                             device=device, timeout_s=timeout_s, python=python, progress=progress)
-    if level not in ("outcome", "all") or capture.fc is None:
-        return capture, None, ()
-    outcome, findings = engine_outcome(contract, pack, capture, target=target, draft=draft)
-    return capture, outcome, findings
 
 
 def convention_findings(engine: Engine, contract: Contract, dep: ResolvedDeployment, draft_config: Mapping[str, Any],

@@ -14,7 +14,7 @@ import pytest
 
 from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
-from specparity.serving.sglang.adapter import parse_version
+from specparity.serving.sglang.adapter import AdapterEntry, parse_version, select_adapter
 from specparity.verdict import Verdict
 
 pytestmark = pytest.mark.sglang
@@ -44,6 +44,10 @@ def _serves(ids: list[int]) -> bool:
 # (sglang 0.5.3 models/llama_eagle3.py:134-138); tests/serving/version_facts.py pins the same per adapter family.
 FC_WIDTH_FIXED_AT_3 = parse_version(SGLANG) < (0, 5, 12)
 NORM_BEFORE_FC_APPLIED = parse_version(SGLANG) >= (0, 5, 17)  # sglang 0.5.23 models/llama_eagle3.py:172-181
+# Family A (0.4.4.post2-0.4.8) is served at the static level only (family_a.py): every capture-level verdict is the
+# typed unsupported_version refusal, an environment error (exit 3), never a pass and never a layout claim
+_ENTRY = select_adapter(SGLANG)
+STATIC_ONLY = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "A"
 
 
 # scenario -> (status, finding kinds that must be among the errors)
@@ -77,6 +81,16 @@ CASES: dict[str, tuple[str, set[str]]] = {
     "self_inconsistent": ("fail", {"contract_self_inconsistent"}),
     "order": ("fail", {"order_mismatch"}),
 }
+if STATIC_ONLY:
+    CASES = {name: ("error", {"sglang_error"}) for name in CASES}
+
+
+def assert_capture_refused(v: Verdict) -> None:
+    """Family A at the capture level: SGLang's version refused for this level, exit 3, nothing served claimed."""
+    assert (v.status, v.exit_code) == ("error", 3), [f.to_dict() for f in v.findings]
+    assert any("static level only" in f.message and SGLANG in f.message for f in v.errors), [
+        f.to_dict() for f in v.errors]
+    assert v.served_layout is None and all(c.served is None for c in v.chunks)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -85,6 +99,9 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
     v = gate(catalog, name)
     assert v.status == status, (name, v.status, [f.to_dict() for f in v.findings])
     assert expected <= kinds(v), (name, sorted(kinds(v)))
+    if STATIC_ONLY:
+        assert_capture_refused(v)
+        return
     if status == "pass":
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"] and not v.errors
     else:
@@ -96,6 +113,11 @@ def test_scenario_gives_its_finding(catalog: dict[str, Any], name: str) -> None:
 
 def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, Any]) -> None:
     for name in ("embedding_plus_layers", "ids_plus_one", "no_eagle_config"):
+        if STATIC_ONLY:  # family A never reads the ids: no id fix can help there (draft_ids_ignored says so)
+            v = gate(catalog, name, level="static")
+            assert "draft_ids_ignored" in kinds(v) or name == "no_eagle_config", (name, sorted(kinds(v)))
+            assert v.fix is None or "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" not in v.fix.summary, name
+            continue
         v = gate(catalog, name)  # also where this version crashes on the config: the fix is the same ids
         assert v.fix is not None and "eagle_aux_hidden_state_layer_ids = [1, 3, 5]" in v.fix.summary, name
 
@@ -111,8 +133,27 @@ def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
 
 def test_static_level_sees_the_layout_without_a_forward(catalog: dict[str, Any]) -> None:
     v = gate(catalog, "ids_plus_one", level="static")
+    if STATIC_ONLY:  # D1: the configured [2, 4, 6] is never read; SGLang's default [1, L//2-1, L-4] is served
+        assert v.served_layout == ["layer:1", "layer:3", "layer:4"] and v.exit_code == 1
+        assert {"draft_ids_ignored", "missing_source"} <= kinds(v), sorted(kinds(v))
+        return
     assert v.served_layout == ["layer:2", "layer:4", "layer:6"]
     assert "off_by_one" in kinds(v) and v.chunks[0].cosine is None
+
+
+def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
+    """The healthy bundle (trained on layer:1,3,5) at the static level: a pass where the ids are honoured;
+    on family A the defaults layer:1,3,4 are served whatever the config says, and the fc bias is random (D4)."""
+    v = gate(catalog, "healthy", level="static")
+    if not STATIC_ONLY:
+        assert (v.status, v.exit_code) == ("pass", 0), [f.to_dict() for f in v.errors]
+        assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
+        return
+    assert (v.status, v.exit_code) == ("fail", 1) and v.served_layout == ["layer:1", "layer:3", "layer:4"]
+    ignored = [f for f in v.errors if f.kind.value == "draft_ids_ignored"]
+    assert len(ignored) == 1 and "[1, 3, 4]" in ignored[0].message and SGLANG in ignored[0].message
+    assert any(f.kind.value == "config_mismatch" and "fc.bias" in f.message for f in v.errors), [
+        f.to_dict() for f in v.errors]
 
 
 def test_timeout_is_an_environment_error(catalog: dict[str, Any]) -> None:
@@ -125,6 +166,10 @@ def test_a_config_sglang_crashes_on_is_reported_as_that_crash(catalog: dict[str,
     SGLang's own message quoted, with the fix; no layout finding for a layout SGLang never served."""
     v = gate(catalog, "embedding_plus_layers")
     crash = sglang_capture_plan([-1, 1, 3], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash
+    if STATIC_ONLY:  # the ids are never read (D1): no crash, and the capture level is refused
+        assert crash is None
+        assert_capture_refused(v)
+        return
     if crash is None:
         assert v.served_layout == ["embedding", "layer:1", "layer:3"] and v.status == "fail"
         return
@@ -213,6 +258,9 @@ def test_a_wrong_target_exits_1_with_its_finding_and_a_full_html_report(catalog:
     from specparity.report import write_reports
 
     v = gate(catalog, name)
+    if STATIC_ONLY:
+        assert_capture_refused(v)
+        return
     assert (v.status, v.exit_code) == ("fail", 1) and kinds(v) == {kind}, [f.to_dict() for f in v.errors]
     if kind == "target_mismatch":
         assert "other weights" in v.errors[0].message

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_catalog import CASES, kinds
+from test_catalog import CASES, STATIC_ONLY, assert_capture_refused, kinds
 
 from specparity.gate import run_gate
 from specparity.verdict import Verdict
@@ -42,6 +42,9 @@ def gate_bf16(catalog_bf16: dict[str, Any], name: str, served: str, *, level: st
 @pytest.mark.parametrize("served", sorted(SERVED))
 def test_healthy_bf16_recording_passes_at_every_level(catalog_bf16: dict[str, Any], served: str) -> None:
     v = gate_bf16(catalog_bf16, "healthy", served, level="all")
+    if STATIC_ONLY:  # family A: the capture and outcome levels are refused, never passed
+        assert_capture_refused(v)
+        return
     assert v.status == "pass" and v.exit_code == 0, [f.to_dict() for f in v.findings]
     assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
     assert not [f for f in v.findings if f.severity.value == "warning"], [f.message for f in v.findings]
@@ -61,5 +64,8 @@ def test_every_miswiring_fails_with_its_kind_on_bf16_recordings(catalog_bf16: di
     assert v.status == status, (name, served, v.status, [f.to_dict() for f in v.findings])
     assert expected <= kinds(v), (name, served, sorted(kinds(v)))
     # the default catalog's verdict on this version: a miswiring exits 1; a scenario this version serves as
-    # trained (e.g. norm_before_fc where SGLang ignores the key, D5) passes here too
+    # trained (e.g. norm_before_fc where SGLang ignores the key, D5) passes here too; family A refuses (exit 3)
+    if STATIC_ONLY:
+        assert_capture_refused(v)
+        return
     assert v.exit_code == (0 if status == "pass" else 1), (name, served, v.exit_code)

@@ -1,7 +1,8 @@
 """Outcome level on real SGLang: drafter acceptance on recorded vs served fc inputs (issue 6).
 
-Three deployments of the bundled default (fixtures/default), one SGLang child each, shared by every
-test through module-scoped fixtures:
+Three deployments of the bundled default (fixtures/default), one SGLang child each (the engine adapter's
+capture with an outcome request: capture + SGLang's own drafter replay in the same run), consumed by
+specparity.replay.outcome.check_outcome, shared by every test through module-scoped fixtures:
 
 - ``healthy``: the bundle as trained (draft ids [1,3,5] -> layer:1, layer:3, layer:5);
 - ``kimi``: the Kimi-K2.5 miswiring, draft ids [-1,1,3] -> SGLang 0.5.23 serves embedding, layer:1, layer:3;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,9 @@ from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
 from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import diagnose
 from specparity.replay.drafter import Eagle3Drafter
-from specparity.replay.outcome import OutcomeRun, check_outcome
+from specparity.replay.outcome import OutcomeCheck, OutcomeReport, check_outcome
+from specparity.serving.engine import get_engine
+from specparity.serving.results import CaptureResult, DrafterReplay, OutcomeRequest, ServingFailure
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.usefixtures("sglang_required")]
 
@@ -75,6 +79,27 @@ def _variant(bundle: Path, root: Path, name: str) -> Path:
     return d
 
 
+@dataclass(frozen=True)
+class OutcomeRun:
+    """One engine run's evidence and what the outcome level made of it."""
+
+    capture: CaptureResult
+    check: OutcomeCheck
+
+    @property
+    def report(self) -> OutcomeReport | None:
+        return self.check.report
+
+    @property
+    def replay(self) -> DrafterReplay | None:
+        return self.capture.replay if isinstance(self.capture.replay, DrafterReplay) else None
+
+    @property
+    def failures(self) -> tuple[ServingFailure, ...]:
+        why = (self.capture.replay,) if isinstance(self.capture.replay, ServingFailure) else ()
+        return (*self.capture.failures, *(f for f in why if f not in self.capture.failures))
+
+
 @pytest.fixture(scope="module")
 def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, OutcomeRun]:
@@ -82,14 +107,21 @@ def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
     root = tmp_path_factory.mktemp("drafts")
     drafts = {"healthy": bundle / "draft", "kimi": _variant(bundle, root, "kimi"),
               "shuffled": _variant(bundle, root, "shuffled")}
+    engine = get_engine("sglang")
+    request = OutcomeRequest(recorded_fc=tuple(s.fc_input for s in pack.samples),
+                             prompt_lengths=tuple(s.num_tokens for s in pack.samples))
     out = {}
     for name, draft in drafts.items():
-        run = check_outcome(contract, pack, target=bundle / "target", draft=draft, num_steps=3, timeout_s=300)
+        capture = engine.capture(bundle / "target", draft, probes=[s.input_ids.tolist() for s in pack.samples],
+                                 args={}, device="cpu", timeout_s=300, python=None, progress=None, outcome=request)
+        run = OutcomeRun(capture, check_outcome(contract, pack, capture, target=bundle / "target", draft=draft,
+                                                engine=engine.label, num_steps=3))
         if name == "kimi" and KIMI_CRASH is not None:
             out[name] = run  # checked by test_kimi_miswiring_crashes_where_the_version_crashes
             continue
         assert not run.failures, f"{name}: {[str(f) for f in run.failures]}"
         assert run.report is not None and run.replay is not None
+        assert not [f for f in run.check.findings if f.kind is FindingKind.SGLANG_ERROR], name
         out[name] = run
     return out
 
@@ -114,7 +146,7 @@ def test_the_replay_hooks_fired_once_per_pass_and_substituted(runs: dict[str, Ou
         passes = run.replay.passes
         assert passes["served"] == {"fc_calls": 1, "substituted": 0, "model_calls": 1}, name
         assert passes["recorded"] == {"fc_calls": 1, "substituted": 1, "model_calls": 1}, name
-        assert run.report.recorded.rows > 200 and run.report.first_draft_source == "sglang"
+        assert run.report.recorded.rows > 200 and run.report.first_draft_source == "engine"
 
 
 def test_training_side_drafter_equals_sglangs_real_forward(
@@ -140,7 +172,7 @@ def test_training_side_drafter_equals_sglangs_real_forward(
                 diff = float((ours[:-1] - theirs[:-1]).abs().max())
                 worst = max(worst, diff)
                 assert diff <= LOGIT_ATOL, f"{name}/{side} sample {i}: max |d| {diff:.3g}"
-        assert run.report is not None and run.report.sglang_agreement == {"recorded": 1.0, "served": 1.0}
+        assert run.report is not None and run.report.engine_agreement == {"recorded": 1.0, "served": 1.0}
     print(f"max |training-side - SGLang| draft logits: {worst:.3g}")
 
 

@@ -8,8 +8,10 @@ unmarked tests check the registry, the matrix wiring and the pure helpers of the
 Facts pinned here (table: ``version_facts.FACTS``, shared with the other real-SGLang tests; domain.md §3.4,
 §5, §7 D9; sglang-cpu.md §9):
 - draft ids ``[1,3,5]``: the fc input equals HF ``layer:1,3,5`` on every version;
-- ``[-1,1,3]``: TypeError ``hs + None`` at models/llama.py:332 (0.4.10.post2) / :340 (0.5.3), reported as
-  ``sglang_exception``; 0.5.23 serves ``embedding, layer:1, layer:3``;
+- ``[-1,1,3]``: TypeError ``hs + None`` at models/llama.py:332 (0.4.10.post2) / :340 (0.5.3) / :388 (0.5.10) /
+  :409 (0.5.14) / :442 (0.5.20), reported as ``sglang_exception``; 0.5.23 serves ``embedding, layer:1, layer:3``;
+- family A (0.4.8): static level only; the configured ids are never read (the default ``layer:1,3,4`` with a
+  ``draft_ids_ignored`` finding), fc always has a bias (D4), and a capture is a typed ``unsupported_version``;
 - no ``eagle_config``: SGLang's default on every version, with the fallback reason;
 - steps=1, topk=1, num_draft_tokens=16 is served as 2 on every version;
 - the conventions module's rules equal this version's own ``set_eagle3_layers_to_capture``.
@@ -56,11 +58,6 @@ SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "specul
 
 
 # ================================================================================ no sglang needed
-# Matrix envs built and run (tox / scripts/matrix.sh) but not yet in .ci/run, each with the reason.
-NOT_YET_IN_CI = {
-    "sglang-0.5.14": "6 of 111 real-SGLang tests fail on 0.5.14 (explain on Qwen3.5 hybrid and a mis-sized draft: "
-                     "ServerArgs asserts 'extra_buffer needs CUDA'; norm tests written for 0.4.10/0.5.3/0.5.23)",
-}
 def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> None:
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(REPO / "tox.ini")
@@ -68,7 +65,7 @@ def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> 
     ci = (REPO / ".ci" / "run").read_text()
     for entry in REGISTRY:
         fam = next(f for f in FAMILIES if f.letter == entry.family)
-        assert bool(entry.tested_with) != bool(fam.untested_why), f"family {fam.letter}: an env, or why none"
+        assert entry.tested_with and not fam.untested_why, f"family {fam.letter}: no matrix env runs it"
         for env_name in entry.tested_with:
             env = ENVS[env_name]
             assert family_for(env.sglang).family is not None
@@ -77,10 +74,8 @@ def test_every_family_env_is_wired_with_facts_tox_matrix_and_a_pinned_list() -> 
             assert f"testenv:{env_name}" in tox, f"tox.ini has no [testenv:{env_name}]"
             assert env_name in tox["tox"]["env_list"], f"tox.ini env_list lacks {env_name}"
             assert env_name in matrix, f"scripts/matrix.sh does not know {env_name}"
-            # 0.5.23 runs inside `make test`; NOT_YET_IN_CI names the envs with known failures and why
-            assert env_name in ci or env_name == "sglang-0.5.23" or env_name in NOT_YET_IN_CI, (
-                f".ci/run does not run {env_name}")
-            assert (env_name in ci) != (env_name in NOT_YET_IN_CI) or env_name == "sglang-0.5.23"
+            # 0.5.23 (.venv) runs inside `make test`; every other family env runs in .ci/run
+            assert env_name in ci or env_name == "sglang-0.5.23", f".ci/run does not run {env_name}"
             assert (REPO / env.constraints).is_file() and (REPO / env.torch).is_file(), env
             pins = (REPO / env.constraints).read_text().splitlines()
             assert f"sglang=={env.sglang}" in pins, env
@@ -286,6 +281,23 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
     assert any(f.kind.value == "draft_ids_ignored" and f.severity.value == severity for f in v.findings)
 
 
+@pytest.mark.parametrize(("checkpoint_has_bias", "noted"), [(False, True), (True, False), (None, False)])
+def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
+        checkpoint_has_bias: bool | None, noted: bool) -> None:
+    """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
+    from specparity import gate
+    from specparity.serving.sglang.family_a import fc_bias_note
+
+    note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
+    assert (note is not None) == noted
+    if note is None:
+        return
+    assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
+    assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
+    [f] = gate._adapter_findings(_static_deployment(sglang_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    assert f.kind.value == "config_mismatch" and f.severity.value == "error"
+
+
 def test_family_a_reads_configured_ids_from_either_place() -> None:
     from specparity.serving.sglang.family_a import configured_ids
 
@@ -342,6 +354,110 @@ def test_worker_v2_glue_detects_keywords_id_holder_and_id_reader() -> None:
     assert read_ids(SimpleNamespace(eagle_config={**ec, "use_aux_hidden_state": False})) == (False, [1, 3, 5])
     assert read_ids(SimpleNamespace()) == (True, None)  # bare except: None.get raises
     assert read_ids(SimpleNamespace(eagle_config={"use_aux_hidden_state": True})) == (True, None)
+
+
+def test_family_d_publish_style_is_read_from_publishs_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.5.23 publish(sa, role=, ranks=); 0.5.20 publish(sa, *, role, hf_config=None); 0.5.14 has none."""
+    import types
+
+    from specparity.serving.sglang import family_e
+
+    def publish_0523(server_args: Any, *, role: str, ranks: Any) -> None: ...
+    def publish_0520(server_args: Any, *, role: str, hf_config: Any = None) -> None: ...
+
+    for publish, style in ((publish_0523, "ranks"), (publish_0520, "role"), (None, "global")):
+        module = types.ModuleType("sglang.srt.runtime_context")
+        if publish is not None:
+            module.publish = publish  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", module)
+        assert family_e.publish_style() == style
+    monkeypatch.setattr(family_e, "_has_module", lambda name: True)
+    assert not family_e.has_0523_layout()  # every module there, but publish takes no ranks: not 0.5.23's glue
+
+
+def test_family_d_parallel_state_only_where_the_worker_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from specparity.serving.sglang.family_e_run import parallel_state_kwargs
+
+    class Worker0514:
+        def __init__(self, server_args: Any, gpu_id: int, tp_rank: int, nccl_port: int) -> None: ...
+
+    class Worker0520:
+        def __init__(self, server_args: Any, gpu_id: int, ps: Any, nccl_port: int) -> None: ...
+
+    seen: list[dict[str, Any]] = []
+
+    class ParallelState:
+        @staticmethod
+        def trivial(**overrides: Any) -> str:
+            seen.append(overrides)
+            return "one-rank state"
+
+    module = types.ModuleType("sglang.srt.distributed.parallel_state_wrapper")
+    module.ParallelState = ParallelState  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.distributed.parallel_state_wrapper", module)
+    assert parallel_state_kwargs(Worker0514) == {}
+    assert parallel_state_kwargs(Worker0520) == {"ps": "one-rank state"}
+    assert seen == [{"dp_rank": None, "moe_dp_rank": None}]  # as 0.5.20 benchmark/one_batch.py:329-349
+
+
+@pytest.mark.parametrize("release", ["0.5.14", "0.5.20", "0.5.23"])
+def test_worker_v2_memory_pools_follow_the_schedulers_steps(monkeypatch: pytest.MonkeyPatch, release: str) -> None:
+    from specparity.serving.sglang import family_e_run
+
+    calls: list[str] = []
+    runner = SimpleNamespace(memory_pool_config="cfg")
+    if release == "0.5.20":
+        runner.account_preloaded_weights = lambda n: calls.append(f"account {n}")  # type: ignore[attr-defined]
+    tp = SimpleNamespace(model_runner=runner, preloaded_weights_bytes=5, get_memory_pool=lambda: ("pool", "alloc"),
+                         alloc_memory_pool=lambda **kw: calls.append(f"target pool {sorted(kw)}"))
+    spec = SimpleNamespace(preloaded_weights_bytes=2, alloc_memory_pool=lambda **kw: calls.append(
+        f"draft pool {kw['memory_pool_config']} {kw['req_to_token_pool']} {kw['token_to_kv_pool_allocator']}"))
+    if release == "0.5.20":
+        spec.init_hicache_draft_plan = lambda: calls.append("hicache plan")  # type: ignore[attr-defined]
+    if release == "0.5.23":
+        spec.draft_parallel_layout = "layout"  # type: ignore[attr-defined]
+    monkeypatch.setattr(family_e_run, "_retraction_backup", lambda: (
+        (lambda tp_worker: calls.append("retraction")) if release == "0.5.20" else None))
+    family_e_run.alloc_memory_pools(tp, spec)
+    expected = {
+        "0.5.14": ["target pool []", "draft pool cfg pool alloc"],
+        "0.5.20": ["account 7", "target pool []", "retraction", "draft pool cfg pool alloc", "hicache plan"],
+        "0.5.23": ["target pool ['draft_parallel_layout']", "draft pool cfg pool alloc"],
+    }
+    assert calls == expected[release]
+
+
+@pytest.mark.parametrize(("release", "crashes"), [("0.5.20", True), ("0.5.21", True), ("0.5.22", False),
+                                                  ("0.5.23", False)])
+def test_family_d_static_level_reports_boundary_0_as_the_crash_it_is(release: str, crashes: bool) -> None:
+    """0.5.20 has 0.5.23's module layout but no layer_boundary: [-1,1,3] crashes llama (D9), never 'embedding'."""
+    from specparity.serving.sglang.family_e import boundary0_crash
+
+    dep = _static_deployment(sglang_version=release, draft_config_ids=(-1, 1, 3), layers_to_capture=(0, 2, 4),
+                             served_sources=(EMBEDDING, layer(1), layer(3)))
+    failure = boundary0_crash(dep)
+    assert (failure is not None) == crashes
+    if failure is not None:
+        assert failure.kind == SGLANG_EXCEPTION and TYPE_ERROR_HS_NONE in failure.message and release in failure.message
+    assert boundary0_crash(_static_deployment(sglang_version=release)) is None  # (2, 4, 6): nothing to predict
+
+
+def test_family_d_atlas_reads_the_embedding_by_a_tap_where_boundary_0_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specparity.serving.sglang import family_e, family_e_run
+    from specparity.serving.sglang import v0_5_23_run as run_0523
+
+    monkeypatch.setattr(family_e, "has_0523_layout", lambda: True)
+    for capturable in (True, False):
+        monkeypatch.setattr(family_e, "embedding_capturable", lambda c=capturable: c)
+        adapter = family_e.FamilyEAdapter(sglang_version="0.5.20", name="sglang-family-D")
+        if capturable:  # 0.5.22+: 0.5.23's glue unchanged
+            assert adapter.run is run_0523
+        else:
+            atlas = adapter.run.layer_atlas
+            assert atlas.func is family_e_run.layer_atlas and atlas.keywords == {"embedding_capturable": False}
+            assert adapter.run.start_workers is run_0523.start_workers
 
 
 _JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=4),
@@ -427,12 +543,36 @@ def _max_err(fc: torch.Tensor, hs: tuple[torch.Tensor, ...], hf_indices: list[in
     return float((fc - torch.cat([hs[i] for i in hf_indices], dim=-1)).abs().max())
 
 
+def _capture_refused(r: Any) -> None:
+    """Family A (static level only): a capture is a typed unsupported_version failure, never a pass."""
+    assert r.fc is None and r.atlas is None and r.failure_kinds() == (UNSUPPORTED_VERSION,), r.failures
+    assert "static level only" in r.failures[0].message and SGLANG_VERSION in r.failures[0].message
+
+
+def _ids_ignored(dep: Any, *, severity: str) -> None:
+    """Family A's static resolve: SGLang's default boundaries whatever the config says, and the finding."""
+    assert dep.draft_config_ids is None and dep.layers_to_capture == _plan(None).layers_to_capture == (2, 4, 5)
+    assert dep.served_sources == (layer(1), layer(3), layer(4))
+    [note] = [n for n in dep.adapter_notes if n[0] == "draft_ids_ignored"]
+    assert note[1] == severity and "[1, 3, 4]" in note[2] and "model_runner.py:307" in note[3], note
+
+
 @pytest.mark.sglang
 def test_ids_1_3_5_fc_input_equals_hf_on_every_version(
         facts: tuple[AdapterEntry, VersionFacts], serving_cache: Any, models: dict[str, Path],
         hf_hidden_states: list[tuple[torch.Tensor, ...]]) -> None:
     entry, pinned = facts
     r = _capture(serving_cache, models, "ids_1_3_5")
+    if not pinned.capture_supported:
+        _capture_refused(r)
+        resolved = _resolve(serving_cache, models, "ids_1_3_5")
+        assert not isinstance(resolved, ServingFailure), resolved
+        assert resolved.adapter == entry.name and resolved.sglang_version == SGLANG_VERSION
+        _ids_ignored(resolved, severity="error")  # trained on layer:1,3,5; served layer:1,3,4
+        # D4: fc always has a bias here, and the bundled checkpoint has none (it stays random)
+        assert resolved.fc_bias and any(n[0] == "config_mismatch" and "fc.bias" in n[2]
+                                        for n in resolved.adapter_notes), resolved.adapter_notes
+        return
     assert r.failures == (), r.failures
     assert r.deployment.adapter == entry.name and r.deployment.sglang_version == SGLANG_VERSION
     assert r.fc is not None and r.fc.hook_calls == 1
@@ -451,6 +591,9 @@ def test_atlas_embedding_layers_and_final_norm_equal_hf(
         facts: tuple[AdapterEntry, VersionFacts], serving_cache: Any, models: dict[str, Path],
         hf_hidden_states: list[tuple[torch.Tensor, ...]]) -> None:
     r = _capture(serving_cache, models, "ids_1_3_5")
+    if not facts[1].capture_supported:
+        _capture_refused(r)
+        return
     assert r.atlas is not None and r.atlas.num_layers == NUM_LAYERS
     assert r.atlas.sources() == (EMBEDDING, *(layer(i) for i in range(NUM_LAYERS - 1)), "final_norm")
     for sample, hs in zip(r.atlas.per_sample, hf_hidden_states, strict=True):
@@ -465,6 +608,13 @@ def test_minus_one_crashes_old_llama_and_serves_embedding_from_0_5_22(
     _, pinned = facts
     plan = _plan([-1, 1, 3])
     r = _capture(serving_cache, models, "ids_m1_1_3")
+    if not pinned.capture_supported:  # family A never reads the ids: the default, no crash
+        _capture_refused(r)
+        assert plan.crash is None
+        resolved = _resolve(serving_cache, models, "ids_m1_1_3")
+        assert not isinstance(resolved, ServingFailure), resolved
+        _ids_ignored(resolved, severity="error")
+        return
     assert r.deployment is not None and r.deployment.layers_to_capture == plan.layers_to_capture == (0, 2, 4)
     if pinned.minus_one_crash_at is not None:
         assert plan.crash == TYPE_ERROR_HS_NONE
@@ -489,6 +639,12 @@ def test_no_eagle_config_serves_sglang_default_on_every_version(
         hf_hidden_states: list[tuple[torch.Tensor, ...]]) -> None:
     plan = _plan(None)
     r = _capture(serving_cache, models, "no_eagle_config")
+    if not facts[1].capture_supported:
+        _capture_refused(r)
+        resolved = _resolve(serving_cache, models, "no_eagle_config")
+        assert not isinstance(resolved, ServingFailure), resolved
+        _ids_ignored(resolved, severity="warning")  # no ids asked: the defaults are what the config implies
+        return
     assert r.failures == (), r.failures
     dep = r.deployment
     assert dep.draft_config_ids is None and "no eagle_config" in (dep.ids_fallback_reason or "")
@@ -507,7 +663,10 @@ def test_num_draft_tokens_16_is_served_as_steps_plus_one(
     assert (r.resolved_spec.num_steps, r.resolved_spec.eagle_topk, r.resolved_spec.num_draft_tokens) == (1, 1, 2)
     assert any("speculative_num_draft_tokens is adjusted" in w for w in r.spec_warnings), r.spec_warnings
     assert r.server_args["speculative_num_draft_tokens"] == 2
-    assert r.served_sources == (layer(1), layer(3), layer(5))
+    if facts[1].capture_supported:
+        assert r.served_sources == (layer(1), layer(3), layer(5))
+    else:
+        _ids_ignored(r, severity="error")
 
 
 @pytest.mark.sglang
@@ -521,6 +680,9 @@ def test_one_aux_state_checkpoint_loads_only_where_fc_width_follows_the_config(
         assert f"Linear(3*{H}, {H})" in resolved.message
         d = models["one_aux_fc_skipped"]
         r = serving_cache.capture(d / "target", d / "draft", probes=PROBES, atlas=False, timeout_s=300)
+        if not pinned.capture_supported:
+            _capture_refused(r)
+            return
         assert r.fc is None and r.failure_kinds() == (SGLANG_EXCEPTION,), r.failures
         assert "during start-up: AssertionError: Attempted to load weight" in r.failures[0].message
         assert " at sglang/srt/model_loader/weight_utils.py:" in r.failures[0].message
@@ -531,7 +693,7 @@ def test_one_aux_state_checkpoint_loads_only_where_fc_width_follows_the_config(
 
 # ------------------------------------------------------------------ conventions vs this version's setters
 _SETTER_CHILD = textwrap.dedent("""
-    import importlib, json, os, sys, types
+    import importlib, inspect, json, os, sys, types
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     from importlib import metadata
     from specparity.serving.sglang import legacy_shims
@@ -558,7 +720,9 @@ _SETTER_CHILD = textwrap.dedent("""
                 config=types.SimpleNamespace(num_hidden_layers=layers),
                 model=types.SimpleNamespace(layers_to_capture="unset", layers=[types.SimpleNamespace()] * layers),
                 capture_aux_hidden_states=False)
-            cls.set_eagle3_layers_to_capture(fake, ids)
+            # family A's setters take no ids at all (0.4.8 models/llama.py:700): called as its ModelRunner does
+            takes_ids = len(inspect.signature(cls.set_eagle3_layers_to_capture).parameters) > 1
+            cls.set_eagle3_layers_to_capture(fake, *([ids] if takes_ids else []))
             rows.append([fake.capture_aux_hidden_states, list(fake.model.layers_to_capture)])
         out[f"{arch}/{layers}"] = rows
     print(json.dumps(out))

@@ -25,14 +25,23 @@ class VersionFacts:
     minus_one_crash_at: str | None  # innermost sglang file:line of the [-1,1,3] TypeError; None = serves
     kernel_stub_calls: frozenset[str]  # sgl_kernel stand-in ops the capture may call (CPU)
     fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
+    # the capture level runs (False: family A, static level only; a capture is an unsupported_version failure)
+    capture_supported: bool = True
 
 
 # Keyed by matrix env (families.ENVS): an env without a row here fails test_every_family_env_is_wired.
 FACTS: dict[str, VersionFacts] = {
+    # family A ignores the configured ids (0.4.8 models/llama.py:700-706 takes none), so [-1,1,3] never reaches
+    # the layer loop; only the static level is offered
+    "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False),
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
+    # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
+    "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True),
     # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
     "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
+    # 0.5.20 dispatches the warm-up to sgl_kernel's CPU op itself (mem_cache/memory_pool.py:46, :2114)
+    "sglang-0.5.20": VersionFacts("sglang/srt/models/llama.py:442", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
     "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 

@@ -1,8 +1,9 @@
 """fixtures/bf16: the default bundle's probes recorded in bf16, in SpecForge's exact offline format.
 
 SpecForge 0.2.0 (constraints/dev.txt) reads the committed files back with its own reader and
-normaliser; regenerating the records gives the same bytes; the contract says bf16 and its probe pack
-holds the recording losslessly.
+normaliser; regenerating the records gives the same files (token ids and layout exactly, the bf16 states up to
+float rounding: an HF forward's last bits depend on the CPU's kernels, fixtures/README.md); the contract says
+bf16 and its probe pack holds the recording losslessly.
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ def test_same_rows_as_the_default_bundle() -> None:
         assert 0 < float(rel) < 16 * 2.0**-8
 
 
-def test_regenerating_the_records_gives_the_same_bytes(tmp_path: Path) -> None:
+def test_regenerating_the_records_gives_the_same_records(tmp_path: Path) -> None:
+    """Exact where no float math is involved (file names, keys, order, shapes, dtypes, token ids, loss masks);
+    the bf16 states within 16 bf16 unit roundoffs (u = 2^-8) per token: the committed bytes were written on
+    another CPU, and bf16 rounding flips cascade with depth (measured against the committed files on a 2-core
+    AVX2 machine: layer:1 1.3u, layer:3 2.7u, layer:5 4.4u, final_norm 4.5u), while adjacent layers differ by
+    far more (issue 11 item 1)."""
     sys.path.insert(0, str(ROOT / "fixtures"))
     try:
         import make_bf16
@@ -58,8 +64,17 @@ def test_regenerating_the_records_gives_the_same_bytes(tmp_path: Path) -> None:
         sys.path.remove(str(ROOT / "fixtures"))
     written = make_bf16.build(tmp_path)
     assert [p.relative_to(tmp_path) for p in written] == [p.relative_to(SET) for p in FILES]
-    for new, old in zip(written, FILES, strict=True):
-        assert new.read_bytes() == old.read_bytes(), new.name
+    for new_path, old_path in zip(written, FILES, strict=True):
+        new, old = torch.load(new_path, weights_only=True), torch.load(old_path, weights_only=True)
+        assert list(new) == list(old), new_path.name
+        for key in old:
+            a, b = new[key], old[key]
+            assert (a.dtype, a.shape) == (b.dtype, b.shape), (new_path.name, key)
+            if not a.is_floating_point():
+                assert torch.equal(a, b), (new_path.name, key)
+                continue
+            rel = (a.float() - b.float()).norm(dim=-1) / b.float().norm(dim=-1).clamp_min(1e-30)
+            assert float(rel.max()) <= 16 * 2.0**-8, (new_path.name, key, float(rel.max()))
 
 
 def test_the_contract_is_bf16_and_its_probes_are_the_recording_bit_for_bit() -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from specparity import gate
-from specparity.contract import load_contract
+from specparity.contract import load_contract, read_contract_probes
 from specparity.errors import InputError
 from specparity.serving import ResolvedDeployment
+from specparity.serving.engine import get_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "contracts" / "tiny-llama-eagle3.json"
@@ -69,32 +71,93 @@ def test_outcome_level_without_figures_is_never_a_pass() -> None:
     assert v.status != "pass" and any("no acceptance figures" in f.message for f in v.errors)
 
 
+class _RecordingEngine:
+    """An engine adapter whose one run returns canned evidence, recording how the gate called it."""
+
+    name, label = "sglang", "SGLang"
+
+    def __init__(self, make: Any) -> None:
+        self.make, self.calls = make, []
+
+    def spec_args(self, *values: int | None) -> dict[str, object]:
+        return get_engine("sglang").spec_args(*values)
+
+    def capture(self, target: Any, draft: Any, **kw: Any) -> Any:
+        self.calls.append(kw)
+        return self.make(kw)
+
+    def layout_fix(self, *a: Any, **kw: Any) -> Any:
+        return get_engine("sglang").layout_fix(*a, **kw)
+
+    def reading(self, *a: Any, **kw: Any) -> None:
+        return None
+
+
+def _fed_back(kw: dict[str, Any], *, replay: Any) -> Any:
+    """What a healthy engine would serve: the recorded rows themselves (and an atlas holding exactly those
+    layers and the recorded final norm), plus the given drafter replay."""
+    from specparity.serving.results import CaptureResult, FcCapture, LayerAtlas
+
+    pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+    rows = [s.fc_input for s in pack.samples]
+    atlas = [{**dict(zip(("layer:1", "layer:3", "layer:5"), r.chunk(3, dim=-1), strict=True)),
+              "final_norm": s.final_norm} for r, s in zip(rows, pack.samples, strict=True)]
+    fc = FcCapture(per_sample=rows, dtype="float32", sglang_version="0.5.23", hook_calls=1,
+                   aux_states_captured=3, aux_states_expected=3, kernel_stub_calls=())
+    return CaptureResult(deployment=_deployment(), fc=fc, atlas=LayerAtlas(atlas, num_layers=8), failures=(),
+                         replay=replay)
+
+
+def test_one_engine_run_serves_capture_and_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine adapter is started once per gate run; only the outcome levels ask it for outcome evidence."""
+    eng = _RecordingEngine(lambda kw: _fed_back(kw, replay=None))
+    monkeypatch.setattr(gate, "get_engine", lambda name: eng)
+    pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+    for level, asks in (("capture", False), ("outcome", True), ("all", True)):
+        eng.calls.clear()
+        gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level=level)
+        [kw] = eng.calls
+        assert (kw["outcome"] is not None) == asks, level
+        if asks:
+            assert len(kw["outcome"].recorded_fc) == len(pack.samples)
+            assert all(r.shape == s.fc_input.shape for r, s in zip(kw["outcome"].recorded_fc, pack.samples, strict=True))
+
+
 def test_outcome_cannot_pass_on_the_training_side_replay_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 11 item 8: when SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
-    import torch
-
-    import specparity.replay.outcome as outcome_mod
     from specparity.compare.findings import FindingKind, Severity
-    from specparity.replay.acceptance import AcceptanceResult
-    from specparity.replay.diagnosis import diagnose
-    from specparity.serving.results import CaptureResult, FcCapture, ServingFailure
+    from specparity.serving.results import ServingFailure
 
-    fc = FcCapture(per_sample=[torch.zeros(4, 192)], dtype="float32", sglang_version="0.5.23", hook_calls=1,
-                   aux_states_captured=3, aux_states_expected=3, kernel_stub_calls=())
-    capture = CaptureResult(deployment=_deployment(), fc=fc, atlas=None, failures=())
-    good = AcceptanceResult(1, (300,), (255,))
-    summary, findings = diagnose(good, good)
-    assert summary.diagnosis == "healthy" and findings == []
-    report = outcome_mod.OutcomeReport(summary=summary, findings=findings, recorded=good, served=good, num_steps=1,
-                                       first_draft_source="training_side", sglang_agreement=None)
     replay_failed = ServingFailure("sglang_exception", "the drafter replay raised RuntimeError at sglang/x.py:1")
-    monkeypatch.setattr(outcome_mod, "check_outcome", lambda *a, **k: outcome_mod.OutcomeRun(
-        capture=capture, report=report, failures=(replay_failed,)))
-    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
-    gate._capture(run, None, BUNDLE / "target", BUNDLE / "draft", {}, level="outcome",  # type: ignore[arg-type]
-                  device="cpu", python=None, timeout_s=1, progress=None)
-    assert run.outcome is summary
-    [f] = run.outcome_findings
+    eng = _RecordingEngine(lambda kw: _fed_back(kw, replay=replay_failed))
+    monkeypatch.setattr(gate, "get_engine", lambda name: eng)
+    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="outcome")
+    assert v.outcome is not None and v.outcome.diagnosis == "healthy"  # the training side alone looks fine
+    [f] = [f for f in v.findings if f.details.get("check") == "outcome"]
     assert (f.kind, f.severity) == (FindingKind.SGLANG_ERROR, Severity.ERROR)
     assert "training-side replay alone" in f.message and "sglang/x.py:1" in f.message
-    assert gate._verdict(run, level="outcome", timings={}).status != "pass"
+    assert v.status != "pass" and gate.check_failures(v, "outcome") is not None
+    assert gate.check_failures(v, "capture") is None  # the wiring itself is fine: only the outcome fails
+
+
+def test_healthy_evidence_with_the_engines_own_replay_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counterpart: the same evidence with the engine's own first drafts passes (so the test above fails
+    for the missing replay alone)."""
+    from specparity.serving.results import DrafterReplay
+
+    def with_replay(kw: dict[str, Any]) -> Any:
+        from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
+        from specparity.replay.checkpoint import read_target_lm_head
+        from specparity.replay.drafter import Eagle3Drafter
+
+        d = Eagle3Drafter.load(BUNDLE / "draft", target_dir=BUNDLE / "target")
+        head = read_target_lm_head(BUNDLE / "target")
+        pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+        logits = [d.extend(s.fc_input, draft_next_ids(s.input_ids, greedy_from_final_norm(s.final_norm, head))).logits
+                  for s in pack.samples if s.final_norm is not None]
+        return _fed_back(kw, replay=DrafterReplay(logits, [x.clone() for x in logits], d.hot_token_id, {}))
+
+    monkeypatch.setattr(gate, "get_engine", lambda name: _RecordingEngine(with_replay))
+    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="outcome")
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert v.outcome is not None and v.outcome.diagnosis == "healthy"

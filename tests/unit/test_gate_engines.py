@@ -11,9 +11,11 @@ from specparity import gate
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
 from specparity.errors import InputError
-from specparity.gate_engines import convention_findings, engine_args_for, loop_summary
-from specparity.serving import ResolvedDeployment, SpecSettings
+from specparity.gate_engines import convention_findings, engine_args_for, outcome_request
+from specparity.replay.outcome import loop_summary
+from specparity.serving import LoopAcceptance, ResolvedDeployment, SpecSettings
 from specparity.serving.engine import get_engine
+from specparity.serving.vllm import loop_acceptance
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "fixtures" / "vllm"
@@ -47,15 +49,40 @@ def test_contract_steps_become_num_speculative_tokens_for_vllm() -> None:
         "num_speculative_tokens": 5, "tensor_parallel_size": 2}
 
 
-def test_loop_summary_is_per_position_with_wilson_intervals() -> None:
-    s = loop_summary({"engine": "vllm", "counters": {"spec_decode_num_drafts": 50, "spec_decode_num_accepted_tokens": 30,
-                                                     "spec_decode_num_accepted_tokens_per_pos": [20, 8, 2]}})
+def test_vllm_counters_become_loop_acceptance_and_a_per_position_summary_with_wilson_intervals() -> None:
+    loop = {"engine": "vllm", "tensor_parallel_size": 2, "loop_prompts": "assistant_start",
+            "counters": {"spec_decode_num_drafts": 50, "spec_decode_num_accepted_tokens": 30,
+                         "spec_decode_num_draft_tokens": 150, "spec_decode_num_accepted_tokens_per_pos": [20, 8, 2]}}
+    acc = loop_acceptance(loop)
+    assert acc == LoopAcceptance(engine="vllm", drafts=50, accepted_per_position=(20, 8, 2), accepted=30,
+                                 draft_tokens=150, tensor_parallel_size=2, prompts="assistant_start")
+    s = loop_summary(acc)
     assert s is not None
     assert s["per_position"] == [0.4, 0.16, 0.04] and s["acceptance_length"] == pytest.approx(1.6)
+    assert s["prompts"] == "assistant_start" and s["tensor_parallel_size"] == 2 and s["drafts"] == 50
     for p, (lo, hi) in zip(s["per_position"], s["intervals"], strict=True):
         assert lo < p < hi
-    assert loop_summary({"counters": {"spec_decode_num_drafts": 0}}) is None
-    assert loop_summary(None) is None
+    # no drafts, or no loop at all: no figures (and so no pass on them)
+    assert loop_acceptance({"counters": {"spec_decode_num_drafts": 0}}) is None
+    assert loop_acceptance(None) is None and loop_summary(None) is None
+
+
+def test_outcome_request_carries_the_recorded_rows_and_each_probes_prompt() -> None:
+    import torch
+
+    from specparity.contract.probes import ProbePack, ProbeSample
+
+    def sample(mask: list[int] | None) -> ProbeSample:
+        n = 6
+        return ProbeSample(input_ids=torch.arange(n), fc_input=torch.zeros(n, 3),
+                           loss_mask=None if mask is None else torch.tensor(mask))
+
+    pack = ProbePack(samples=[sample([0, 0, 1, 1, 1, 0]), sample(None), sample([1] * 6), sample([0] * 6)],
+                     sources=["layer:1"], hidden_size=3)
+    req = outcome_request(pack)
+    # the assistant's first token; the whole probe where the mask starts at 0 or is all 0; unknown without a mask
+    assert req.prompt_lengths == (2, None, 6, 6)
+    assert all(r is s.fc_input for r, s in zip(req.recorded_fc, pack.samples, strict=True))
 
 
 def test_specforge_ids_on_vllm_are_an_engine_convention_mismatch() -> None:

@@ -113,23 +113,28 @@ def test_phase_names_for_any_progress(total: int, done: int) -> None:
 
 
 def test_the_gate_hands_its_progress_to_every_level_that_starts_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    import types
+    from pathlib import Path
 
     import specparity.gate as gate
-    import specparity.replay.outcome as outcome_mod
-    import specparity.serving as serving
+    from specparity.serving.engine import get_engine
 
     class Called(Exception):
         pass
 
-    def record(*_a: object, **kw: object) -> None:
-        raise Called(kw.get("progress"))
+    class Engine:
+        name, label = "sglang", "SGLang"
 
-    monkeypatch.setattr(outcome_mod, "check_outcome", record)
-    monkeypatch.setattr(serving, "capture_deployment", record)
+        def spec_args(self, *values: int | None) -> dict[str, object]:
+            return get_engine("sglang").spec_args(*values)
+
+        def capture(self, *_a: object, **kw: object) -> None:
+            raise Called(kw.get("progress"))
+
+    monkeypatch.setattr(gate, "get_engine", lambda name: Engine())
+    root = Path(__file__).resolve().parents[2]
     bar = Progress(3, "gate", stream=io.StringIO())
     for level in ("capture", "outcome", "all"):
         with pytest.raises(Called) as got:
-            gate._capture(types.SimpleNamespace(contract=None), types.SimpleNamespace(samples=[]),  # type: ignore[arg-type]
-                          "t", "d", {}, level=level, device="cpu", python=None, timeout_s=1, progress=bar)
+            gate.run_gate(root / "contracts" / "tiny-llama-eagle3.json", root / "fixtures" / "default" / "target",
+                          root / "fixtures" / "default" / "draft", level=level, progress=bar)
         assert got.value.args[0] is bar, level

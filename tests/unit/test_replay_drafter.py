@@ -184,3 +184,110 @@ def test_fc_width_must_match_config(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"fc\.weight"):
         Eagle3Drafter.load(draft, target_dir=target)
     json.loads((draft / "config.json").read_text())  # still a valid file
+
+
+# speculators format (`speculators_model_type: eagle3`): the same drafter, read as vLLM 0.32 serves it
+
+BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+
+
+def _speculators_dir(tmp_path: Path, *, seed: int = 0, top: dict[str, object] | None = None,
+                     layer: dict[str, object] | None = None, embed: torch.Tensor | None = None) -> tuple[Path, Path]:
+    """write_dirs' drafter re-written in speculators' layout: config schema and ``layers.0.*`` names."""
+    from safetensors.torch import load_file, save_file
+
+    draft, target, ref = write_dirs(tmp_path, seed=seed)
+    sg = json.loads((draft / "config.json").read_text())
+    tl = {k: sg[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                             "hidden_act", "rms_norm_eps", "rope_theta", "vocab_size")}
+    tl.update({"model_type": "llama", "num_hidden_layers": 1, "tie_word_embeddings": False, **(layer or {})})
+    cfg: dict[str, object] = {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+        "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"proposal_type": "greedy",
+                                                                              "speculative_tokens": 3}],
+                               "verifier": {"name_or_path": str(target)}},
+        "transformer_layer_config": tl, "draft_vocab_size": ref.shape.draft_vocab, "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": [2, 4, 6], **(top or {})}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    (draft / "config.json").write_text(json.dumps(cfg))
+    tensors = {k.replace("midlayer.", "layers.0."): v for k, v in load_file(str(draft / "model.safetensors")).items()}
+    if embed is not None:
+        tensors["embed_tokens.weight"] = embed
+    save_file(tensors, str(draft / "model.safetensors"))
+    return draft, target
+
+
+def test_speculators_format_loads_the_same_drafter(tmp_path: Path) -> None:
+    _, target, ref = write_dirs(tmp_path / "sg", seed=12)
+    sp_draft, _ = _speculators_dir(tmp_path / "sp", seed=12)
+    d = Eagle3Drafter.load(sp_draft, target_dir=target)
+    fc, ids = _inputs(d, seed=3)
+    torch.testing.assert_close(d.extend(fc, ids).logits, ref.extend(fc, ids).logits, rtol=0, atol=0)
+    assert torch.equal(d.draft_chain(fc, ids, num_steps=3), ref.draft_chain(fc, ids, num_steps=3))
+    assert d.hot_token_id is not None and ref.hot_token_id is not None
+    assert torch.equal(d.hot_token_id, ref.hot_token_id)
+
+
+def test_the_bundled_speculators_drafter_is_the_bundled_sglang_export() -> None:
+    """fixtures/vllm/speculators/draft is fixtures/vllm/draft in speculators' layout: one drafter, two formats."""
+    a = Eagle3Drafter.load(BUNDLE / "draft", target_dir=BUNDLE / "target")
+    b = Eagle3Drafter.load(BUNDLE / "speculators" / "draft", target_dir=BUNDLE / "target")
+    assert set(a.weights) == set(b.weights)
+    assert all(torch.equal(a.weights[k], b.weights[k]) for k in a.weights)
+    assert a.shape.fc_in_features == b.shape.fc_in_features == 192 and b.shape.head_dim == 32
+
+
+def test_speculators_own_embedding_is_the_drafters(tmp_path: Path) -> None:
+    """A speculators checkpoint carries embed_tokens (trained with it); vLLM keeps it when it differs from the
+    target's, so the replay uses it too."""
+    own = torch.randn(VOCAB, 16, generator=torch.Generator().manual_seed(4))
+    draft, target = _speculators_dir(tmp_path, seed=13, embed=own)
+    d = Eagle3Drafter.load(draft, target_dir=target)
+    assert torch.equal(d.weights["embed_tokens.weight"], own)
+
+
+def test_norm_before_residual_makes_the_normed_hidden_the_residual(tmp_path: Path) -> None:
+    from specparity.replay.drafter import _layer_in
+
+    draft, target = _speculators_dir(tmp_path, seed=14, top={"norm_before_residual": True})
+    d = Eagle3Drafter.load(draft, target_dir=target)
+    assert d.shape.norm_before_residual
+    fc, ids = _inputs(d, seed=5)
+    embeds = F.embedding(ids, d.weights["embed_tokens.weight"])
+    x, residual = _layer_in(d.weights, d.shape, hidden=fc, embeds=embeds)
+    fc_out = fc @ d.weights["fc.weight"].T
+    normed = rms_norm(fc_out, d.weights["midlayer.hidden_norm.weight"], d.shape.rms_eps)
+    torch.testing.assert_close(residual, normed, rtol=0, atol=0)
+    torch.testing.assert_close(x[..., 16:], normed, rtol=0, atol=0)
+    plain = Eagle3Drafter.load(_speculators_dir(tmp_path / "plain", seed=14)[0], target_dir=target)
+    assert not torch.allclose(plain.extend(fc, ids).logits, d.extend(fc, ids).logits)
+
+
+@pytest.mark.parametrize(("top", "layer", "field"), [
+    ({"speculators_model_type": "eagle"}, None, "speculators_model_type"),
+    ({"norm_before_fc": True}, None, "norm_before_fc"),
+    ({"fc_norm": True}, None, "fc_norm"),
+    ({"norm_before_residual": None}, None, "norm_before_residual"),
+    (None, {"model_type": "qwen3"}, "transformer_layer_config.model_type"),
+    (None, {"num_hidden_layers": 2}, "transformer_layer_config.num_hidden_layers"),
+    (None, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "transformer_layer_config.rope_scaling"),
+    (None, {"layer_types": ["sliding_attention"]}, "transformer_layer_config.layer_types"),
+    (None, {"attention_bias": True}, "transformer_layer_config.attention_bias"),
+])
+def test_speculators_features_it_does_not_implement_are_refused_by_key(
+        tmp_path: Path, top: dict[str, object] | None, layer: dict[str, object] | None, field: str) -> None:
+    draft, target = _speculators_dir(tmp_path, top=top, layer=layer)
+    with pytest.raises(UnsupportedDrafter) as info:
+        Eagle3Drafter.load(draft, target_dir=target)
+    assert info.value.field == field
+    assert "config.json" in str(info.value)
+
+
+def test_speculators_config_without_a_layer_config_is_bad_input(tmp_path: Path) -> None:
+    draft, target = _speculators_dir(tmp_path)
+    cfg = json.loads((draft / "config.json").read_text())
+    del cfg["transformer_layer_config"]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError) as info:
+        Eagle3Drafter.load(draft, target_dir=target)
+    assert info.value.field == "transformer_layer_config"

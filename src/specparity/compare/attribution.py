@@ -6,11 +6,12 @@ sources), and a layer atlas ``{canonical source: [T, H]}`` from the serving targ
 ``H``-wide slices in fc order (sglang 0.5.23 layers/aux_hidden_states.py:97-102 concatenates on the
 feature dim). Row ``t`` of every tensor belongs to token ``t`` (domain.md §1 "Alignment").
 
-One pass over the atlas: per block of tokens, all boundaries are stacked into a float32 buffer and
-one batched matmul gives every chunk-by-boundary dot product; per-token norms complete cosine and
-(Gram) per-token relative error ``||x_t - b_t|| / ||b_t||``, averaged over tokens. The pairs a chunk
-is *expected* to match also get their exact difference in the same pass, so a correct near-exact match
-is never judged on Gram round-off.
+One pass over the atlas (compare/scan.py) gives every chunk-by-boundary dot product and the per-token
+norms; they complete cosine and the (Gram) per-token relative error ``||x_t - b_t|| / ||b_t||``,
+averaged over tokens, which *ranks* the boundaries. The numbers that are reported and judged are exact,
+from the difference itself: the pairs a chunk is *expected* to match get it in the same pass, and every
+chunk's best and runner-up (and any boundary the Gram form cannot tell from them) in a second, small
+scan of just those boundaries; so a near-exact match is never judged on Gram round-off.
 
 Identity is scale-free (compare/tolerances.py): the best candidate is the boundary with the smallest
 mean relative error, and its *separation* (that error over the runner-up's) must be small.
@@ -26,6 +27,7 @@ from typing import Literal
 import torch
 
 from specparity.compare.evidence import ChunkEvidence, EvidenceAccumulator
+from specparity.compare.scan import Backend, Pairs, TokenStats, scan
 from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance, separation
 from specparity.errors import InputError
 from specparity.sources import is_source, order_key
@@ -154,117 +156,70 @@ def _boundary_names(atlas: Mapping[str, torch.Tensor]) -> list[str]:
     return sorted(atlas, key=order_key)
 
 
-def _accumulate_sample(
-    sums: _Sums,
-    chunks: list[torch.Tensor],
-    names: list[str],
-    atlas: Mapping[str, torch.Tensor],
-    valid: torch.Tensor,
-    *,
-    hidden: int,
-    pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    block_tokens: int,
-) -> None:
-    """Add one sample. ``chunks`` are ``[T, c_i*H]`` tensors (served, then recorded)."""
-    tokens = int(valid.shape[0])
-    if tokens == 0:
-        return
-    per = [c.shape[1] // hidden for c in chunks]
-    rows, cols = sum(per), len(names)
-    tb_max = min(block_tokens, tokens)
-    # everything runs where the atlas lives (CPU or an accelerator); only [T, rows, cols] results come back
-    dev = atlas[names[0]].device
-    chunks = [c.to(dev) for c in chunks]
-    buf = torch.empty(tb_max, cols, hidden, dtype=torch.float32, device=dev)
-    abuf = torch.empty(tb_max, rows, hidden, dtype=torch.float32, device=dev)
-    dots = torch.zeros(tokens, rows, cols, dtype=torch.float32, device=dev)
-    na = torch.zeros(tokens, rows, dtype=torch.float32, device=dev)
-    nb = torch.zeros(tokens, cols, dtype=torch.float32, device=dev)
-    pair_rows, pair_cols, pair_rtol = (p.to(dev) for p in pairs)
-    npairs = int(pair_rows.numel())
-    p_d = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
-    p_r = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
-    p_max = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
-    p_exc = torch.zeros(tokens, npairs, dtype=torch.float32, device=dev)
-    # work buffers are allocated once: fresh allocations per block cost more in page faults than the math
-    rbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32, device=dev)
-    dbuf = torch.empty(tb_max, npairs, hidden, dtype=torch.float32, device=dev)
-    rtol = pair_rtol[None, :, None]
-    for t0 in range(0, tokens, block_tokens):
-        t1 = min(t0 + block_tokens, tokens)
-        tb = t1 - t0
-        if not bool(valid[t0:t1].any()):
-            continue  # a block of pad positions only
-        b = buf[:tb]
-        a = abuf[:tb]
-        # the one read of every boundary's rows, cast to float32 while copying
-        torch.stack([atlas[n][t0:t1] for n in names], dim=1, out=b)
-        torch.cat([c[t0:t1].reshape(tb, k, hidden) for c, k in zip(chunks, per, strict=True)], dim=1, out=a)
-        torch.bmm(a, b.transpose(1, 2), out=dots[t0:t1])
-        torch.linalg.vector_norm(a, dim=-1, out=na[t0:t1])
-        torch.linalg.vector_norm(b, dim=-1, out=nb[t0:t1])
-        if npairs:
-            ref = rbuf[:tb]
-            d = dbuf[:tb]
-            torch.index_select(b, 1, pair_cols, out=ref)
-            torch.index_select(a, 1, pair_rows, out=d)
-            d.sub_(ref)
-            torch.linalg.vector_norm(d, dim=-1, out=p_d[t0:t1])
-            torch.linalg.vector_norm(ref, dim=-1, out=p_r[t0:t1])
-            d.abs_()
-            torch.amax(d, dim=-1, out=p_max[t0:t1])
-            ref.abs_().mul_(rtol)
-            torch.amax(d.sub_(ref), dim=-1, out=p_exc[t0:t1])
-    dots, na2, nb2, p_d2, p_r2 = (x.cpu() for x in (dots, na.square(), nb.square(), p_d.square(), p_r.square()))
-    p_max, p_exc = p_max.cpu(), p_exc.cpu()
-    # everything below is on [T, rows, cols]: small next to the atlas
-    fin_a = torch.isfinite(na2)
-    fin_b = torch.isfinite(nb2)
-    sums.atlas_nonfinite += (~fin_b & valid[:, None]).sum(0)
-    ok = torch.isfinite(dots) & fin_a[:, :, None] & fin_b[:, None, :] & valid[:, None, None]
-    w = ok.double()
-    dd = torch.where(ok, dots, 0.0).double()
-    a2 = torch.where(fin_a, na2, 0.0).double()[:, :, None]
-    b2 = torch.where(fin_b, nb2, 0.0).double()[:, None, :]
-    sums.cos += (dd / torch.sqrt(a2 * b2).clamp_min(1e-300) * w).sum(0)
-    sums.count += w.sum(0)
-    d2 = (a2 + b2 - 2.0 * dd).clamp_min(0.0)
-    sums.diff2 += (d2 * w).sum(0)
+def _accumulate(sums: _Sums, st: TokenStats, valid: torch.Tensor, pairs: Pairs) -> None:
+    """Add one sample's statistics (compare/scan.py): Gram sums as they are, exact pairs per token."""
+    g = st.gram
+    assert g is not None
+    sums.atlas_nonfinite += g.nonfinite
+    sums.cos += g.cos
+    sums.count += g.count
+    sums.diff2 += g.diff2
     # per-token relative error: each token judged at its own scale (residual streams grow with depth)
-    sums.rel += (torch.sqrt(d2) / torch.sqrt(b2).clamp_min(1e-300) * w).sum(0)
-    sums.ref2 += (b2 * w).sum(0)
-    if npairs:
-        # sums over rows where both sides are finite; the maxima keep NaN so such a pair never passes
-        v = (valid[:, None] & torch.isfinite(p_d2) & torch.isfinite(p_r2)).double()
-        sums.pair_diff2 += (torch.nan_to_num(p_d2.double(), nan=0.0, posinf=0.0) * v).sum(0)
-        sums.pair_ref2 += (torch.nan_to_num(p_r2.double(), nan=0.0, posinf=0.0) * v).sum(0)
-        tok = torch.sqrt(torch.nan_to_num(p_d2.double(), nan=0.0, posinf=0.0)) / torch.sqrt(
-            torch.nan_to_num(p_r2.double(), nan=0.0, posinf=0.0)).clamp_min(1e-300)
+    sums.rel += g.rel
+    sums.ref2 += g.ref2
+    fin_a = torch.isfinite(st.na2)
+    if len(pairs):
+        p_d2, p_r2 = st.pair_d2.double(), st.pair_b2.double()
+        # sums over rows where both sides are finite; the maxima of any other valid row are NaN, so
+        # such a pair never passes (a kernel's maximum is not trusted on a non-finite row)
+        fin = torch.isfinite(p_d2) & torch.isfinite(p_r2) & fin_a[:, list(pairs.rows)]
+        v = (valid[:, None] & fin).double()
+        sums.pair_diff2 += (torch.where(fin, p_d2, 0.0) * v).sum(0)
+        sums.pair_ref2 += (torch.where(fin, p_r2, 0.0) * v).sum(0)
+        tok = torch.sqrt(torch.where(fin, p_d2, 0.0)) / torch.sqrt(torch.where(fin, p_r2, 0.0)).clamp_min(1e-300)
         sums.pair_rel += (tok * v).sum(0)
         sums.pair_count += v.sum(0)
         vm = valid[:, None]
-        sums.pair_max = torch.maximum(sums.pair_max, torch.where(vm, p_max.double(), -math.inf).amax(0))
-        sums.pair_excess = torch.maximum(sums.pair_excess, torch.where(vm, p_exc.double(), -math.inf).amax(0))
+        peak = torch.where(fin, st.pair_max.double(), math.nan)
+        excess = torch.where(fin, st.pair_excess.double(), math.nan)
+        sums.pair_max = torch.maximum(sums.pair_max, torch.where(vm, peak, -math.inf).amax(0))
+        sums.pair_excess = torch.maximum(sums.pair_excess, torch.where(vm, excess, -math.inf).amax(0))
 
 
+# Below this Gram relative error a boundary is recomputed exactly: the Gram form's float32 round-off
+# (~1e-6 of ||a||^2 + ||b||^2 per token) is then no longer small next to ||a - b||^2.
 GRAM_FLOOR = 1e-2
+# A boundary whose Gram relative error is within this factor of the exact runner-up's is recomputed
+# exactly too, so the float32 round-off of the Gram form can never pick the wrong runner-up.
+GRAM_SLACK = 1.02
 
 
 def _exact_rel(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
-               atlas: Sequence[Mapping[str, torch.Tensor]], masks: Sequence[torch.Tensor | None] | None, *,
-               row: int, name: str, k_s: int, hidden: int) -> float:
-    """Mean per-token relative error of chunk ``row`` (served rows first) against boundary ``name``, exactly."""
-    total, count = 0.0, 0.0
+               atlas: Sequence[Mapping[str, torch.Tensor]], valids: Sequence[torch.Tensor],
+               wanted: Sequence[tuple[int, int]], names: Sequence[str], *, hidden: int,
+               backend: Backend) -> dict[tuple[int, int], float]:
+    """Mean per-token relative error of each (chunk row, boundary column) in ``wanted``, from the difference
+    itself (one scan of just those boundaries per sample)."""
+    used = sorted({j for _, j in wanted})
+    local = {j: i for i, j in enumerate(used)}
+    pairs = Pairs(rows=tuple(r for r, _ in wanted), cols=tuple(local[j] for _, j in wanted),
+                  rtol=tuple(0.0 for _ in wanted), full=tuple(False for _ in wanted))
+    total = torch.zeros(len(wanted), dtype=torch.float64)
+    count = torch.zeros(len(wanted), dtype=torch.float64)
+    ref2 = torch.zeros(len(wanted), dtype=torch.float64)
     for i in range(len(served)):
-        src, c = (served[i], row) if row < k_s else (recorded[i], row - k_s)
-        a = src[:, c * hidden:(c + 1) * hidden].float()
-        b = atlas[i][name].to(a.device).float()
-        tok = torch.linalg.vector_norm(a - b, dim=-1).double() / torch.linalg.vector_norm(b, dim=-1).double().clamp_min(1e-300)
-        m = masks[i] if masks is not None else None
-        ok = torch.isfinite(tok) & (m.to(torch.bool).to(tok.device) if m is not None else True)
-        total += float(tok[ok].sum())
-        count += float(ok.sum())
-    return total / count if count else math.inf
+        if not int(valids[i].shape[0]):
+            continue
+        st = scan(served[i], recorded[i], [atlas[i][names[j]] for j in used], valids[i], hidden=hidden, pairs=pairs,
+                  evidence_rtol=(), gram=False, backend=backend)
+        d2, b2 = st.pair_d2.double(), st.pair_b2.double()
+        ok = torch.isfinite(d2) & torch.isfinite(b2) & torch.isfinite(st.na2[:, list(pairs.rows)]) & valids[i][:, None]
+        tok = torch.sqrt(torch.where(ok, d2, 0.0)) / torch.sqrt(torch.where(ok, b2, 0.0)).clamp_min(1e-300)
+        total += (tok * ok).sum(0)
+        count += ok.sum(0)
+        ref2 += torch.where(ok, b2, 0.0).sum(0)
+    # like the Gram form: a boundary with no valid token or no energy matches nothing
+    return {w: (float(total[p] / count[p]) if count[p] and ref2[p] > 0 else math.inf) for p, w in enumerate(wanted)}
 
 
 def _rank(rel_row: torch.Tensor) -> tuple[int, int | None]:
@@ -288,6 +243,7 @@ def attribute(
     block_tokens: int = 8,
     recorded_tolerance: Tolerance | None = None,
     recorded_overrides: Mapping[int | str, Tolerance] | None = None,
+    backend: Backend = "auto",
 ) -> AttributionTable:
     """Attribute every served and recorded chunk of every sample to an atlas boundary.
 
@@ -343,14 +299,17 @@ def attribute(
             if c < k_s:
                 pair_list.append((c, col[expected[c]], tols[c].rtol))
             pair_list.append((k_s + c, col[expected[c]], tols[c].rtol))
-    pairs = (
-        torch.tensor([p[0] for p in pair_list], dtype=torch.long),
-        torch.tensor([p[1] for p in pair_list], dtype=torch.long),
-        torch.tensor([p[2] for p in pair_list], dtype=torch.float32),
-    )
+    n_expected = len(pair_list)
+    # and, in the same pass, the two boundaries next to each expected source: for a correct chunk they are
+    # the runner-up candidates (a residual stream changes gradually with depth), so as a rule the exact
+    # best and runner-up need no second scan (measured: a second scan costs ~10% of the first)
+    for row, j, rtol in pair_list[:n_expected]:
+        pair_list.extend((row, n, rtol) for n in (j - 1, j + 1) if 0 <= n < len(names))
+    pairs = Pairs(rows=tuple(p[0] for p in pair_list), cols=tuple(p[1] for p in pair_list),
+                  rtol=tuple(p[2] for p in pair_list), full=tuple(p < n_expected for p in range(len(pair_list))))
     sums = _Sums(k_s + k_r, len(names), len(pair_list))
     evidence = [EvidenceAccumulator(c, rtol=tols[c].rtol) for c in range(min(k_s, k_r))]
-    valid_tokens = 0
+    valids: list[torch.Tensor] = []
     for i in range(len(served)):
         tokens = int(served[i].shape[0])
         mask = masks[i] if masks is not None else None
@@ -359,15 +318,19 @@ def attribute(
         else:
             if mask.shape != (tokens,):
                 raise InputError(f"has shape {tuple(mask.shape)}, expected ({tokens},)", field=f"masks[{i}]")
-            valid = mask.to(torch.bool)
-        valid_tokens += int(valid.sum())
-        _accumulate_sample(sums, [served[i], recorded[i]], names, atlas[i], valid, hidden=hidden,
-                           pairs=pairs, block_tokens=max(1, block_tokens))
-        dev = served[i].device
-        for ev in evidence:
+            valid = mask.to(torch.bool).cpu()
+        valids.append(valid)
+        if tokens == 0:
+            continue
+        st = scan(served[i], recorded[i], [atlas[i][n] for n in names], valid, hidden=hidden, pairs=pairs,
+                  evidence_rtol=[ev.rtol for ev in evidence], gram=True, block_tokens=max(1, block_tokens),
+                  backend=backend)
+        _accumulate(sums, st, valid, pairs)
+        for ev, ev_stats in zip(evidence, st.evidence, strict=True):
             c = ev.index
-            ev.add(served[i][:, c * hidden:(c + 1) * hidden],
-                   recorded[i][:, c * hidden:(c + 1) * hidden].to(dev), valid.to(dev))
+            ev.add_stats(ev_stats, valid, served=served[i][:, c * hidden:(c + 1) * hidden],
+                         recorded=recorded[i][:, c * hidden:(c + 1) * hidden])
+    valid_tokens = sum(int(v.sum()) for v in valids)
     if valid_tokens == 0:
         raise InputError("no valid token to compare (every position is masked out or the capture is empty)",
                          field="masks")
@@ -376,19 +339,35 @@ def attribute(
     rel = sums.rel / sums.count.clamp_min(1.0)
     rel = torch.where((sums.count > 0) & (sums.ref2 > 0), rel, math.inf)
     exact_stats: dict[int, tuple[float, float]] = {}
+    exact: set[tuple[int, int]] = set()
     for p, (row, j, _) in enumerate(pair_list):
         ref2, npair = float(sums.pair_ref2[p]), float(sums.pair_count[p])
-        if ref2 > 0 and npair > 0:
-            rel[row, j] = float(sums.pair_rel[p]) / npair
-        peak = float(sums.pair_max[p])
-        exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
+        rel[row, j] = float(sums.pair_rel[p]) / npair if ref2 > 0 and npair > 0 else math.inf
+        exact.add((row, j))
+        if p < n_expected:
+            peak = float(sums.pair_max[p])
+            exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
     served_ev = [ev.result() for ev in evidence]
-    # the Gram form cannot resolve a relative error below ~sqrt(float32 eps); a boundary that close to a
-    # chunk (a near-duplicate of the expected one) gets its exact difference, so a tie is seen as a tie
-    exact_pairs = {(row, j) for row, j, _ in pair_list}
-    close = [(int(r), int(j)) for r, j in (rel < GRAM_FLOOR).nonzero().tolist() if (int(r), int(j)) not in exact_pairs]
-    for row, j in close:
-        rel[row, j] = _exact_rel(served, recorded, atlas, masks, row=row, name=names[j], k_s=k_s, hidden=hidden)
+    # The Gram form ranks; what is reported and judged is exact. Every boundary that could be a chunk's best
+    # or runner-up gets its exact difference: the current best two, any the Gram form cannot resolve
+    # (below GRAM_FLOOR: a near-duplicate of the expected one, so a tie is seen as a tie) and any within
+    # GRAM_SLACK of the runner-up; until the best two of every chunk are exact (one round, as a rule).
+    for _ in range(len(names) + 1):
+        wanted: set[tuple[int, int]] = set()
+        for row in range(k_s + k_r):
+            best, second = _rank(rel[row])
+            limit = GRAM_FLOOR
+            if second is not None and math.isfinite(float(rel[row, second])):
+                limit = max(limit, float(rel[row, second]) * GRAM_SLACK)
+            near = {int(j) for j in (rel[row] <= limit).nonzero().flatten().tolist()}
+            wanted |= {(row, j) for j in near | {best} | ({second} if second is not None else set())
+                       if (row, j) not in exact}
+        if not wanted:
+            break
+        found = _exact_rel(served, recorded, atlas, valids, sorted(wanted), names, hidden=hidden, backend=backend)
+        for (row, j), value in found.items():
+            rel[row, j] = value
+        exact |= wanted
 
     def build(row: int, side: Side, c: int) -> ChunkAttribution:
         exp = expected[c] if c < k_r else None

@@ -67,6 +67,47 @@ class ChunkEvidence:
         }
 
 
+@dataclass(frozen=True)
+class TokenPairStats:
+    """Per-token statistics of served chunk rows against recorded ones (float32 ``[T]`` / ``[T, 3]``, CPU).
+
+    ``dots[t, 0]`` is served ``t`` . recorded ``t-1`` (t >= 1), ``dots[t, 1]`` served ``t`` . recorded ``t``,
+    ``dots[t, 2]`` served ``t`` . recorded ``t+1`` (t <= T-2); the rest come from the difference
+    ``d = served_t - recorded_t`` itself: ``||d||^2``, ``max |d|`` and ``max(0, max(|d| - rtol |recorded_t|))``.
+    Only valid tokens whose two norms are finite are read.
+    """
+
+    served_norm2: torch.Tensor
+    recorded_norm2: torch.Tensor
+    dots: torch.Tensor
+    diff_norm2: torch.Tensor
+    max_abs: torch.Tensor
+    max_excess: torch.Tensor
+
+
+def _rowdot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Row-wise dot products as a batched matmul: no ``[T, H]`` temporary (``(x * y).sum(-1)`` makes one)."""
+    return torch.bmm(x.unsqueeze(1), y.unsqueeze(2)).view(-1)
+
+
+def token_stats(served: torch.Tensor, recorded: torch.Tensor, *, rtol: float) -> TokenPairStats:
+    """:class:`TokenPairStats` of two ``[T, H]`` tensors with torch (any device; the results on CPU)."""
+    a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
+    b = recorded.to(torch.float32, copy=True)
+    dots = torch.zeros(a.shape[0], 3, dtype=torch.float32, device=a.device)
+    dots[1:, 0] = _rowdot(a[1:], b[:-1])
+    dots[:, 1] = _rowdot(a, b)
+    dots[:-1, 2] = _rowdot(a[:-1], b[1:])
+    na2, nb2 = _rowdot(a, a), _rowdot(b, b)
+    d = a.sub_(b)
+    d2 = _rowdot(d, d)
+    d.abs_()
+    peak = d.amax(-1) if d.shape[-1] else torch.zeros_like(d2)
+    excess = d.sub_(b.abs_().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
+    return TokenPairStats(served_norm2=na2.cpu(), recorded_norm2=nb2.cpu(), dots=dots.cpu(), diff_norm2=d2.cpu(),
+                          max_abs=peak.cpu(), max_excess=excess.cpu())
+
+
 class _Moments:
     """Running count / sum / sum of squares of a per-token statistic."""
 
@@ -113,44 +154,47 @@ class EvidenceAccumulator:
 
     def add(self, served: torch.Tensor, recorded: torch.Tensor, valid: torch.Tensor) -> None:
         """One sample: ``served`` and ``recorded`` are ``[T, H]`` (any float dtype), ``valid`` ``[T]`` bool."""
-        a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
-        b = recorded.float()
-        na2 = torch.linalg.vector_norm(a, dim=-1).square()
-        nb2 = torch.linalg.vector_norm(b, dim=-1).square()
+        self.add_stats(token_stats(served, recorded, rtol=self.rtol), valid, served=served, recorded=recorded)
+
+    def add_stats(self, stats: TokenPairStats, valid: torch.Tensor, *, served: torch.Tensor,
+                  recorded: torch.Tensor) -> None:
+        """One sample from its per-token statistics (:func:`token_stats`, or the attribution scan's).
+
+        ``served``/``recorded`` are read only to count non-finite elements, when a valid token has one.
+        """
+        valid = valid.to(torch.bool).cpu()
+        na2, nb2 = stats.served_norm2, stats.recorded_norm2
         fin_a = torch.isfinite(na2)
         fin_b = torch.isfinite(nb2)
         if not bool((fin_a | ~valid).all()):
-            self.nonfinite_served += int((~torch.isfinite(a[valid])).sum())
+            self.nonfinite_served += int((~torch.isfinite(served[valid.to(served.device)])).sum())
         if not bool((fin_b | ~valid).all()):
-            self.nonfinite_recorded += int((~torch.isfinite(b[valid])).sum())
+            self.nonfinite_recorded += int((~torch.isfinite(recorded[valid.to(recorded.device)])).sum())
         row_ok = valid & fin_a & fin_b
         na = torch.where(row_ok, na2, 0.0).sqrt()
         nb = torch.where(row_ok, nb2, 0.0).sqrt()
+        dots = stats.dots
         for slot, shift in enumerate((-1, 0, 1)):
             # served row t against recorded row t + shift
             if shift < 0:
-                dots, ok, norms = torch.linalg.vecdot(a[1:], b[:-1]), row_ok[1:] & row_ok[:-1], na[1:] * nb[:-1]
+                d, ok, norms = dots[1:, 0], row_ok[1:] & row_ok[:-1], na[1:] * nb[:-1]
             elif shift > 0:
-                dots, ok, norms = torch.linalg.vecdot(a[:-1], b[1:]), row_ok[:-1] & row_ok[1:], na[:-1] * nb[1:]
+                d, ok, norms = dots[:-1, 2], row_ok[:-1] & row_ok[1:], na[:-1] * nb[1:]
             else:
-                dots, ok, norms = torch.linalg.vecdot(a, b), row_ok, na * nb
-            cos = dots[ok].double() / norms[ok].double().clamp_min(1e-300)
+                d, ok, norms = dots[:, 1], row_ok, na * nb
+            cos = d[ok].double() / norms[ok].double().clamp_min(1e-300)
             self.shift_sum[slot] += float(cos.sum())
             self.shift_n[slot] += float(ok.sum())
         if not bool(row_ok.any()):
             if bool(valid.any()):
                 self.max_abs = self.excess = math.inf
             return
-        every = bool(row_ok.all())
-        d = a.sub_(b) if every else (a - b)[row_ok]
-        ref = b if every else b[row_ok]
-        dn = torch.linalg.vector_norm(d, dim=-1)
-        self.diff2 += float(dn.double().square().sum())
-        self.token_rel.append((dn.double() / nb[row_ok].double().clamp_min(1e-300)).cpu())
+        d2 = stats.diff_norm2[row_ok].double()
+        self.diff2 += float(d2.sum())
+        self.token_rel.append(d2.sqrt() / nb[row_ok].double().clamp_min(1e-300))
         self.ref2 += float(nb2[row_ok].double().sum())
-        d.abs_()
-        self.max_abs = max(self.max_abs, float(d.max()))
-        self.excess = max(self.excess, float(d.sub_(ref.abs().mul_(self.rtol)).max()))
+        self.max_abs = max(self.max_abs, float(stats.max_abs[row_ok].max()))
+        self.excess = max(self.excess, float(stats.max_excess[row_ok].max()))
         self.ratio.add(na[row_ok] / nb[row_ok].clamp_min(1e-30))
         self.served_norm.add(na[row_ok])
         self.recorded_norm.add(nb[row_ok])

@@ -1,16 +1,18 @@
 """The training-side EAGLE-3 drafter: plain torch, computing exactly what SGLang 0.5.23 computes.
 
 One implementation serves both the bundled fixture (``fixtures/eagle3_draft.py`` trains through
-:func:`draft_logits`) and the outcome check (:class:`Eagle3Drafter` loads an SGLang-export draft dir).
-The weights live in a flat dict keyed by the names SpecForge's export writes (legacy ``midlayer.*``;
-``# sglang 0.5.23 models/llama_eagle3.py:338-348`` renames midlayer -> layers.0).
+:func:`draft_logits`) and the outcome check (:class:`Eagle3Drafter` loads a draft dir in SGLang-export or
+speculators format, :mod:`specparity.replay.draft_config`). The weights live in a flat dict keyed by the names
+SpecForge's export writes (legacy ``midlayer.*``; ``# sglang 0.5.23 models/llama_eagle3.py:338-348`` renames
+midlayer -> layers.0, the name speculators writes).
 
 Forward (``# sglang 0.5.23 models/llama_eagle3.py``), for the one-layer drafters it supports:
 
 - ``fc(g_t)`` only when the hidden width differs from the embedding width (:236-247); so a draft-decode
   step, which feeds back the drafter's own ``H_d``-wide state, skips fc.
-- layer 0: ``residual = fc out``; ``cat(input_layernorm(embed(x_{t+1})), hidden_norm(fc out))`` -> 2H into
-  q/k/v (:97-102); attention with neox RoPE at the token positions; o_proj; fused add +
+- layer 0: ``residual = fc out`` (``hidden_norm(fc out)`` with speculators' ``norm_before_residual``, as vLLM
+  0.32 serves it); ``cat(input_layernorm(embed(x_{t+1})), hidden_norm(fc out))`` -> 2H into q/k/v (:97-102);
+  attention with neox RoPE at the token positions; o_proj; fused add +
   post_attention_layernorm (:114); SiLU-gated MLP (:117).
 - final fused add + ``norm`` (:263-265): logits always come from the normed state; the state fed back to
   the next draft step is the pre-norm sum unless ``norm_output`` (:207, :268).
@@ -18,7 +20,8 @@ Forward (``# sglang 0.5.23 models/llama_eagle3.py``), for the one-layer drafters
   applied in ``speculative/eagle_worker_v2.py:757-758``).
 
 Configs it does not implement (``norm_before_fc``, ``fc_norm``/``use_aux_norm``, more than one layer,
-rope scaling, biases in attention/MLP, tied embeddings) are refused with :class:`UnsupportedDrafter`.
+rope scaling, biases in attention/MLP, tied embeddings, a non-llama decoder layer) are refused with
+:class:`UnsupportedDrafter` naming the key.
 Only safetensors are read (never pickle; :mod:`specparity.replay.checkpoint`).
 """
 
@@ -27,15 +30,35 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from specparity.errors import InputError
 from specparity.replay.checkpoint import TARGET_EMBED, SafetensorsDir, read_target_lm_head, read_target_tensor
+from specparity.replay.draft_config import (
+    ARCHITECTURE,
+    DraftShape,
+    UnsupportedDrafter,
+    read_draft_config,
+    shape_from_config,
+)
 
-ARCHITECTURE = "LlamaForCausalLMEagle3"
+__all__ = [
+    "ARCHITECTURE",
+    "MIDLAYER_NAMES",
+    "REQUIRED_NAMES",
+    "DraftShape",
+    "Eagle3Drafter",
+    "ExtendOutput",
+    "UnsupportedDrafter",
+    "decode_step",
+    "draft_logits",
+    "extend",
+    "rms_norm",
+    "rope",
+    "shape_from_config",
+]
 
 # Checkpoint names written by SpecForge's export (`SF specforge/export/to_sglang.py:38, 85`): no embed_*;
 # SGLang shares the target's embedding (`# sglang 0.5.23 speculative/eagle_worker_v2.py:376-378`).
@@ -52,42 +75,6 @@ MIDLAYER_NAMES = (
     "midlayer.post_attention_layernorm.weight",
 )
 REQUIRED_NAMES = ("fc.weight", *MIDLAYER_NAMES, "norm.weight")
-
-
-class UnsupportedDrafter(InputError):
-    """The draft config asks for something this drafter does not implement (names the key)."""
-
-
-@dataclass(frozen=True)
-class DraftShape:
-    """Sizes and flags of a one-layer EAGLE-3 drafter."""
-
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    num_aux: int
-    draft_vocab: int
-    rms_eps: float
-    rope_theta: float
-    head_dim_config: int | None = None  # config.head_dim when given
-    target_hidden: int | None = None  # config.target_hidden_size when given
-    norm_output: bool = False
-    fc_bias: bool = False
-
-    @property
-    def head_dim(self) -> int:
-        """Per-head width (`# sglang 0.5.23 models/llama.py:196-198`: config.head_dim, else hidden // heads)."""
-        return self.head_dim_config or self.hidden // self.heads
-
-    @property
-    def target_hidden_size(self) -> int:
-        """H_t (`# sglang 0.5.23 models/llama_eagle3.py:151-154`)."""
-        return self.target_hidden or self.hidden
-
-    @property
-    def fc_in_features(self) -> int:
-        return self.num_aux * self.target_hidden_size
 
 
 @dataclass(frozen=True)
@@ -127,19 +114,16 @@ def _split_heads(x: torch.Tensor, n: int, hd: int) -> torch.Tensor:
 def _layer_in(
     w: dict[str, torch.Tensor], shape: DraftShape, *, hidden: torch.Tensor, embeds: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """fc when the width differs (`llama_eagle3.py:238`), then the 2H input of layer 0 (`:97-102`)."""
+    """fc when the width differs (`llama_eagle3.py:238`), then the 2H input of layer 0 (`:97-102`) and the
+    residual: the raw hidden state, or the normed one with ``norm_before_residual`` (vLLM 0.32
+    ``models/llama_eagle3.py:110-122``)."""
     if hidden.shape[-1] != embeds.shape[-1]:
         hidden = hidden @ w["fc.weight"].T
         if "fc.bias" in w:
             hidden = hidden + w["fc.bias"]
-    x = torch.cat(
-        [
-            rms_norm(embeds, w["midlayer.input_layernorm.weight"], shape.rms_eps),
-            rms_norm(hidden, w["midlayer.hidden_norm.weight"], shape.rms_eps),
-        ],
-        dim=-1,
-    )
-    return x, hidden
+    normed = rms_norm(hidden, w["midlayer.hidden_norm.weight"], shape.rms_eps)
+    x = torch.cat([rms_norm(embeds, w["midlayer.input_layernorm.weight"], shape.rms_eps), normed], dim=-1)
+    return x, (normed if shape.norm_before_residual else hidden)
 
 
 def _qkv(
@@ -227,62 +211,6 @@ def decode_step(
     return _layer_out(weights, shape, attn, residual)
 
 
-def _config_value(cfg: dict[str, Any], key: str) -> Any:
-    ec = cfg.get("eagle_config")
-    if isinstance(ec, dict) and key in ec:
-        return ec[key]
-    return cfg.get(key)
-
-
-def shape_from_config(cfg: dict[str, Any], *, path: str | Path) -> DraftShape:
-    """The :class:`DraftShape` of an SGLang-export draft ``config.json``; refuses what it does not implement."""
-
-    def refuse(key: str, why: str) -> UnsupportedDrafter:
-        return UnsupportedDrafter(f"{why}; the training-side drafter implements only SGLang's plain one-layer "
-                                  "EAGLE-3 path, so it cannot replay this drafter", path=path, field=key)
-
-    archs = cfg.get("architectures") or []
-    if ARCHITECTURE not in archs:
-        raise refuse("architectures", f"architectures is {archs}, not [{ARCHITECTURE!r}]")
-    if int(cfg.get("num_hidden_layers", 1)) != 1:
-        raise refuse("num_hidden_layers", f"num_hidden_layers is {cfg.get('num_hidden_layers')}")
-    if _config_value(cfg, "norm_before_fc"):  # llama_eagle3.py:173-175 reads eagle_config, then top level
-        raise refuse("norm_before_fc", "norm_before_fc is set")
-    if cfg.get("fc_norm") or cfg.get("use_aux_norm"):  # llama_eagle3.py:185-187
-        raise refuse("fc_norm", "fc_norm/use_aux_norm is set")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise refuse("hidden_act", f"hidden_act is {cfg.get('hidden_act')!r}")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-        raise refuse("attention_bias", "attention_bias/mlp_bias is set")
-    if cfg.get("tie_word_embeddings"):
-        raise refuse("tie_word_embeddings", "tie_word_embeddings is true (lm_head = embedding)")
-    if cfg.get("rope_is_neox_style", True) is not True:
-        raise refuse("rope_is_neox_style", "rope_is_neox_style is false")
-    rope_params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    for key, spec in (("rope_scaling", scaling), ("rope_parameters", rope_params)):
-        kind = spec.get("rope_type", spec.get("type", "default")) if isinstance(spec, dict) else spec
-        if kind not in (None, "default"):
-            raise refuse(key, f"{key} asks for rope type {kind!r}")
-    ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    k = cfg.get("num_aux_hidden_states") or (len(ids) if ids else 3)  # llama_eagle3.py:157-161
-    try:
-        return DraftShape(
-            hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
-            heads=int(cfg["num_attention_heads"]),
-            kv_heads=int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
-            num_aux=int(k), draft_vocab=int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
-            rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(rope_params.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-            head_dim_config=int(cfg["head_dim"]) if cfg.get("head_dim") else None,
-            target_hidden=int(cfg["target_hidden_size"]) if cfg.get("target_hidden_size") else None,
-            norm_output=bool(cfg.get("norm_output", False)),  # llama_eagle3.py:207
-            fc_bias=bool(cfg.get("bias", False)),  # llama_eagle3.py:166; a checkpoint bias alone is ignored
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"draft config lacks or mangles a size field: {e}", path=path) from None
-
-
 def _canonical(name: str) -> str:
     """Checkpoint name -> midlayer.* naming (SGLang accepts an optional ``model.`` prefix, :362, :372)."""
     name = name.removeprefix("model.")
@@ -300,14 +228,21 @@ class Eagle3Drafter:
 
     @classmethod
     def load(cls, draft_dir: str | Path, *, target_dir: str | Path) -> Eagle3Drafter:
-        """Load an SGLang-export draft dir (config.json + safetensors, ``midlayer.*`` names, ``d2t`` offsets)."""
+        """Load a draft dir (config.json + safetensors) in SGLang-export or speculators format.
+
+        Weight names: ``midlayer.*`` (SpecForge's export) or ``layers.0.*`` (speculators; SGLang's and vLLM's
+        loaders accept both, `# sglang 0.5.23 models/llama_eagle3.py:338-348`, vLLM 0.32
+        ``models/llama_eagle3.py:290-299``), optionally ``model.``-prefixed; ``d2t`` offsets (both formats,
+        draft id + d2t[draft id] = target id).
+        """
         d = Path(draft_dir)
         cfg_path = d / "config.json"
         try:
             cfg = json.loads(cfg_path.read_text())
         except (OSError, ValueError) as e:
             raise InputError(f"unreadable draft config: {e}", path=cfg_path) from None
-        shape = shape_from_config(cfg, path=cfg_path)
+        read = read_draft_config(cfg, path=cfg_path)
+        shape = read.shape
         st = SafetensorsDir(d)
         by_name = {_canonical(n): n for n in st.names()}
         missing = [n for n in REQUIRED_NAMES if n not in by_name]
@@ -316,13 +251,15 @@ class Eagle3Drafter:
         w = {n: st.read(by_name[n]).to(torch.float32) for n in REQUIRED_NAMES}
         if shape.fc_bias and "fc.bias" in by_name:
             w["fc.bias"] = st.read(by_name["fc.bias"]).to(torch.float32)
-        if cfg.get("draft_vocab_size") is None and "lm_head.weight" not in by_name:
+        if read.draft_vocab_size is None and "lm_head.weight" not in by_name:
             w["lm_head.weight"] = read_target_lm_head(target_dir)  # llama_eagle3.py:306-308; eagle_worker_v2.py:357-361
         elif "lm_head.weight" in by_name:
             w["lm_head.weight"] = st.read(by_name["lm_head.weight"]).to(torch.float32)
         else:
             raise InputError("draft checkpoint lacks lm_head.weight", path=d)
-        w["embed_tokens.weight"] = read_target_tensor(target_dir, [TARGET_EMBED]).to(torch.float32)
+        own = read.own_embedding and "embed_tokens.weight" in by_name
+        w["embed_tokens.weight"] = (st.read(by_name["embed_tokens.weight"]) if own
+                                    else read_target_tensor(target_dir, [TARGET_EMBED])).to(torch.float32)
         if tuple(w["fc.weight"].shape) != (shape.hidden, shape.fc_in_features):
             raise InputError(f"fc.weight is {tuple(w['fc.weight'].shape)}, config implies "
                              f"({shape.hidden}, {shape.fc_in_features})", path=d, field="fc.weight")

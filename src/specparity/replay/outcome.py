@@ -1,29 +1,34 @@
 """The outcome level: drafter acceptance on recorded vs served fc inputs, and what it says.
 
-:func:`check_outcome` runs one SGLang child (capture + replay, :mod:`specparity.replay.served`) and
-:func:`outcome_from_capture` turns its results into an :class:`OutcomeReport`:
+A consumer of the engine's evidence, like compare/: :func:`check_outcome` takes the
+:class:`~specparity.serving.results.CaptureResult` of the gate's one engine run (asked for with an
+:class:`~specparity.serving.results.OutcomeRequest`) and never starts an engine itself.
+:func:`outcome_from_capture` replays the training-side drafter on both sides:
 
 - side (a) *recorded*: the probe pack's recorded fc rows, against the target's greedy tokens from the
   recorded ``final_norm`` (the atlas's when the pack has none);
-- side (b) *served*: the fc rows SGLang really fed the drafter, against the greedy tokens from the atlas's
+- side (b) *served*: the fc rows the engine really fed the drafter, against the greedy tokens from the atlas's
   ``final_norm`` (the pack's when there is no atlas).
 
-The first draft position comes from SGLang's real drafter when a replay is given (else from the
-training-side drafter); later positions always continue on the training side, because SGLang's
-draft-decode path has no CPU kernels (sglang-cpu.md §5 item 6). ``sglang_agreement`` reports how often
-both implementations drafted the same first token (1.0 in fp32: they compute the same function).
+The engine's own figures decide whether the outcome may pass (issue 11 item 8: never on the training-side
+replay alone): its drafter's first drafts on both inputs (``CaptureResult.replay``; they then drive the first
+draft position, and ``engine_agreement`` reports how often both implementations drafted the same token, 1.0 in
+fp32) and/or the acceptance its real serving loop counted (``CaptureResult.acceptance``, per position with
+95% Wilson intervals). Later positions of the replay always continue on the training side, because an
+engine's draft-decode path may have no CPU kernels (SGLang: sglang-cpu.md §5 item 6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from specparity.compare.findings import Finding
+from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.contract.model import Contract
 from specparity.contract.probes import ProbePack
 from specparity.errors import InputError
@@ -34,13 +39,12 @@ from specparity.replay.acceptance import (
     greedy_from_final_norm,
     measure,
     rows_from_loss_mask,
+    wilson_interval,
 )
 from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import OutcomeThresholds, diagnose, expected_from_contract
 from specparity.replay.drafter import Eagle3Drafter
-from specparity.replay.served import SglangReplay, capture_with_replay
-from specparity.serving import capture_deployment
-from specparity.serving.results import BAD_DEPLOYMENT, UNSUPPORTED_VERSION, CaptureResult, ServingFailure
+from specparity.serving.results import NONFINITE, CaptureResult, DrafterReplay, LoopAcceptance, ServingFailure
 from specparity.sources import FINAL_NORM
 from specparity.verdict import OutcomeSummary
 
@@ -56,23 +60,23 @@ class OutcomeReport:
     recorded: AcceptanceResult
     served: AcceptanceResult
     num_steps: int
-    first_draft_source: str  # "sglang" or "training_side"
-    sglang_agreement: dict[str, float] | None  # side -> fraction of rows where SGLang's d_1 == training side's
+    first_draft_source: str  # "engine" (the engine's own drafter) or "training_side"
+    engine_agreement: dict[str, float] | None  # side -> fraction of rows where the engine's d_1 == training side's
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary.to_dict(), "findings": [f.to_dict() for f in self.findings],
                 "recorded": self.recorded.to_dict(), "served": self.served.to_dict(), "num_steps": self.num_steps,
-                "first_draft_source": self.first_draft_source, "sglang_agreement": self.sglang_agreement}
+                "first_draft_source": self.first_draft_source, "engine_agreement": self.engine_agreement}
 
 
 @dataclass(frozen=True)
-class OutcomeRun:
-    """One child run's capture (reusable by the capture level) and the outcome, or why there is none."""
+class OutcomeCheck:
+    """What the outcome level made of one engine run: the summary for the verdict (None when the training-side
+    replay could not run), every finding, and the report with the raw counts."""
 
-    capture: CaptureResult
-    report: OutcomeReport | None
-    failures: tuple[ServingFailure, ...]
-    replay: SglangReplay | None = None  # SGLang's first-draft logits (None when the replay failed)
+    summary: OutcomeSummary | None
+    findings: tuple[Finding, ...]
+    report: OutcomeReport | None = None
 
 
 def _greedy(final_norm: torch.Tensor | None, fallback: torch.Tensor | None, lm_head: torch.Tensor) -> torch.Tensor:
@@ -82,9 +86,9 @@ def _greedy(final_norm: torch.Tensor | None, fallback: torch.Tensor | None, lm_h
     return greedy_from_final_norm(source, lm_head)
 
 
-def _agreement(drafter: Eagle3Drafter, samples: Sequence[ReplaySample], sglang: Sequence[torch.Tensor]) -> float:
+def _agreement(drafter: Eagle3Drafter, samples: Sequence[ReplaySample], engine: Sequence[torch.Tensor]) -> float:
     same = total = 0
-    for s, ids in zip(samples, sglang, strict=True):
+    for s, ids in zip(samples, engine, strict=True):
         own = drafter.to_target(drafter.extend(s.fc_input, draft_next_ids(s.input_ids, s.target_greedy))
                                 .logits.argmax(dim=-1))
         same += int((own == ids).sum())
@@ -94,17 +98,19 @@ def _agreement(drafter: Eagle3Drafter, samples: Sequence[ReplaySample], sglang: 
 
 def outcome_from_capture(
     *, drafter: Eagle3Drafter, target_lm_head: torch.Tensor, probes: ProbePack, capture: CaptureResult,
-    sglang: SglangReplay | None, num_steps: int, expected: Sequence[float] | None = None,
+    engine_replay: DrafterReplay | None, num_steps: int, expected: Sequence[float] | None = None,
     thresholds: OutcomeThresholds | None = None,
 ) -> OutcomeReport:
-    """Acceptance on both sides and the verdict; raises ValueError when the capture has no fc input."""
+    """Acceptance on both sides and the verdict; raises ValueError when the capture has no fc input.
+
+    ``engine_replay`` (the engine's own drafter on both inputs) gives the first draft position when present."""
     if capture.fc is None:
         raise ValueError("the capture holds no fc input; the outcome level needs a successful capture")
     width = drafter.shape.fc_in_features
     bad = [i for i, f in enumerate(capture.fc.per_sample) if int(f.shape[-1]) != width]
     if bad:
-        raise ValueError(f"SGLang fed fc {int(capture.fc.per_sample[bad[0]].shape[-1])}-wide rows; the drafter's fc "
-                         f"takes {width}")
+        raise ValueError(f"the engine fed fc {int(capture.fc.per_sample[bad[0]].shape[-1])}-wide rows; the "
+                         f"drafter's fc takes {width}")
     atlas = capture.atlas.per_sample if capture.atlas is not None else [{} for _ in probes.samples]
     recorded: list[ReplaySample] = []
     served: list[ReplaySample] = []
@@ -115,65 +121,98 @@ def outcome_from_capture(
         recorded.append(ReplaySample(ids, p.fc_input, _greedy(p.final_norm, atlas_norm, target_lm_head), rows))
         served.append(ReplaySample(ids, capture.fc.per_sample[i], _greedy(atlas_norm, p.final_norm, target_lm_head),
                                    rows))
-    firsts = {"recorded": None, "served": None} if sglang is None else {
-        "recorded": sglang.first_drafts("recorded"), "served": sglang.first_drafts("served")}
+    firsts = {"recorded": None, "served": None} if engine_replay is None else {
+        "recorded": engine_replay.first_drafts("recorded"), "served": engine_replay.first_drafts("served")}
     agreement = None
-    if sglang is not None:
-        agreement = {"recorded": _agreement(drafter, recorded, sglang.first_drafts("recorded")),
-                     "served": _agreement(drafter, served, sglang.first_drafts("served"))}
+    if engine_replay is not None:
+        agreement = {"recorded": _agreement(drafter, recorded, engine_replay.first_drafts("recorded")),
+                     "served": _agreement(drafter, served, engine_replay.first_drafts("served"))}
     rec = measure(drafter, recorded, num_steps=num_steps, first_drafts=firsts["recorded"])
     srv = measure(drafter, served, num_steps=num_steps, first_drafts=firsts["served"])
     summary, findings = diagnose(rec, srv, expected=expected, thresholds=thresholds)
     return OutcomeReport(summary=summary, findings=findings, recorded=rec, served=srv, num_steps=num_steps,
-                         first_draft_source="sglang" if sglang is not None else "training_side",
-                         sglang_agreement=agreement)
+                         first_draft_source="engine" if engine_replay is not None else "training_side",
+                         engine_agreement=agreement)
+
+
+def loop_summary(acceptance: LoopAcceptance | None) -> dict[str, Any] | None:
+    """Per-position acceptance of the engine's own serving loop, with 95% Wilson intervals.
+
+    ``accepted_per_position[j] / drafts`` is the rate at which draft position ``j`` was accepted; the acceptance
+    length is ``1 + accepted / drafts`` (the bonus token included). None when the engine reported no drafts.
+    """
+    if acceptance is None or acceptance.drafts <= 0 or not acceptance.accepted_per_position:
+        return None
+    drafts = acceptance.drafts
+    return {
+        "engine": acceptance.engine, "drafts": drafts, "draft_tokens": acceptance.draft_tokens,
+        "per_position": [a / drafts for a in acceptance.accepted_per_position],
+        "intervals": [list(wilson_interval(a, drafts)) for a in acceptance.accepted_per_position],
+        "acceptance_length": 1.0 + acceptance.accepted / drafts,
+        "tensor_parallel_size": acceptance.tensor_parallel_size,
+        "prompts": acceptance.prompts,  # "assistant_start": the probes' prompts; else after the probe
+    }
+
+
+def _error(message: str, kind: FindingKind = FindingKind.SGLANG_ERROR) -> Finding:
+    return Finding(kind, Severity.ERROR, message, details={"check": "outcome"})
+
+
+def _engine_figures(capture: CaptureResult, engine: str) -> tuple[DrafterReplay | None, list[Finding]]:
+    """The engine's own drafter replay (when it ran), and an error for every way the engine's own figures are
+    missing: the outcome never passes on the training-side replay alone (issue 11 item 8)."""
+    replay = capture.replay
+    if isinstance(replay, DrafterReplay):
+        return replay, []
+    if isinstance(replay, ServingFailure):
+        if replay.kind == NONFINITE:  # NaN/Inf logits of the engine's own drafter are a failure of the deployment
+            return None, [_error(replay.message, FindingKind.NONFINITE)]
+        if capture.acceptance is None:
+            return None, [_error(f"{engine} drafter replay unavailable, so the outcome cannot pass on the "
+                                 f"training-side replay alone: {replay.message}")]
+    if capture.acceptance is None:
+        return None, [_error(f"{engine} reported no acceptance of its own (no drafter replay, and its serving loop "
+                             "reported no speculative drafts), so there is no real acceptance to judge and the "
+                             "outcome cannot pass on the training-side replay alone")]
+    return None, []
 
 
 def check_outcome(
-    contract: Contract, probes: ProbePack, *, target: str | Path, draft: str | Path,
-    server_args: dict[str, object] | None = None, device: str = "cpu", num_steps: int | None = None,
-    thresholds: OutcomeThresholds | None = None, timeout_s: float = 600, python: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> OutcomeRun:
-    """Capture + replay in one SGLang child, then :func:`outcome_from_capture`.
+    contract: Contract, probes: ProbePack, capture: CaptureResult, *, target: str | Path, draft: str | Path,
+    engine: str = "the engine", num_steps: int | None = None, thresholds: OutcomeThresholds | None = None,
+) -> OutcomeCheck:
+    """The outcome of one engine run: the training-side drafter on recorded vs served inputs, held against the
+    engine's own figures (module docstring). Never raises for the deployment: what could not be judged is an
+    error finding, never a pass.
 
-    ``num_steps``: the chain length; default the contract's ``serving.num_steps``, else the deployment's
-    resolved ``speculative_num_steps``, else 3. The capture is always returned (the capture level reuses
-    it). When the outcome cannot be computed (a drafter the training side does not implement, inputs it
-    cannot replay) ``report`` is None and ``failures`` says why; this never raises for those.
+    ``engine`` names the engine in messages (the adapter's label). ``num_steps``: the chain length; default the
+    contract's ``serving.num_steps``, else the deployment's resolved one, else 3. A capture without fc input
+    gives no outcome and no finding (the capture's own failures say why).
     """
-    ids = [s.input_ids.tolist() for s in probes.samples]
+    if capture.fc is None:
+        return OutcomeCheck(None, ())
+    dep = capture.deployment
+    engine_replay, findings = _engine_figures(capture, engine)
     try:
         drafter = Eagle3Drafter.load(draft, target_dir=target)
         lm_head = read_target_lm_head(target)
     except InputError as e:
-        capture = capture_deployment(target, draft, probes=ids, server_args=server_args, device=device, atlas=True,
-                                     timeout_s=timeout_s, python=python, progress=progress)
-        why = ServingFailure(UNSUPPORTED_VERSION, f"the outcome level cannot replay this drafter: {e}")
-        return OutcomeRun(capture=capture, report=None, failures=(*capture.failures, why))
-    capture, replay = capture_with_replay(
-        target, draft, probes=ids, recorded_fc=[s.fc_input for s in probes.samples], server_args=server_args,
-        device=device, timeout_s=timeout_s, python=python, progress=progress)
-    failures = tuple(capture.failures) + ((replay,) if isinstance(replay, ServingFailure) else ())
-    sglang = replay if isinstance(replay, SglangReplay) else None
-    if capture.fc is None:
-        return OutcomeRun(capture=capture, report=None, failures=failures, replay=sglang)
-    steps = num_steps or contract.serving.num_steps
-    if steps is None and capture.deployment is not None:
-        steps = capture.deployment.resolved_spec.num_steps
+        return OutcomeCheck(None, (*findings, _error(f"the training-side replay cannot run this drafter, so wiring "
+                                                     f"cannot be told from model quality: {e}")))
+    steps = (num_steps or contract.serving.num_steps or (dep.resolved_spec.num_steps if dep else None)
+             or DEFAULT_NUM_STEPS)
     try:
         report = outcome_from_capture(
-            drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture, sglang=sglang,
-            num_steps=steps or DEFAULT_NUM_STEPS, expected=expected_from_contract(contract.training_outcome),
-            thresholds=thresholds)
+            drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture, engine_replay=engine_replay,
+            num_steps=steps, expected=expected_from_contract(contract.training_outcome), thresholds=thresholds)
     except ValueError as e:
-        why = ServingFailure(BAD_DEPLOYMENT, f"the outcome level cannot replay these inputs: {e}")
-        return OutcomeRun(capture=capture, report=None, failures=(*failures, why), replay=sglang)
-    return OutcomeRun(capture=capture, report=report, failures=failures, replay=sglang)
+        return OutcomeCheck(None, (*findings, _error(f"the outcome level cannot replay these inputs: {e}")))
+    summary = dataclasses.replace(report.summary, engine_loop=loop_summary(capture.acceptance))
+    return OutcomeCheck(summary, (*report.findings, *findings), report)
 
 
 def recorded_acceptance(probes: ProbePack, *, draft: str | Path, target: str | Path, num_steps: int) -> AcceptanceResult:
-    """Acceptance on the recorded fc inputs alone (no SGLang): the training-time expectation a contract carries.
+    """Acceptance on the recorded fc inputs alone (no engine): the training-time expectation a contract carries.
 
     The same rows, greedy tokens and chain as side (a) of :func:`outcome_from_capture`, so the figure
     the gate later compares against is measured the same way.

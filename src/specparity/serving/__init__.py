@@ -5,7 +5,8 @@ raise for a deployment problem; every problem is a typed :class:`ServingFailure`
 
 - :func:`resolve_deployment` - ServerArgs resolution, draft ids, capture list, fc shape; no forward.
 - :func:`capture_deployment` - a real prefill of the probes; what the drafter's fc was fed, per
-  sample, plus the target's residual stream at every boundary.
+  sample, plus the target's residual stream at every boundary; with ``recorded_fc`` also SGLang's own
+  drafter on the served and the recorded inputs, in the same child (``serving/drafter_replay.py``).
 
 This room knows nothing of contracts, comparison or pytest.
 """
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specparity.serving.process import run_child
 from specparity.serving.results import (
@@ -24,19 +27,28 @@ from specparity.serving.results import (
     FAILURE_KINDS,
     FC_NOT_CALLED,
     CaptureResult,
+    DrafterReplay,
     FcCapture,
     LayerAtlas,
+    LoopAcceptance,
+    OutcomeRequest,
     ResolvedDeployment,
     ServingFailure,
     SpecSettings,
 )
 from specparity.serving.sglang.adapter import WorkerRequest, supported_range
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     "FAILURE_KINDS",
     "CaptureResult",
+    "DrafterReplay",
     "FcCapture",
     "LayerAtlas",
+    "LoopAcceptance",
+    "OutcomeRequest",
     "ResolvedDeployment",
     "ServingFailure",
     "SpecSettings",
@@ -142,6 +154,7 @@ def capture_deployment(
     timeout_s: float = 600,
     python: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    recorded_fc: Sequence[torch.Tensor] | None = None,
 ) -> CaptureResult:
     """Prefill ``probes`` (several requests in ONE batch) through SGLang's real EAGLE-3 workers.
 
@@ -150,7 +163,18 @@ def capture_deployment(
     default backends and CUDA graphs stay on. ``progress(done, total)`` reports start-up, fc capture
     and atlas stages. Failures (fc never called, fewer aux states than fc expects, SGLang raising,
     NaN/Inf, timeout) are in ``failures``; a result without ``fc`` always carries at least one.
+
+    ``recorded_fc`` (probe ``i``'s recorded fc input ``[T_i, k*H_t]``) also runs SGLang's own drafter on
+    the served and the recorded inputs in the same child: ``CaptureResult.replay`` is then a
+    :class:`DrafterReplay`, or the :class:`ServingFailure` saying why there is none (never a capture failure).
     """
+    from specparity.serving import drafter_replay
+
+    if recorded_fc is not None:
+        bad_rows = drafter_replay.check_recorded(recorded_fc, probes)
+        if bad_rows is not None:
+            return CaptureResult(None, None, None, (bad_rows,), replay=bad_rows)
+        server_args = drafter_replay.sized_server_args(server_args, device=device, probes=probes)
     request = make_request(
         "capture", target, draft, server_args=server_args, device=device, probes=probes, atlas=atlas
     )
@@ -169,13 +193,19 @@ def capture_deployment(
                 ),
             ),
         )
-    t0 = time.perf_counter()
-    outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
-    if isinstance(outcome, ServingFailure):
-        return CaptureResult(None, None, None, (outcome,))
+    with tempfile.TemporaryDirectory(prefix="specparity-replay-") as work:
+        if recorded_fc is not None:
+            request = dataclasses.replace(request, replay=drafter_replay.write_inputs(Path(work), recorded_fc))
+        t0 = time.perf_counter()
+        outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
+        if isinstance(outcome, ServingFailure):
+            return CaptureResult(None, None, None, (outcome,), replay=outcome if recorded_fc is not None else None)
+        replay = (drafter_replay.read_replay(Path(request.replay["out"]), len(request.probes))
+                  if request.replay is not None else None)
     return CaptureResult(
         deployment=_with_wall(outcome.deployment, time.perf_counter() - t0),
         fc=outcome.fc,
         atlas=outcome.atlas,
         failures=outcome.failures,
+        replay=replay,
     )

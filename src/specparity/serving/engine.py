@@ -7,8 +7,10 @@ names, so compare/ and replay/ never learn which engine served.
 
 - ``spec_args``: the contract's speculative settings in the engine's own spelling.
 - ``resolve``: static resolution with the engine's own code, no forward.
-- ``capture``: one engine start: the fc input per probe and the target's residual stream at every boundary
-  (for vLLM also its serving loop's acceptance counters, ``CaptureResult.loop``).
+- ``capture``: one engine start per gate run: the fc input per probe and the target's residual stream at every
+  boundary; given an :class:`OutcomeRequest`, also the outcome evidence of that same run, typed on the
+  :class:`CaptureResult`: the engine's own drafter on served and recorded inputs (SGLang, ``replay``) and the
+  acceptance its real serving loop counted (vLLM, ``acceptance``).
 - ``reading``: which ids the engine reads from a draft config, from which key, and what they mean there.
 - ``layout_fix``: the draft-config patch that makes this engine serve the contract's sources.
 """
@@ -20,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specparity.serving.results import ENGINES, CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.results import (
+    ENGINES,
+    CaptureResult,
+    OutcomeRequest,
+    ResolvedDeployment,
+    ServingFailure,
+)
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
@@ -52,7 +60,7 @@ class Engine(Protocol):
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None) -> CaptureResult: ...
+                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult: ...
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None: ...
@@ -81,11 +89,14 @@ class SglangEngine:
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None) -> CaptureResult:
+                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
         from specparity.serving import capture_deployment
 
+        # the outcome: SGLang's own drafter replayed on served and recorded inputs in the capture's child (its
+        # draft-decode loop has no CPU kernels, sglang-cpu.md §5 item 6, so there are no loop counters)
         return capture_deployment(target, draft, probes=probes, server_args=args, device=device, atlas=True,
-                                  timeout_s=timeout_s, python=python, progress=progress)
+                                  timeout_s=timeout_s, python=python, progress=progress,
+                                  recorded_fc=outcome.recorded_fc if outcome is not None else None)
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:
@@ -117,11 +128,16 @@ class VllmEngine:
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None) -> CaptureResult:
+                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
         from specparity.serving.vllm import capture_deployment
 
+        # the outcome: vLLM's real loop counts its own acceptance, on the probes' prompts where every probe says
+        # where its assistant turn starts; otherwise on what it generates after each probe (loop "prompts" says)
+        lengths = outcome.prompt_lengths if outcome is not None else ()
+        known = [n for n in lengths if n is not None]
         return capture_deployment(target, draft, probes=probes, engine_args=args, device=device, atlas=True,
-                                  timeout_s=timeout_s, python=python, progress=progress)
+                                  timeout_s=timeout_s, python=python, progress=progress,
+                                  loop_prompt_lengths=known if lengths and len(known) == len(lengths) else None)
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:

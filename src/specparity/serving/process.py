@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 import specparity
+from specparity.serving import warm
 from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
 from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.transport import ChildOutcome, read_result
@@ -70,9 +71,54 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _tail(lines: collections.deque[str]) -> str:
-    text = "\n".join(list(lines)[-STDERR_TAIL_LINES:])
+def _tail(lines: list[str]) -> str:
+    text = "\n".join(lines[-STDERR_TAIL_LINES:])
     return text[-3000:]
+
+
+class _ColdChild:
+    """A new interpreter running ``python -m <module>``, its stdout and stderr pumped by two threads."""
+
+    def __init__(self, proc: subprocess.Popen[str], on_stdout: Callable[[str], None]) -> None:
+        self.proc = proc
+        self._stderr: collections.deque[str] = collections.deque(maxlen=400)
+        self._threads = [
+            threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, self._stderr.append), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        _kill_group(self.proc)  # reaps anything the child left in its group too
+        self.proc.wait()
+
+    def finish(self) -> None:
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def stderr_lines(self) -> list[str]:
+        return list(self._stderr)
+
+
+def _start_cold(interpreter: str, module: str, argv: list[str], env: dict[str, str],
+                on_stdout: Callable[[str], None]) -> _ColdChild | ServingFailure:
+    try:
+        proc = subprocess.Popen(
+            [interpreter, "-m", module, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
+    return _ColdChild(proc, on_stdout)
 
 
 def run_child(
@@ -84,26 +130,18 @@ def run_child(
     module: str = WORKER_MODULE,
     engine: str = "SGLang",
 ) -> ChildOutcome | ServingFailure:
-    """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs."""
+    """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs.
+
+    With ``SPECPARITY_WARM_START=1`` an SGLang job is forked from a zygote of the same interpreter that has
+    already imported SGLang (:mod:`specparity.serving.warm`); otherwise, or when no zygote can serve, it
+    starts a new interpreter. Both run the worker's same code in a fresh process of its own session."""
     interpreter = python or sys.executable
     work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
+    deadline = time.monotonic() + timeout_s
     try:
         req_path, out_dir = work / "request.json", work / "out"
         req_path.write_text(json.dumps(request.to_dict()))
-        env = child_env(work, python=python)
-        try:
-            proc = subprocess.Popen(
-                [interpreter, "-m", module, str(req_path), str(out_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
-        stderr: collections.deque[str] = collections.deque(maxlen=400)
+        argv = [str(req_path), str(out_dir)]
         events: queue.Queue[tuple[int, int]] = queue.Queue()
 
         def on_stdout(line: str) -> None:
@@ -111,31 +149,29 @@ def run_child(
                 done, total = line.split()[1:3]
                 events.put((int(done), int(total)))
 
-        threads = [
-            threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
-            threading.Thread(target=_pump, args=(proc.stderr, stderr.append), daemon=True),
-        ]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + timeout_s
+        child: _ColdChild | warm.WarmChild | ServingFailure | None = None
+        if warm.enabled() and module == WORKER_MODULE:
+            child = warm.start_job(interpreter, module, request.device, argv, work, on_stdout=on_stdout,
+                                   env_for=lambda w: child_env(w, python=python), deadline=deadline)
+        if child is None:
+            child = _start_cold(interpreter, module, argv, child_env(work, python=python), on_stdout)
+        if isinstance(child, ServingFailure):
+            return child
         timed_out = False
         try:
             while True:
-                try:
-                    proc.wait(timeout=0.1)
+                code = child.poll()
+                while progress is not None and not events.empty():
+                    progress(*events.get_nowait())
+                if code is not None:
                     break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
-                        timed_out = True
-                        break
-                finally:
-                    while progress is not None and not events.empty():
-                        progress(*events.get_nowait())
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.1)
         finally:  # also on Ctrl-C or a raising progress callback: never leave SGLang running
-            _kill_group(proc)  # reaps anything the child left in its group too
-            proc.wait()
-        for t in threads:
-            t.join(timeout=5)
+            child.kill()
+        child.finish()
         while progress is not None and not events.empty():
             progress(*events.get_nowait())
         if timed_out:
@@ -147,8 +183,8 @@ def run_child(
         if outcome is None:
             return ServingFailure(
                 CHILD_CRASHED,
-                f"the {engine} child exited with code {proc.returncode} "
-                f"without a result; stderr tail:\n{_tail(stderr)}",
+                f"the {engine} child exited with code {child.poll()} "
+                f"without a result; stderr tail:\n{_tail(child.stderr_lines())}",
             )
         return outcome
     finally:

@@ -10,6 +10,7 @@ domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -266,6 +267,55 @@ class LayerAtlas:
         return tuple(self.per_sample[0]) if self.per_sample else ()
 
 
+@dataclass(frozen=True)
+class OutcomeRequest:
+    """What the outcome level asks of the same engine run as the capture (one engine start per gate run).
+
+    Each engine takes what it can use: ``recorded_fc[i]`` (probe ``i``'s recorded fc input ``[T_i, k*H_t]``,
+    row t = token t) for an engine that replays its own drafter on it (SGLang), ``prompt_lengths[i]`` (the
+    probe's rows before the assistant's first token; None where the probe pack does not say, i.e. has no
+    loss mask) for an engine whose real serving loop generates from there (vLLM).
+    """
+
+    recorded_fc: tuple[torch.Tensor, ...]
+    prompt_lengths: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class DrafterReplay:
+    """The engine's own drafter on the served and the recorded fc inputs, in the capture's run.
+
+    First-draft logits (draft vocab, float32) per probe sample ``[T, V_d]``; ``hot_token_id`` is the
+    engine's draft -> target id map (``d2t + arange``; None = identity); ``passes`` the hook counts per pass.
+    """
+
+    served_logits: list[torch.Tensor]
+    recorded_logits: list[torch.Tensor]
+    hot_token_id: torch.Tensor | None
+    passes: Mapping[str, Any]
+
+    def first_drafts(self, side: str) -> list[torch.Tensor]:
+        """The engine's ``d_1`` per row of each sample, in target ids; ``side`` is ``served`` or ``recorded``.
+
+        `# sglang 0.5.23 speculative/eagle_worker_v2.py:757-758` maps draft ids through ``hot_token_id``."""
+        logits = self.served_logits if side == "served" else self.recorded_logits
+        ids = [x.argmax(dim=-1) for x in logits]
+        return ids if self.hot_token_id is None else [self.hot_token_id[i] for i in ids]
+
+
+@dataclass(frozen=True)
+class LoopAcceptance:
+    """What the engine's own serving loop counted: drafts, and how many were accepted at each draft position."""
+
+    engine: str
+    drafts: int
+    accepted_per_position: tuple[int, ...]
+    accepted: int
+    draft_tokens: int | None = None
+    tensor_parallel_size: int | None = None
+    prompts: str | None = None  # "assistant_start": the loop ran on the probes' prompts; else after each probe
+
+
 @dataclass
 class CaptureResult:
     """Everything one capture produced. Never empty-and-silent: ``fc is None`` implies a failure."""
@@ -274,8 +324,12 @@ class CaptureResult:
     fc: FcCapture | None
     atlas: LayerAtlas | None
     failures: tuple[ServingFailure, ...]
-    # what the engine's own serving loop reported (vLLM: its spec-decode counters and per-rank facts)
+    # what the engine's own serving loop reported, raw (vLLM: its spec-decode counters and per-rank facts)
     loop: dict[str, Any] | None = None
+    # the outcome evidence of the same run (asked by an OutcomeRequest): the engine's own drafter replay, or
+    # why there is none; and the acceptance its serving loop counted. Neither is a capture failure.
+    replay: DrafterReplay | ServingFailure | None = None
+    acceptance: LoopAcceptance | None = None
 
     def __post_init__(self) -> None:
         if self.fc is None and not self.failures:

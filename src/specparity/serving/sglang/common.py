@@ -129,6 +129,31 @@ def served_sources(
     return tuple(boundary_to_source(b, num_layers) for b in reachable), unreachable
 
 
+# What every adapter's resolve/capture imports (the model registry imports every model file). A warm zygote
+# (serving/zygote.py) imports these once through the adapter's ``warm``, after the adapter's own set-up.
+PRELOAD = (
+    "sglang.srt.server_args", "sglang.srt.configs.model_config", "sglang.srt.model_loader.loader",
+    "sglang.srt.models.registry", "sglang.srt.managers.tp_worker", "sglang.srt.managers.schedule_batch",
+    "sglang.srt.speculative.spec_info", "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.sampling.sampling_params", "sglang.benchmark.one_batch", "sglang.srt.speculative.eagle_worker",
+    "sglang.srt.speculative.eagle_worker_v2", "sglang.srt.arg_groups.pipeline",
+)
+
+
+def preload_engine_modules() -> list[str]:
+    """Import :data:`PRELOAD` (names a version lacks, or that fail, are left to the job); returns those imported."""
+    import importlib
+
+    done = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # absent in this version, or it fails: the job imports (and reports) it itself
+            continue
+        done.append(name)
+    return done
+
+
 def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure:
     """``sglang_exception`` quoting type, message and the innermost sglang ``file:line``."""
     where = ""

@@ -56,29 +56,32 @@ def release_of(v: Version) -> Version:
     return Version(".".join(map(str, v.release)) + (f".post{v.post}" if v.post is not None else ""))
 
 
-# From 0.5.11 sglang imports torchvision at import time and PyPI's torchvision needs CUDA torch
-# (sglang-cpu.md §8): those envs use the CUDA build of torch 2.14.1 that .venv has, which runs on CPU.
+# Where sglang imports torchvision at import time (0.5.10 utils/common.py:90, 0.5.14
+# multimodal/internvl_utils.py:5, 0.5.20 utils/common.py:98), PyPI's torchvision needs a CUDA build of torch
+# (under torch-2.13.0+cpu it raises "operator torchvision::nms does not exist"): those envs use a CUDA build,
+# which imports and runs on CPU: 2.14.1 from local disk (.venv's), or 0.5.20's own pin 2.13.0.
 _CUDA_TORCH = "constraints/torch-0.5.23.txt"
+_CUDA_TORCH_2_13 = "constraints/torch-2.13.txt"
 ENVS: dict[str, MatrixEnv] = {e.name: e for e in (
     MatrixEnv("sglang-0.4.8", "0.4.8", "constraints/sglang-0.4.8.txt"),
     MatrixEnv("sglang-0.4.10", "0.4.10.post2", "constraints/sglang-0.4.10.post2.txt"),
     MatrixEnv("sglang-0.5.3", "0.5.3", "constraints/sglang-0.5.3.txt"),
+    MatrixEnv("sglang-0.5.10", "0.5.10", "constraints/sglang-0.5.10.txt", _CUDA_TORCH),
     MatrixEnv("sglang-0.5.14", "0.5.14", "constraints/sglang-0.5.14.txt", _CUDA_TORCH),
+    MatrixEnv("sglang-0.5.20", "0.5.20", "constraints/sglang-0.5.20.txt", _CUDA_TORCH_2_13),
     MatrixEnv("sglang-0.5.23", "0.5.23", "constraints/sglang-0.5.23.txt", _CUDA_TORCH),  # .venv (scripts/venv.sh)
 )}
 
 _PKG = "specparity.serving.sglang."
 FAMILIES: tuple[Family, ...] = (
-    Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "family_a", (),
-           "configured draft ids ignored (default capture always); static level only",
-           "not in the CI matrix: static level only, its resolve is not run against a real 0.4.x here"),
-    Family("B", ">=0.4.9,<0.5.11", _PKG + "family_b", ("sglang-0.5.3", "sglang-0.4.10"),
+    Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "family_a", ("sglang-0.4.8",),
+           "configured draft ids ignored (default capture always), fc bias always built; static level only"),
+    Family("B", ">=0.4.9,<0.5.11", _PKG + "family_b", ("sglang-0.5.3", "sglang-0.4.10", "sglang-0.5.10"),
            "+1 ids, nested eagle_config only; ids read after CUDA graphs (D3); fc width fixed at 3*H_t"),
     Family("C", ">=0.5.11,<0.5.17", _PKG + "family_e", ("sglang-0.5.14",),
            "ids set before graphs; fc_norm/num_aux_hidden_states (0.5.12); DeepSeek first-id rule (0.5.13)"),
-    Family("D", ">=0.5.17,<0.5.22", _PKG + "family_e", (),
-           "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)",
-           "not in the CI matrix yet: runs the family C/E adapter, untested on a real 0.5.17-0.5.21"),
+    Family("D", ">=0.5.17,<0.5.22", _PKG + "family_e", ("sglang-0.5.20",),
+           "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)"),
     Family("E", ">=0.5.22,<0.5.24", _PKG + "family_e", ("sglang-0.5.23",),
            "layer_boundary refactor: id -1 serves the embedding on llama-style targets; capture-only mode"),
 )

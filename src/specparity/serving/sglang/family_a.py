@@ -14,13 +14,18 @@ Runs only inside the child process.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.common import fc_shape_from_checkpoint
 from specparity.serving.sglang.family_b import FamilyBAdapter
 from specparity.sources import layer
 
+BIAS_CITE = ("sglang 0.4.8 models/llama_eagle3.py:109-112 builds fc = torch.nn.Linear(3*H_t, H_d) with torch's default "
+             "bias=True whatever config.bias says; its load_weights (:183-193) fills fc.bias only from the "
+             "checkpoint (domain.md D4)")
 IGNORED_CITE = ("sglang 0.4.8 model_executor/model_runner.py:307 calls set_eagle3_layers_to_capture() with no ids; "
                 "models/llama.py:700-706 captures [2, L//2, L-3] (0.4.4.post2 models/llama.py:627); domain.md D1")
 
@@ -50,6 +55,20 @@ def ids_ignored_note(*, version: str, configured: tuple[int, ...] | None,
     return ("draft_ids_ignored", severity, message, IGNORED_CITE)
 
 
+def fc_bias_note(*, version: str, checkpoint_has_bias: bool | None) -> tuple[str, str, str, str] | None:
+    """D4: these releases always build fc with a bias; without ``fc.bias`` in the checkpoint it stays random.
+
+    ``checkpoint_has_bias`` None: no ``fc.weight`` in the checkpoint (the whole fc is random; reported elsewhere).
+    """
+    if checkpoint_has_bias is None or checkpoint_has_bias:
+        return None
+    return ("config_mismatch", "error",
+            f"sglang {version} builds the drafter's fc with a bias whatever the config says, and the checkpoint "
+            "has no fc.bias: the bias keeps its random initialisation, so every fc output is shifted; serve with "
+            "sglang >= 0.4.9 (bias only if config.bias) or export the drafter with a trained fc.bias",
+            BIAS_CITE)
+
+
 class FamilyAAdapter(FamilyBAdapter):
     """Static resolution with SGLang's own objects, plus the ids-ignored finding; no capture level."""
 
@@ -65,8 +84,10 @@ class FamilyAAdapter(FamilyBAdapter):
         draft = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
         note = ids_ignored_note(version=self.sglang_version, configured=configured_ids(draft.hf_config),
                                 num_layers=result.num_layers)
-        return dataclasses.replace(result, draft_config_ids=None, ids_fallback_reason=None,
-                                   adapter_notes=(*result.adapter_notes, note))
+        ckpt = fc_shape_from_checkpoint(Path(request.draft))
+        bias = fc_bias_note(version=self.sglang_version, checkpoint_has_bias=None if ckpt is None else ckpt.bias)
+        return dataclasses.replace(result, draft_config_ids=None, ids_fallback_reason=None, fc_bias=True,
+                                   adapter_notes=(*result.adapter_notes, note, *([bias] if bias else [])))
 
     def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:
         return CaptureResult(None, None, None, (ServingFailure(UNSUPPORTED_VERSION, (

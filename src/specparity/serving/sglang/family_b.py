@@ -11,7 +11,11 @@ from what the installed SGLang has, never from its version number (:func:`detect
   ``torch._C._cpu._is_amx_tile_supported`` (0.4.10.post2 ``srt/utils.py:217`` reads it at import); it never
   replaces an attribute torch has, so it is a no-op elsewhere;
 - where the runner reads the ids / builds fc / crashes on boundary 0: the file:line of the nearest release we
-  read (0.4.10.post2 for the ``eagle_utils`` layout, 0.5.3 for ``eagle_info``), for messages only.
+  read (0.4.10.post2 for the ``eagle_utils`` layout, 0.5.3 for ``eagle_info``), for messages only;
+- the KV pool's warm-up: the late family B (0.5.10 ``mem_cache/memory_pool.py:833``) launches the Triton kernel
+  ``copy_all_layer_kv_cache_tiled`` at pool creation, as 0.5.14 does, which has no CPU driver ("0 active
+  drivers"); on CPU the capture routes it to the recorded ``sgl_kernel`` stand-in
+  (:func:`.family_e_run.install_kv_copy_stand_in`, which detects the launch itself; a no-op on 0.5.3/0.4.10).
 
 Family-wide facts: ids read by ``ModelRunner.initialize`` AFTER the CUDA graphs were captured with no-arg
 setter calls (D3, predicted by :func:`cuda_graph_hazard`); fc is ``Linear(3*H_t, H_d)`` whatever the config
@@ -97,12 +101,30 @@ class FamilyBAdapter(LegacyAdapter):
                          glue=LegacyGlue(version_label=sglang_version, draft_input_module="", torch_drift=True))
         self._detected = False
 
-    def _server_args(self, request: Any, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+    def _detect(self, device: str) -> None:
         if not self._detected:
-            legacy_shims.install(device=request.device, torch_drift=True)
+            legacy_shims.install(device=device, torch_drift=True)
             self.glue = detect_glue(self.sglang_version)
             self._detected = True
+
+    def warm(self, device: str) -> None:
+        """A warm zygote's imports (serving/zygote.py), after what resolve/capture do first: the CPU shims and
+        the glue detection (old SGLang takes its vllm fallback, and builds its model registry, at import)."""
+        from specparity.serving.sglang.common import preload_engine_modules
+
+        self._detect(device)
+        preload_engine_modules()
+
+    def _server_args(self, request: Any, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+        self._detect(request.device)
         return super()._server_args(request, extra_requests=extra_requests)
+
+    def capture(self, request: Any, *, progress: Any) -> Any:
+        self._detect(request.device)
+        from specparity.serving.sglang.family_e_run import install_kv_copy_stand_in
+
+        install_kv_copy_stand_in(request.device)  # only where the pool launches the Triton copy (0.5.10)
+        return super().capture(request, progress=progress)
 
     def _deployment(self, request: Any, sa: Any, warnings: list[str], **kw: Any) -> ResolvedDeployment:
         dep = super()._deployment(request, sa, warnings, **kw)

@@ -14,6 +14,10 @@ unchanged. Otherwise :class:`FamilyEAdapter` swaps in what this SGLang has, each
   ``ModelRunner.__init__`` itself (0.5.11-0.5.15, 0.5.14 ``model_executor/model_runner.py:458-472``);
 - worker keywords, the draft worker, FULL capture and request fields: :mod:`.family_e_run`;
 - boundary 0 (``embedding``): capturable on llama-style loops only with ``layers.layer_boundary`` (0.5.22+).
+  Family D (0.5.17-0.5.21) has the whole 0.5.23 module layout but not ``layer_boundary``: there the atlas
+  reads the embedding by a pre-hook on layer 0 (:func:`.family_e_run.layer_atlas`) and the static level
+  reports a capture list holding boundary 0 as the crash it is (0.5.20 ``models/llama.py:442`` computes
+  ``hidden_states + residual`` with ``residual`` None at layer 0, D9), as families B/C do.
 
 Runs only inside the child process.
 """
@@ -43,10 +47,28 @@ def _has_module(name: str) -> bool:
 
 
 def has_0523_layout() -> bool:
-    """The installed SGLang has every module the unchanged 0.5.23 adapter imports."""
+    """The installed SGLang has every module the unchanged 0.5.23 adapter imports, and its process set-up:
+    ``runtime_context.publish(..., ranks=SpawnRanks)`` (0.5.20 has the modules but ``publish(server_args, *,
+    role, hf_config)``, ``runtime_context.py:1571``, and no ``bootstrap.init_parallel_runtime``)."""
     return all(_has_module(m) for m in (
         "sglang.srt.arg_groups.model_override_base", "sglang.srt.distributed.bootstrap",
-        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state", "sglang.benchmark.one_batch"))
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state", "sglang.benchmark.one_batch",
+    )) and publish_style() == "ranks"
+
+
+def publish_style() -> str:
+    """How this SGLang publishes its process context: ``ranks`` (0.5.23 ``publish(sa, role=, ranks=)``),
+    ``role`` (0.5.20 ``publish(sa, *, role, hf_config=None)``, as ``benchmark/one_batch.py:700`` calls it) or
+    ``global`` (0.5.14: ``set_global_server_args_for_scheduler``, no ``runtime_context.publish``)."""
+    import inspect
+
+    try:
+        publish = getattr(importlib.import_module("sglang.srt.runtime_context"), "publish", None)
+    except ImportError:
+        publish = None
+    if publish is None:
+        return "global"
+    return "ranks" if "ranks" in inspect.signature(publish).parameters else "role"
 
 
 def embedding_capturable() -> bool:
@@ -91,14 +113,29 @@ def resolved_view_function() -> Any:
     return lambda sa: sa
 
 
+def boundary0_crash(dep: ResolvedDeployment) -> ServingFailure | None:
+    """Before ``layer_boundary`` (0.5.22), a capture list holding boundary 0 crashes llama-style loops (D9):
+    the static level must say so, never claim the embedding is served (the capture level raises it)."""
+    from specparity.serving.sglang.family_e_static import _boundary0_crash
+
+    return _boundary0_crash(dep.sglang_version, dep.draft_config_ids, dep.layers_to_capture,
+                            num_layers=dep.num_layers, model_class=dep.target_architecture)
+
+
 class FamilyEAdapter(Adapter):
     """:class:`~.v0_5_23.Adapter` with the feature-detected glue of families C/D where 0.5.23's is missing."""
 
     def __init__(self, *, sglang_version: str, name: str) -> None:
         super().__init__(sglang_version=sglang_version, name=name)
         self.layout_0523 = has_0523_layout()
-        if not self.layout_0523:
-            atlas = partial(family_e_run.layer_atlas, embedding_capturable=embedding_capturable())
+        self.embedding_capturable = embedding_capturable()
+        if self.layout_0523 and not self.embedding_capturable:  # family D: 0.5.23's glue, no boundary 0
+            self.run = SimpleNamespace(
+                start_workers=run_0523.start_workers, spec_prefill=run_0523.spec_prefill,
+                layer_atlas=partial(family_e_run.layer_atlas, embedding_capturable=False), FcTap=run_0523.FcTap,
+                kernel_stub_calls=run_0523.kernel_stub_calls, kernel_stub_active=run_0523.kernel_stub_active)
+        elif not self.layout_0523:
+            atlas = partial(family_e_run.layer_atlas, embedding_capturable=self.embedding_capturable)
             self.run = SimpleNamespace(
                 start_workers=family_e_run.start_workers, spec_prefill=family_e_run.spec_prefill,
                 layer_atlas=atlas, FcTap=run_0523.FcTap, kernel_stub_calls=run_0523.kernel_stub_calls,
@@ -116,8 +153,14 @@ class FamilyEAdapter(Adapter):
         return sa, list(warnings)
 
     def _publish(self, sa: Any) -> None:
-        if family_e_run.has_runtime_publish():
+        style = publish_style()
+        if style == "ranks":
             super()._publish(sa)
+            return
+        if style == "role":
+            from sglang.srt.runtime_context import publish
+
+            publish(sa, role="scheduler")
             return
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
@@ -131,7 +174,10 @@ class FamilyEAdapter(Adapter):
 
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
         if self.layout_0523:
-            return super().resolve(request)
+            result = super().resolve(request)
+            if self.embedding_capturable or not isinstance(result, ResolvedDeployment):
+                return result
+            return boundary0_crash(result) or result
         from specparity.serving.sglang.family_e_static import resolve_static_c
 
         result = resolve_static_c(self, request)

@@ -6,14 +6,19 @@ installed SGLang has, detected here, never its version number:
 
 - process set-up: ``runtime_context.publish`` + ``bootstrap`` (0.5.2x) or nothing (0.5.14: ``ModelRunner``
   initialises torch.distributed itself and calls ``set_global_server_args_for_scheduler``,
-  ``model_executor/model_runner.py:526``) -- :func:`has_runtime_publish`;
+  ``model_executor/model_runner.py:526``) -- :func:`.family_e.publish_style`;
 - constructor keywords of ``TpModelWorker`` / ``EAGLEWorkerV2`` (0.5.14 ``managers/tp_worker.py:228-244``
-  needs the rank keywords): :func:`call_with_accepted`;
+  needs the rank keywords): :func:`call_with_accepted`; 0.5.20 takes one ``ParallelState`` instead
+  (``managers/tp_worker.py:315-320``, ``ps``), built as SGLang's one-rank state: :func:`parallel_state_kwargs`;
+- the KV pools: 0.5.20's ``Scheduler.init_memory_pools`` first accounts the preloaded weights, then lands the
+  retraction backend before the draft's HiCache plan (``managers/scheduler.py:1056-1084``):
+  :func:`alloc_memory_pools` runs each step this SGLang has;
 - where the runner keeps the ids it read: ``spec_aux_config`` (0.5.16+) or the ``ModelRunner`` attribute
   (0.5.14 ``model_executor/model_runner.py:458-472``) -- :func:`runner_ids`;
 - FULL capture for a target extend: a ``capture_hidden_mode`` argument (0.5.2x) or the batch's attribute
-  (0.5.14 ``speculative/eagle_worker_v2.py:1072-1079``); a request's extend length: ``extend_end`` or
-  ``fill_len`` + ``set_extend_input_len`` (0.5.14 ``managers/schedule_batch.py:1525``);
+  (0.5.14 ``speculative/eagle_worker_v2.py:1072-1079``); a request's extend length: ``extend_end`` (0.5.23),
+  ``set_extend_range`` (0.5.20 ``managers/schedule_batch.py:1484``) or ``fill_len`` + ``set_extend_input_len``
+  (0.5.14 ``managers/schedule_batch.py:1525``);
 - ``TreeCacheNamespace``: ``sglang.benchmark.one_batch`` or ``sglang.bench_one_batch`` (0.5.14 ``:439``);
 - the KV-copy kernel: 0.5.2x dispatches to ``sgl_kernel.copy_all_layer_kv_cache_cpu`` on CPU
   (``kernels/ops/kvcache/cache_move.py:190``); 0.5.14 launches the Triton kernel
@@ -54,13 +59,49 @@ def call_with_accepted(fn: Callable[..., Any], **kwargs: Any) -> Any:
     return fn(**{k: v for k, v in kwargs.items() if k in params})
 
 
-def has_runtime_publish() -> bool:
-    """True where SGLang publishes its process context itself (``runtime_context.publish``, 0.5.2x)."""
+def parallel_state_kwargs(worker_cls: Any) -> dict[str, Any]:
+    """``{"ps": ParallelState}`` where the worker takes one (0.5.20 ``managers/tp_worker.py:315-320``), else {}.
+
+    Rank 0 of a one-rank world, as ``sglang.benchmark.one_batch.load_model`` builds it for tp_size 1 (0.5.20
+    ``benchmark/one_batch.py:329-349``: every rank 0 and size 1, ``dp_rank``/``moe_dp_rank`` None), through
+    SGLang's own ``ParallelState.trivial`` (``distributed/parallel_state_wrapper.py:28-50``).
+    """
+    if "ps" not in inspect.signature(worker_cls).parameters:
+        return {}
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+
+    return {"ps": ParallelState.trivial(dp_rank=None, moe_dp_rank=None)}
+
+
+def _retraction_backup() -> Callable[..., Any] | None:
+    """``kv_cache_builder.resolve_decode_retraction_backup`` where this SGLang has it (0.5.20), else None."""
     try:
-        mod = importlib.import_module("sglang.srt.runtime_context")
+        from sglang.srt.mem_cache import kv_cache_builder
     except ImportError:
-        return False
-    return hasattr(mod, "publish")
+        return None
+    fn: Callable[..., Any] | None = getattr(kv_cache_builder, "resolve_decode_retraction_backup", None)
+    return fn
+
+
+def alloc_memory_pools(tp_worker: Any, spec_worker: Any) -> None:
+    """``Scheduler.init_memory_pools`` for a target and an EAGLE worker, each step where this SGLang has it."""
+    layout = getattr(spec_worker, "draft_parallel_layout", None)
+    if layout is not None:  # 0.5.23 managers/scheduler.py: the draft's layout sizes the target pool
+        tp_worker.alloc_memory_pool(draft_parallel_layout=layout)
+    else:
+        runner = tp_worker.model_runner
+        if hasattr(runner, "account_preloaded_weights"):  # 0.5.20 managers/scheduler.py:1065-1069
+            runner.account_preloaded_weights(int(getattr(tp_worker, "preloaded_weights_bytes", 0))
+                                             + int(getattr(spec_worker, "preloaded_weights_bytes", 0)))
+        tp_worker.alloc_memory_pool()
+    pool, allocator = tp_worker.get_memory_pool()
+    land_retraction_backend = _retraction_backup()
+    if land_retraction_backend is not None:  # 0.5.20 managers/scheduler.py:1076
+        land_retraction_backend(tp_worker=tp_worker)
+    spec_worker.alloc_memory_pool(memory_pool_config=tp_worker.model_runner.memory_pool_config,
+                                  req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
+    if hasattr(spec_worker, "init_hicache_draft_plan"):  # 0.5.20 managers/scheduler.py:1084
+        spec_worker.init_hicache_draft_plan()
 
 
 def runner_ids(model_runner: Any) -> Any:
@@ -140,18 +181,12 @@ def _start_workers(sa: Any, *, device: str) -> Workers:
 
     install_kv_copy_stand_in(device)
     port_args = PortArgs.init_new(sa)
-    common = {"server_args": sa, "gpu_id": 0, "nccl_port": port_args.nccl_port, **RANK_KWARGS}
+    common = {"server_args": sa, "gpu_id": 0, "nccl_port": port_args.nccl_port, **RANK_KWARGS,
+              **parallel_state_kwargs(TpModelWorker)}
     tp_worker = call_with_accepted(TpModelWorker, **common)
     algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     spec_worker = call_with_accepted(algo.create_worker(sa), target_worker=tp_worker, **common)
-    layout = getattr(spec_worker, "draft_parallel_layout", None)
-    if layout is not None:
-        tp_worker.alloc_memory_pool(draft_parallel_layout=layout)
-    else:
-        tp_worker.alloc_memory_pool()
-    pool, allocator = tp_worker.get_memory_pool()
-    spec_worker.alloc_memory_pool(memory_pool_config=tp_worker.model_runner.memory_pool_config,
-                                  req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
+    alloc_memory_pools(tp_worker, spec_worker)
     tp_worker.init_attention_backends()  # the target's aux capture was set in ModelRunner init (ids first)
     if device == "cpu":
         init_draft_attention(spec_worker)  # the recorded fallback of v0_5_23_run (same message in 0.5.14)
@@ -174,7 +209,9 @@ def _batch(workers: Workers, probes: tuple[tuple[int, ...], ...], *, tag: str, s
                   sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
         req.full_untruncated_fill_ids = req.origin_input_ids
         req.logprob_start_len = -1
-        if hasattr(req, "set_extend_input_len"):  # 0.5.14 bench_one_batch.py:428-431
+        if hasattr(req, "set_extend_range"):  # 0.5.20 benchmark/one_batch.py:428-430, schedule_batch.py:1484
+            req.set_extend_range(len(req.prefix_indices), len(req.origin_input_ids))
+        elif hasattr(req, "set_extend_input_len"):  # 0.5.14 bench_one_batch.py:428-431
             req.fill_len = len(req.full_untruncated_fill_ids)
             req.set_extend_input_len(req.fill_len - len(req.prefix_indices))
         else:

@@ -73,6 +73,12 @@ def build_meta_model(model_config: Any, sa: Any) -> Any:
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
     load_config = LoadConfig(load_format=sa.load_format)  # model_runner.py:1368-1371 (no remote loaders)
+    if getattr(sa, "device", None) == "cpu":
+        # 0.5.14 model_runner.py:1385-1388: on CPU the runner adds the *_cpu head counts some model files read
+        # (models/qwen3_5.py:161) before it loads, as the 0.5.23 static build does
+        from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
+
+        model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, 1)
     quant_config = _get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
         return _initialize_model(model_config, load_config, quant_config)
@@ -88,6 +94,24 @@ def read_ids(draft_hf_config: Any) -> tuple[bool, Any]:
     except Exception:  # SGLang's bare except: no aux layer -> None
         ids = None
     return bool(use_aux), ids
+
+
+def read_ids_with_sglang(sa: Any, model_config: Any) -> tuple[bool, Any] | None:
+    """``(use_aux_hidden_state, ids)`` from SGLang's own reader where it is a function of its own (0.5.16+
+    ``model_runner_components.spec_aux_hidden_state.resolve_spec_aux_hidden_state_config``, e.g. 0.5.20
+    ``:49-72``, as ``ModelRunner`` calls it for the target); None before (read inside ``ModelRunner.__init__``)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+            resolve_spec_aux_hidden_state_config,
+        )
+    except ImportError:
+        return None
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    spec = resolve_spec_aux_hidden_state_config(
+        server_args=sa, model_config=model_config, is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(sa.speculative_algorithm))
+    return bool(spec.eagle_use_aux_hidden_state), spec.eagle_aux_hidden_state_layer_ids
 
 
 def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
@@ -137,6 +161,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
     t0 = time.perf_counter()
     kw = static_server_args_kwargs(request)
     notes = [STATIC_NOTE]
+    used: dict[str, Any] = {}  # the hardware fallback the server args resolved with, kept for the CPU build
     try:
         try:
             sa, warnings = _server_args(kw)
@@ -149,6 +174,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
                     continue
                 notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}'; "
                              "server args were resolved with " + ", ".join(f"{k}={v}" for k, v in fallback.items()))
+                used = dict(fallback)
                 break
             else:
                 return gpu_query_failure(exc, stage="while resolving the server args") or refusal
@@ -158,11 +184,16 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
 
         model_config = ModelConfig.from_server_args(sa)
         draft_mc = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
-        use_aux, ids = read_ids(draft_mc.hf_config)
+        real = read_ids_with_sglang(sa, model_config)  # family D (0.5.20): SGLang's own reader
+        use_aux, ids = real if real is not None else read_ids(draft_mc.hf_config)
+        if real is not None:
+            notes.remove(STATIC_NOTE)
         wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
         build_sa = sa
         if wide or kw.get("device") != "cpu":  # build as rank 0 of a one-rank world on this machine's CPU
-            build_sa, _ = _server_args({**kw, **SINGLE_RANK_ARGS, "device": "cpu"})
+            # with the fallback that resolved (0.5.14 server_args.py:4365-4368 asserts a hybrid model's mamba
+            # extra_buffer needs CUDA unless the overlap schedule is off)
+            build_sa, _ = _server_args({**kw, **used, **SINGLE_RANK_ARGS, "device": "cpu"})
             if wide:
                 notes.append("models built as rank 0 of a one-rank world (deployment: "
                              + ", ".join(f"{k}={v}" for k, v in wide.items())

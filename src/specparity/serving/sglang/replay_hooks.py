@@ -1,4 +1,5 @@
-"""Child-side drafter replay (owned by specparity.replay): SGLang's real drafter on recorded vs served fc inputs.
+"""Child-side drafter replay (the parent side is serving/drafter_replay.py): SGLang's real drafter on recorded vs
+served fc inputs.
 
 Runs inside the SGLang child after the fc capture, on the same live workers. Two more prefills of the
 probes through ``EAGLEWorkerV2`` (the real target extend, then ``_draft_extend_for_prefill``, which runs

@@ -140,6 +140,12 @@ class Adapter:
         self.sglang_version = sglang_version
         self.name = name
 
+    def warm(self, device: str) -> None:
+        """A warm zygote's imports (serving/zygote.py); this adapter needs no set-up before them."""
+        from specparity.serving.sglang.common import preload_engine_modules
+
+        preload_engine_modules()
+
     def _resolved_view(self, sa: Any) -> Any:
         """The resolved ServerArgs (0.5.19+ keeps the rewrite in a stash, domain.md §5)."""
         from sglang.srt.arg_groups.model_override_base import resolved_view

@@ -1,7 +1,9 @@
 """Child-process entry point: ``python -m specparity.serving.sglang.worker REQUEST.json OUT_DIR``.
 
 SGLang keeps process-global state (runtime context, parallel groups, ``lru_cache``d platform probes),
-so every deployment runs in a fresh interpreter. This module:
+so every deployment runs in a fresh process: a new interpreter, or with ``SPECPARITY_WARM_START=1`` a process
+forked from a zygote that has only imported the engine (:mod:`specparity.serving.zygote`, which calls
+:func:`warm` once and :func:`run` per job). This module:
 
 1. reads the :class:`~specparity.serving.sglang.adapter.WorkerRequest`;
 2. finds the installed SGLang version without importing it, and picks the adapter (or reports
@@ -20,6 +22,7 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -111,39 +114,66 @@ def with_environment(result: Any, device: str) -> Any:
     return result
 
 
-def main(argv: list[str]) -> int:
-    request_path, out_dir = Path(argv[0]), Path(argv[1])
-    from specparity.serving.results import SGLANG_MISSING, ServingFailure
-    from specparity.serving.sglang.adapter import WorkerRequest, load_adapter, select_adapter
-    from specparity.serving.sglang.common import exception_failure
-    from specparity.serving.transport import write_result
+@dataclass(frozen=True)
+class Prepared:
+    """This interpreter, set up for ``device``: the adapter, or the failure every job on it reports."""
 
-    request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
+    device: str
+    entry: Any = None
+    adapter: Any = None
+    failure: Any = None
+
+
+def prepare(device: str) -> Prepared:
+    """Everything before a job: the installed SGLang's adapter, the CPU engine switch and the stand-in."""
+    from specparity.serving.results import SGLANG_MISSING, ServingFailure
+    from specparity.serving.sglang.adapter import load_adapter, select_adapter
+    from specparity.serving.sglang.common import exception_failure
+
     try:
         version = metadata.version("sglang")
     except metadata.PackageNotFoundError:
-        write_result(
-            out_dir,
-            ServingFailure(
-                SGLANG_MISSING,
-                f"sglang is not installed for {sys.executable}; install it there or pass python=",
-            ),
-        )
-        return 0
+        return Prepared(device, failure=ServingFailure(
+            SGLANG_MISSING, f"sglang is not installed for {sys.executable}; install it there or pass python="))
     entry = select_adapter(version)
     if isinstance(entry, ServingFailure):
-        write_result(out_dir, entry)
-        return 0
+        return Prepared(device, failure=entry)
     # target and draft are local directories (serving.make_request checks them): never reach the hub
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if request.device == "cpu":
+    if device == "cpu":
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    install_kernel_stub_if_needed(request.device)
+    install_kernel_stub_if_needed(device)
     try:
         adapter = load_adapter(entry, sglang_version=version)
     except Exception as exc:
-        write_result(out_dir, exception_failure(exc, prefix="importing sglang: "))
+        return Prepared(device, entry=entry, failure=exception_failure(exc, prefix="importing sglang: "))
+    return Prepared(device, entry=entry, adapter=adapter)
+
+
+def warm(device: str) -> Prepared:
+    """The zygote's set-up (serving/zygote.py): :func:`prepare`, then the adapter's own ``warm``, which does what
+    its resolve/capture do before their first SGLang import (e.g. the legacy CPU shims) and imports the engine
+    modules every job imports. An adapter without ``warm`` imports nothing ahead (each job pays for it)."""
+    prepared = prepare(device)
+    hook = getattr(prepared.adapter, "warm", None)
+    if callable(hook):
+        hook(device)
+    return prepared
+
+
+def run(argv: list[str], prepared: Prepared | None = None) -> int:
+    """One job: ``argv`` = [REQUEST.json, OUT_DIR]; ``prepared`` comes from the zygote, else from here."""
+    from specparity.serving.sglang.adapter import WorkerRequest
+    from specparity.serving.transport import write_result
+
+    request_path, out_dir = Path(argv[0]), Path(argv[1])
+    request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
+    if prepared is None or prepared.device != request.device:
+        prepared = prepare(request.device)
+    if prepared.failure is not None:
+        write_result(out_dir, prepared.failure)
         return 0
+    adapter, entry = prepared.adapter, prepared.entry
     if request.op == "resolve":
         write_result(out_dir, with_version_note(with_environment(adapter.resolve(request), request.device), entry))
     elif request.op == "capture":
@@ -152,6 +182,10 @@ def main(argv: list[str]) -> int:
     else:
         raise ValueError(f"unknown op {request.op!r}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return run(argv)
 
 
 def with_version_note(result: Any, entry: Any) -> Any:

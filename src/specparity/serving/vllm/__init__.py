@@ -15,13 +15,20 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from specparity.serving.process import run_child
-from specparity.serving.results import FC_NOT_CALLED, CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.results import (
+    FC_NOT_CALLED,
+    CaptureResult,
+    LoopAcceptance,
+    ResolvedDeployment,
+    ServingFailure,
+)
 
 WORKER_MODULE = "specparity.serving.vllm.worker"
 
-__all__ = ["WORKER_MODULE", "capture_deployment", "resolve_deployment"]
+__all__ = ["WORKER_MODULE", "capture_deployment", "loop_acceptance", "resolve_deployment"]
 
 
 def _with_wall(dep: ResolvedDeployment | None, wall: float) -> ResolvedDeployment | None:
@@ -53,14 +60,19 @@ def capture_deployment(
     target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
     engine_args: Mapping[str, object] | None = None, device: str = "cpu", atlas: bool = True, timeout_s: float = 600,
     python: str | None = None, progress: Callable[[int, int], None] | None = None,
+    loop_prompt_lengths: Sequence[int] | None = None,
 ) -> CaptureResult:
     """Greedy generation of ``probes`` through vLLM's real engine with speculation on, the tap in every worker.
 
     ``engine_args`` are ``vllm.LLM`` keywords (``tensor_parallel_size=2``, ...) plus ``num_speculative_tokens``
-    and ``generate_tokens``. The result's ``loop`` holds vLLM's spec-decode counters and per-rank facts.
+    and ``generate_tokens``. The result's ``loop`` holds vLLM's spec-decode counters and per-rank facts, and
+    ``acceptance`` the same counters as :class:`LoopAcceptance`. ``loop_prompt_lengths[i]`` (the rows before the
+    assistant's first token) makes the loop also generate from each probe's prompt, and count only that.
     """
     from specparity.serving import make_request
 
+    if loop_prompt_lengths is not None:
+        engine_args = {**(engine_args or {}), "loop_prompt_lengths": [int(n) for n in loop_prompt_lengths]}
     request = make_request("capture", target, draft, server_args=engine_args, device=device, probes=probes,
                            atlas=atlas)
     if isinstance(request, ServingFailure):
@@ -74,4 +86,25 @@ def capture_deployment(
     if isinstance(outcome, ServingFailure):
         return CaptureResult(None, None, None, (outcome,))
     return CaptureResult(deployment=_with_wall(outcome.deployment, time.perf_counter() - t0), fc=outcome.fc,
-                         atlas=outcome.atlas, failures=outcome.failures, loop=outcome.loop)
+                         atlas=outcome.atlas, failures=outcome.failures, loop=outcome.loop,
+                         acceptance=loop_acceptance(outcome.loop))
+
+
+def loop_acceptance(loop: Mapping[str, Any] | None) -> LoopAcceptance | None:
+    """vLLM's spec-decode counters as :class:`LoopAcceptance`; None when the loop reported no drafts.
+
+    ``spec_decode_num_accepted_tokens_per_pos[j]`` counts the drafts whose position ``j`` was accepted, out of
+    ``spec_decode_num_drafts`` (vLLM ``v1/spec_decode/metrics.py``; read by ``worker._metrics``).
+    """
+    counters = (loop or {}).get("counters") or {}
+    drafts = int(counters.get("spec_decode_num_drafts") or 0)
+    per_pos = tuple(int(a) for a in counters.get("spec_decode_num_accepted_tokens_per_pos") or [])
+    if loop is None or drafts <= 0 or not per_pos:
+        return None
+    tokens = counters.get("spec_decode_num_draft_tokens")
+    tp = loop.get("tensor_parallel_size")
+    return LoopAcceptance(
+        engine=str(loop.get("engine") or "vllm"), drafts=drafts, accepted_per_position=per_pos,
+        accepted=int(counters.get("spec_decode_num_accepted_tokens") or sum(per_pos)),
+        draft_tokens=int(tokens) if tokens is not None else None, tensor_parallel_size=int(tp) if tp else None,
+        prompts=loop.get("loop_prompts"))

@@ -1,0 +1,59 @@
+"""Warm start on real SGLang: a capture forked from a zygote equals a cold one, stand-ins and all.
+
+The suite runs with ``SPECPARITY_WARM_START=1`` (root conftest.py) to pay SGLang's imports once per
+interpreter; this test is what makes that safe: the same deployment, captured cold (a new interpreter) and
+warm (a process forked from a zygote that has only imported SGLang), gives the same fc input, atlas,
+resolution and stand-in record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from serving_probes import PROBES
+
+from specparity.serving import capture_deployment, resolve_deployment, warm
+from specparity.serving.results import CaptureResult, ResolvedDeployment
+
+pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
+
+
+def _capture(models: Path, monkeypatch: pytest.MonkeyPatch, *, warm_start: bool) -> CaptureResult:
+    monkeypatch.setenv(warm.WARM_START_ENV, "1" if warm_start else "0")
+    return capture_deployment(models / "target", models / "draft", probes=PROBES[:2], server_args={}, device="cpu",
+                              atlas=True, timeout_s=600)
+
+
+def test_a_warm_capture_equals_a_cold_one(base_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = _capture(base_models, monkeypatch, warm_start=False)
+    hot = _capture(base_models, monkeypatch, warm_start=True)
+    again = _capture(base_models, monkeypatch, warm_start=True)  # a second job of the same zygote
+    for got in (hot, again):
+        assert not cold.failures and not got.failures, (cold.failures, got.failures)
+        assert cold.fc is not None and got.fc is not None and cold.atlas is not None and got.atlas is not None
+        assert len(got.fc.per_sample) == len(cold.fc.per_sample) == 2
+        for a, b in zip(cold.fc.per_sample, got.fc.per_sample, strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-6)  # same code, same machine: equal up to 1e-6
+        for a_map, b_map in zip(cold.atlas.per_sample, got.atlas.per_sample, strict=True):
+            assert a_map.keys() == b_map.keys()
+            for k in a_map:
+                torch.testing.assert_close(b_map[k], a_map[k], rtol=0, atol=1e-6)
+        assert cold.deployment is not None and got.deployment is not None
+        assert got.deployment.layers_to_capture == cold.deployment.layers_to_capture
+        assert got.deployment.stand_ins == cold.deployment.stand_ins  # the same stand-ins, the same calls
+        assert got.deployment.environment == cold.deployment.environment
+
+
+def test_a_warm_resolve_equals_a_cold_one(base_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv(warm.WARM_START_ENV, flag)
+        r = resolve_deployment(base_models / "target", base_models / "draft", server_args={}, device="cpu",
+                               timeout_s=600)
+        assert isinstance(r, ResolvedDeployment), r
+        d = r.to_dict()
+        d.pop("timings")  # the warm one skips SGLang's import: that is the point
+        results.append(d)
+    assert results[0] == results[1]
