@@ -63,8 +63,9 @@ def full_size(tmp: Path) -> int:
     # A fresh cache of SGLang's architecture -> module map (serving/sglang/model_modules.py): the first
     # resolution on an installation imports SGLang's whole model registry and records the map, later ones
     # import the target's and draft's modules only. Both are measured, in this order.
-    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "SGLANG_DISABLED_MODEL_ARCHS")}
+    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "SGLANG_DISABLED_MODEL_ARCHS", "SPECPARITY_WARM_START")}
     os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
+    os.environ["SPECPARITY_WARM_START"] = "0"  # a cold child, as `specparity explain` from a shell starts one
     os.environ.pop("SGLANG_DISABLED_MODEL_ARCHS", None)
     try:
         for label in ("first resolution (whole model registry)", "later resolutions (two model modules)"):

@@ -1,6 +1,6 @@
 """The static level imports only the target's and draft's SGLang model modules, and gives what the full registry gives.
 
-Each resolution runs in its own child (serving.resolve_deployment), as the product runs it, with the cache of
+Each resolution runs in its own cold child (serving.resolve_deployment), as the CLI runs it, with the cache of
 SGLang's architecture -> module map in a fresh XDG_CACHE_HOME: the first resolution imports the full registry
 and records the map, the second imports two modules, and a map that names the wrong module is caught.
 """
@@ -33,6 +33,8 @@ def _resolve() -> ResolvedDeployment:
 def test_limited_registry_gives_the_full_registrys_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("SGLANG_DISABLED_MODEL_ARCHS", raising=False)
+    # cold children, as the CLI starts them: a warm-start zygote (serving/warm.py) has the whole registry imported
+    monkeypatch.setenv("SPECPARITY_WARM_START", "0")
     full = _resolve()
     assert full.timings["registry_limited"] == 0.0
     (cache,) = (tmp_path / "specparity").glob("sglang-model-modules-*.json")
