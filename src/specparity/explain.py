@@ -33,7 +33,7 @@ _RULES: dict[ArchFamily, str] = {
 }
 _DELEGATES = {"KimiK25ForConditionalGeneration": "models/kimi_k25.py:928-939",
               "Llama4ForConditionalGeneration": "models/mllama4.py:971-973"}
-_ENVIRONMENT = frozenset({"sglang_missing", "unsupported_version", "timeout", "child_crashed"})
+_ENVIRONMENT = frozenset({"sglang_missing", "unsupported_version", "timeout", "child_crashed", "needs_hardware"})
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,11 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
 
 def explain_failure(failure: ServingFailure) -> Explanation:
     """A refusal (exit 1), bad input (2) or an environment problem (3), with what to do."""
+    if failure.kind == "needs_hardware":  # issue 12: a hardware-only validation is a note, not a crash
+        todo = "run explain on a machine with the deployment's GPU; nothing here says the deployment is wrong"
+        return Explanation(EXIT_ENVIRONMENT, f"SGLang cannot resolve this deployment on this machine: {failure.message}",
+                           {"engine": "sglang", "error": failure.to_dict(), "notes": [failure.message],
+                            "what_to_do": todo}, (f"note     {failure.message}", f"do       {todo}"))
     if failure.kind in _ENVIRONMENT:
         return Explanation(EXIT_ENVIRONMENT, f"SGLang could not run: {failure.message}",
                            {"engine": "sglang", "error": failure.to_dict()})

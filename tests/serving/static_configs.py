@@ -1,8 +1,11 @@
 """Target configs for the registry-wide static test: one per SGLang 0.5.23 architecture with an EAGLE-3 setter.
 
-Each is the architecture's own transformers/SGLang config class with its defaults (the real field names and
-the published model's sizes), plus the hub config.json fields SGLang's model file reads that the class does
-not default. Hand-written; no third-party file is copied. On the meta device size costs no memory.
+Where a public full-size config.json of the architecture was collected (configs/public, sources in its
+SOURCES.json) the test uses it verbatim; otherwise the architecture's own transformers/SGLang config class with
+its defaults (the real field names and the published model's sizes), plus the hub config.json fields SGLang's
+model file reads that the class does not default. Remote-code architectures (Ling/Bailing, Sarvam) name their
+config class through ``auto_map`` the way their hub checkpoints do; the class the module provides is SGLang's own
+(sglang/srt/configs/bailing_moe_v2.py). On the meta device size costs no memory.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
+PUBLIC_TARGETS = CONFIGS / "public" / "targets"
 
 _DEEPSEEK_MOE = {"moe_layer_freq": 1, "first_k_dense_replace": 1, "n_group": 8, "topk_group": 4,
                  "topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_shared_experts": 1,
@@ -29,23 +33,24 @@ _MINIMAX_M3 = {"scoring_func": "sigmoid", "use_routing_bias": True, "rotary_dim"
                "routed_scaling_factor": 1.0, "swiglu_alpha": 1.702, "swiglu_limit": 7.0,
                "dense_intermediate_size": 1536}
 
-# architecture -> (model_type, overrides on top of the config class defaults); "file:" loads CONFIGS/<name>
+# architecture -> (source, overrides on top of it). source: a model_type (the config class defaults),
+# "public:<file>" (a collected hub config.json, configs/public/targets) or "remote:<model_type>" (remote code)
 TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "ApertusForCausalLM": ("apertus", {}),
-    "DeepseekV3ForCausalLM": ("file:deepseek-v3.json", {}),
-    # DeepSeek-V2: the V3 file's MLA/MoE field names with V2's sizes and softmax routing
-    "DeepseekV2ForCausalLM": ("file:deepseek-v3.json", {
+    "DeepseekV3ForCausalLM": ("public:deepseek-ai--DeepSeek-V3.json", {}),
+    # DeepSeek-V2: the V3 hub config's MLA/MoE field names with V2's sizes and softmax routing
+    "DeepseekV2ForCausalLM": ("public:deepseek-ai--DeepSeek-V3.json", {
         "model_type": "deepseek_v2", "num_hidden_layers": 60, "hidden_size": 5120, "intermediate_size": 12288,
         "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 2, "num_experts_per_tok": 6,
         "first_k_dense_replace": 1, "topk_method": "group_limited_greedy", "scoring_func": "softmax",
         "routed_scaling_factor": 16.0, "vocab_size": 102400}),
     # Mistral-Large-3 is served by DeepseekV3ForCausalLM's subclass (models/mistral_large_3.py:12)
-    "MistralLarge3ForCausalLM": ("file:deepseek-v3.json", {}),
+    "MistralLarge3ForCausalLM": ("public:deepseek-ai--DeepSeek-V3.json", {}),
     # Llama-architecture files whose hub configs name remote code; the fields are llama's
     "InternLM3ForCausalLM": ("llama", {}),
     "IQuestCoderForCausalLM": ("llama", {}),
     "TeleFLMForCausalLM": ("llama", {}),
-    "KimiK25ForConditionalGeneration": ("file:kimi-k2.5.json", {}),
+    "KimiK25ForConditionalGeneration": ("public:moonshotai--Kimi-K2.5.json", {}),
     "Gemma3ForCausalLM": ("gemma3_text", {}),
     "Gemma3ForConditionalGeneration": ("gemma3", {}),
     "Gemma4UnifiedForConditionalGeneration": ("gemma4_unified", {}),
@@ -91,6 +96,36 @@ TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
     "Qwen3_5ForCausalLM": ("qwen3_5_text", _QWEN35_TEXT),
     "Qwen3_5MoeForCausalLM": ("qwen3_5_moe_text", _QWEN35_TEXT),
     "Qwen3VLMoeForConditionalGeneration": ("qwen3_vl_moe", {}),
+    # Public hub configs, verbatim (configs/public/SOURCES.json)
+    "DeepseekV32ForCausalLM": ("public:deepseek-ai--DeepSeek-V3.2.json", {}),
+    "GlmMoeDsaForCausalLM": ("public:zai-org--GLM-5.json", {}),
+    "Gemma4ForConditionalGeneration": ("public:google--gemma-4-26B-A4B.json", {}),
+    "Gemma4ForCausalLM": ("gemma4_text", {}),
+    # Intern-S1-Pro is Qwen3-VL-MoE's architecture (models/interns1pro.py:191) with its own router and rope fields
+    "InternS1ProForConditionalGeneration": ("public:Qwen--Qwen3-VL-30B-A3B-Instruct.json", {}),
+    "Qwen3NextForCausalLM": ("public:Qwen--Qwen3-Next-80B-A3B-Thinking.json", {}),
+    "LongcatFlashForCausalLM": ("longcat_flash", {}),
+    # transformers' own Glm5NextConfig defaults (AutoConfig validates config.json with it, strictly, before SGLang
+    # re-parses it with sglang/srt/configs/glm5_next.py, whose None defaults it refuses), written flat: SGLang's
+    # class lifts the text keys from the top level (configs/glm5_next.py:8-76) and loses architectures otherwise
+    "Glm5NextForConditionalGeneration": ("hf-flat:glm5_next", {}),
+    # InternS2-Mobius reads a per-layer schedule (models/interns2_mobius.py:708): Qwen3.5's hybrid pattern,
+    # three linear-attention layers then one full-attention layer
+    "InternS2MobiusForConditionalGeneration": ("interns2_mobius", {"text_config": lambda _: {
+        "model_type": "interns2_mobius_text", **_QWEN35_TEXT, "layer_types": [
+            "full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+            for i in range(int(_class_defaults("interns2_mobius_text")["num_hidden_layers"]))]}}),
+    # Ling 2.0 (inclusionAI/Ling-flash-2.0's hub config: model_type bailing_moe, AutoConfig from its remote
+    # module configuration_bailing_moe_v2.BailingMoeV2Config, as its Hub model card lists); all three names
+    # are one class in sglang 0.5.23 (models/bailing_moe.py:1112-1120). Sarvam-MoE reuses it (sarvam_moe.py:1407)
+    **{arch: ("remote:bailing_moe", {}) for arch in (
+        "BailingMoEForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM")},
+}
+
+# Remote code a hub checkpoint ships next to its config.json (auto_map), here providing SGLang's own class
+REMOTE_CODE: dict[str, tuple[str, str, str]] = {  # model_type -> (module file, class, module source)
+    "bailing_moe": ("configuration_bailing_moe_v2.py", "BailingMoeV2Config",
+                    "from sglang.srt.configs.bailing_moe_v2 import BailingMoeV2Config  # noqa: F401\n"),
 }
 
 
@@ -103,20 +138,37 @@ NOT_TARGETS = frozenset({
     "Qwen2ForCausalLMEagle", "Qwen3MoeForCausalLMMTP", "Qwen3NextForCausalLMMTP", "EmbeddingGemmaModel",
     "MindSporeForCausalLM",
 })
-# Targets without a config here yet, with what stopped it (issue 12 follow-up; report these, never skip them)
-PENDING: dict[str, str] = {
-    "Qwen3NextForCausalLM": "qwen3_next.py:252 asks torch for the current CUDA device while constructing: needs a GPU",
-    "DeepseekV32ForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
-    "GlmMoeDsaForCausalLM": "arg_groups/model_hook.py:341 queries the NVIDIA driver during ServerArgs resolution",
-    "Glm5NextForConditionalGeneration": "num_key_value_heads validation of the class defaults",
-    "Gemma4ForCausalLM": "per-layer attributes (per_layer_config) not written yet",
-    "Gemma4ForConditionalGeneration": "vision_config defaults are None (gemma4_vision.py:562)",
-    "LongcatFlashForCausalLM": "longcat_flash.py:377 reads config.rope_parameters, which its config class leaves None",
-    "InternS2MobiusForConditionalGeneration": "text config needs a per-layer layer_types list (interns2_mobius.py:708)",
-    "BailingMoEForCausalLM": "no config class here", "BailingMoeForCausalLM": "no config class here",
-    "BailingMoeV2ForCausalLM": "no config class here", "SarvamMoEForCausalLM": "no config class here",
-    "InternS1ProForConditionalGeneration": "config not written yet",
+# Architectures whose resolution SGLang 0.5.23 cannot finish on a machine without a GPU: it asks torch.cuda
+# (at the sglang file:line given) before the model exists. There the static level reports ``needs_hardware``
+# (a note, exit 3), never a layout and never a crash; on a GPU machine they resolve like the rest.
+NEEDS_GPU: dict[str, str] = {
+    # DSA attention: arg_groups/model_hook.py:341 reads torch.cuda.get_device_capability() while resolving
+    # ServerArgs, and SGLang's own process set-up (runtime_context.publish) resolves them before any model exists
+    "DeepseekV32ForCausalLM": "arg_groups/model_hook.py:341",
+    "GlmMoeDsaForCausalLM": "arg_groups/model_hook.py:341",
+    "Glm5NextForConditionalGeneration": "arg_groups/model_hook.py:341",  # DSA indexer (index_topk) as GLM-5
+    # constructs its gated RMSNorm on torch.get_device_module().current_device(): torch.cuda on a CUDA build
+    "Qwen3NextForCausalLM": "models/qwen3_next.py:252",
 }
+# Architectures SGLang 0.5.23 itself cannot build from any config.json with the installed transformers: the
+# static level reports SGLang's own exception (exit 1, quoting the sglang file:line), which the test pins.
+SGLANG_REFUSES: dict[str, str] = {
+    # LongcatFlashConfig (configs/longcat_flash.py) never sets rope_parameters; the model tests
+    # `"rope_theta" in config.rope_parameters` on None
+    "LongcatFlashForCausalLM": "models/longcat_flash.py:377",
+    # Qwen3-VL-MoE's layer factory passes start_layer=, which InternS1ProTextDecoderLayer.__init__ does not take
+    "InternS1ProForConditionalGeneration": "models/qwen2_moe.py:1134",
+    # a gemma4_text config.json: SGLang's loader copies text attributes with hasattr(config, key), and
+    # transformers raises AmbiguousGlobalPerLayerAttributeError (not AttributeError) for the per-layer ones
+    "Gemma4ForCausalLM": "utils/hf_transformers/config.py:267",
+}
+
+
+def hardware_note_expected(architecture: str) -> bool:
+    """Whether the static level should report ``needs_hardware`` for ``architecture`` on this machine."""
+    import torch
+
+    return architecture in NEEDS_GPU and not torch.cuda.is_available()
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -129,8 +181,17 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 def target_config(architecture: str) -> dict[str, Any]:
     """The config.json dict for ``architecture`` (imports transformers / sglang configs: call in the test)."""
     model_type, extra = TARGETS[architecture]
-    if model_type.startswith("file:"):
-        base: dict[str, Any] = json.loads((CONFIGS / model_type.removeprefix("file:")).read_text())
+    base: dict[str, Any]
+    if model_type.startswith("public:"):  # a collected hub config.json, verbatim (configs/public/SOURCES.json)
+        base = json.loads((PUBLIC_TARGETS / model_type.removeprefix("public:")).read_text())
+    elif model_type.startswith("remote:"):
+        remote = model_type.removeprefix("remote:")
+        module, cls, _ = REMOTE_CODE[remote]
+        base = {**_remote_class_defaults(remote), "model_type": remote,
+                "auto_map": {"AutoConfig": f"{module.removesuffix('.py')}.{cls}"}}
+    elif model_type.startswith("hf-flat:"):  # the transformers class's defaults, text keys at the top level
+        nested = _class_defaults(model_type.removeprefix("hf-flat:"), sglang_first=False)
+        base = {**nested.pop("text_config"), **nested, "model_type": nested["model_type"]}
     else:
         base = _class_defaults(model_type)
     base["architectures"] = [architecture]
@@ -141,12 +202,45 @@ def target_config(architecture: str) -> dict[str, Any]:
     return out
 
 
-def _class_defaults(model_type: str) -> dict[str, Any]:
+def target_files(architecture: str) -> dict[str, str]:
+    """Files besides config.json that the target directory holds (a remote-code module), by name."""
+    model_type = TARGETS[architecture][0]
+    if not model_type.startswith("remote:"):
+        return {}
+    module, _, source = REMOTE_CODE[model_type.removeprefix("remote:")]
+    return {module: source}
+
+
+def server_args_for(architecture: str) -> dict[str, Any]:
+    """The server args a deployment of ``architecture`` needs: remote code needs ``trust_remote_code``."""
+    return {"trust_remote_code": True} if target_files(architecture) else {}
+
+
+# inclusionAI/Ling-mini-2.0's architecture keys from its hub config.json (the class defaults, e.g.
+# num_key_value_heads 0, describe no published model: models/bailing_moe.py:532 divides by it)
+_LING_MINI_2 = {"num_hidden_layers": 20, "hidden_size": 2048, "intermediate_size": 5120, "first_k_dense_replace": 1,
+                "moe_intermediate_size": 512, "moe_shared_expert_intermediate_size": 512, "num_shared_experts": 1,
+                "num_experts": 256, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
+                "routed_scaling_factor": 2.5, "score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+                "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "use_qk_norm": True,
+                "partial_rotary_factor": 0.5, "rope_theta": 600000, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+                "tie_word_embeddings": False, "vocab_size": 157184, "max_position_embeddings": 32768}
+
+
+def _remote_class_defaults(model_type: str) -> dict[str, Any]:
+    from sglang.srt.configs.bailing_moe_v2 import BailingMoeV2Config
+
+    assert model_type == "bailing_moe", model_type
+    out: dict[str, Any] = {**BailingMoeV2Config().to_dict(), **_LING_MINI_2}
+    return out
+
+
+def _class_defaults(model_type: str, *, sglang_first: bool = True) -> dict[str, Any]:
     import sglang.srt.configs as sglang_configs
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     own = {getattr(c, "model_type", None): c for c in vars(sglang_configs).values() if isinstance(c, type)}
-    cls = own.get(model_type) or CONFIG_MAPPING[model_type]
+    cls = (own.get(model_type) if sglang_first else None) or CONFIG_MAPPING[model_type]
     base: dict[str, Any] = cls().to_dict()
     base["model_type"] = model_type
     return base

@@ -1,6 +1,7 @@
 """``specparity explain`` end to end: real SGLang in the child, real classes on the meta device, no contract.
 
-The 61-layer Kimi-K2.5 target (tests/serving/configs/kimi-k2.5.json, DeepSeek-V3 text model, H=7168) with
+The 61-layer Kimi-K2.5 target (moonshotai/Kimi-K2.5's hub config.json, verbatim: tests/serving/configs/public,
+sources in its SOURCES.json; DeepSeek-V3 text model, H=7168) with
 draft ids [2, 30, 58] is the seed incident's shape: sglang 0.5.23's DeepSeek rule reads the ids raw because
 the first id is not 1 (models/deepseek_v2.py:3458-3473), so fc is fed layer:1, layer:29, layer:57.
 """
@@ -35,6 +36,9 @@ def assert_refused_as_unknown(code: int, text: str) -> None:
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).resolve().parent / "configs"
 DEFAULT = REPO / "fixtures" / "default"
+KIMI_K25 = "public/targets/moonshotai--Kimi-K2.5.json"
+QWEN35_MOE = "public/targets/Qwen--Qwen3.5-35B-A3B.json"
+DEEPSEEK_V32 = "public/targets/deepseek-ai--DeepSeek-V3.2.json"
 
 
 def eagle3_draft(hidden: int, vocab: int, ids: list[int] | None) -> dict[str, object]:
@@ -67,7 +71,7 @@ def run_explain(tmp_path: Path, target: Path, draft: Path, *args: str) -> tuple[
 
 
 def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> None:
-    target, draft = deployment(tmp_path, "kimi-k2.5.json", eagle3_draft(7168, 163840, [2, 30, 58]))
+    target, draft = deployment(tmp_path, KIMI_K25, eagle3_draft(7168, 163840, [2, 30, 58]))
     code, text, data = run_explain(tmp_path, target, draft, "--sglang-arg", "tp_size=8")
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
@@ -147,7 +151,7 @@ def test_from_config_contract_passes_the_static_gate_and_says_it_is_assumed(tmp_
 def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_path: Path) -> None:
     """The seed incident's shape: ids [2, 30, 58] captured by SpecForge on sglang 0.5.12 mean layer:{2,30,58};
     0.5.23 serves the same config as layer:{1,29,57}."""
-    target, draft = deployment(tmp_path, "kimi-k2.5.json", eagle3_draft(7168, 163840, [2, 30, 58]))
+    target, draft = deployment(tmp_path, KIMI_K25, eagle3_draft(7168, 163840, [2, 30, 58]))
     contract = _from_config(tmp_path, draft, target, "--trainer-sglang-version", "0.5.12")
     assert json.loads(contract.read_text())["fc_input"]["sources"] == ["layer:2", "layer:30", "layer:58"]
     code, text, report = _gate_static(contract, target, draft, tmp_path)
@@ -162,7 +166,7 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
 def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path) -> None:
     """Qwen3.5-MoE (hybrid linear/full attention): on device=cuda SGLang's Mamba-cache check asks this machine's
     platform (arg_groups/mamba_hook.py:113-121); with no GPU here that is a note, and the layout still resolves."""
-    target, draft = deployment(tmp_path, "qwen3.5-moe.json", eagle3_draft(2048, 248320, [1, 19, 35]))
+    target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(2048, 248320, [1, 19, 35]))
     code, text, data = run_explain(tmp_path, target, draft)
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
@@ -178,7 +182,7 @@ def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path
 
 def test_draft_sized_for_another_target_is_refused(tmp_path: Path) -> None:
     """fc takes 3 x 64 but the 40-layer H=2048 target serves 3 x 2048: SGLang would fail; exit 1 names it."""
-    target, draft = deployment(tmp_path, "qwen3.5-moe.json", eagle3_draft(64, 512, [1, 3, 5]))
+    target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(64, 512, [1, 3, 5]))
     code, text, data = run_explain(tmp_path, target, draft)
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
@@ -198,3 +202,25 @@ def test_gate_on_a_speculators_draft_is_a_parity_failure_not_an_environment_erro
         return  # exit 1 and a FAIL report; the how-to-convert text comes from 0.5.23's static path
     assert "model_type is missing" in text and "LlamaForCausalLMEagle3" in text
     assert report["verdict"] == "fail"
+
+
+def test_a_validation_that_needs_the_absent_gpu_is_a_note_with_exit_3(tmp_path: Path) -> None:
+    """DeepSeek-V3.2 (DSA attention): SGLang 0.5.23 reads torch.cuda.get_device_capability() while it resolves the
+    server args (arg_groups/model_hook.py:341). Without a GPU that is not the deployment's fault: exit 3, a note
+    naming where SGLang asked, never a traceback or a verdict on the layout."""
+    import torch
+
+    target, draft = deployment(tmp_path, DEEPSEEK_V32, eagle3_draft(7168, 129280, [1, 29, 57]))
+    code, text, data = run_explain(tmp_path, target, draft)
+    assert "Traceback" not in text
+    if SGLANG_VERSION != "0.5.23":  # older families: the same note where they ask torch.cuda, else their refusal
+        assert code in (1, 3), text
+        assert code == 1 or data["error"]["kind"] == "needs_hardware", text  # type: ignore[index]
+        return
+    if torch.cuda.is_available():  # on a GPU machine SGLang's own check passes and the layout resolves
+        assert code == 0, text
+        assert data["served_sources"] == ["layer:1", "layer:29", "layer:57"]
+        return
+    assert code == 3, text
+    assert data["error"]["kind"] == "needs_hardware"  # type: ignore[index]
+    assert "arg_groups/model_hook.py" in data["error"]["message"] and "GPU" in text  # type: ignore[index]

@@ -58,7 +58,37 @@ def test_a_deployment_sglang_would_not_serve_is_exit_1(change: dict[str, object]
 
 
 @pytest.mark.parametrize(("kind", "code"), [("sglang_exception", 1), ("draft_unreadable", 1), ("bad_deployment", 2),
-                                            ("timeout", 3), ("sglang_missing", 3), ("child_crashed", 3)])
+                                            ("timeout", 3), ("sglang_missing", 3), ("child_crashed", 3),
+                                            ("needs_hardware", 3)])
 def test_failures_map_to_exit_codes(kind: str, code: int) -> None:
     e = explain_failure(ServingFailure(kind, "why"))
     assert e.exit_code == code and e.data["error"] == {"kind": kind, "message": "why", "sample": None}
+
+
+def test_needs_hardware_is_a_note_with_what_to_do_not_a_verdict() -> None:
+    e = explain_failure(ServingFailure("needs_hardware", "SGLang asks for a GPU at sglang/srt/x.py:1"))
+    assert e.exit_code == 3 and e.data["notes"] == ["SGLang asks for a GPU at sglang/srt/x.py:1"]
+    assert "served_sources" not in e.data and any(line.startswith("note") for line in e.lines)
+
+
+def test_a_cuda_query_without_a_gpu_is_needs_hardware_and_other_errors_are_not() -> None:
+    """gpu_query_failure keys on torch's own CUDA module raising, on a machine where CUDA is not available."""
+    import torch
+
+    from specparity.serving.sglang.common import gpu_query_failure
+
+    try:
+        torch.cuda.get_device_capability()
+        raised: BaseException | None = None
+    except (RuntimeError, AssertionError) as exc:
+        raised = exc
+    if torch.cuda.is_available():
+        assert raised is None
+    else:
+        assert raised is not None
+        f = gpu_query_failure(raised, stage="while testing")
+        assert f is not None and f.kind == "needs_hardware" and f.message.startswith("while testing")
+    try:
+        raise ValueError("not about hardware")
+    except ValueError as exc:
+        assert gpu_query_failure(exc, stage="while testing") is None

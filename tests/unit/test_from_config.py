@@ -17,7 +17,7 @@ from specparity.training.fromconfig import contract_from_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "fixtures" / "default"
-KIMI = REPO / "tests" / "serving" / "configs" / "kimi-k2.5.json"
+KIMI = REPO / "tests" / "serving" / "configs" / "public" / "targets" / "moonshotai--Kimi-K2.5.json"
 
 
 def _draft(tmp_path: Path, ids: list[int] | None, **extra: object) -> Path:

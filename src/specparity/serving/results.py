@@ -31,6 +31,8 @@ CHILD_CRASHED = "child_crashed"
 DRAFT_UNREADABLE = "draft_unreadable"  # a draft config SGLang cannot read at all (e.g. speculators format)
 VLLM_EXCEPTION = "vllm_exception"  # vLLM raised: type, message and the innermost vllm file:line
 VLLM_MISSING = "vllm_missing"
+# SGLang asked this machine's GPU (a CUDA query through torch) and there is none: the check cannot run here
+NEEDS_HARDWARE = "needs_hardware"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -45,6 +47,7 @@ FAILURE_KINDS = (
     DRAFT_UNREADABLE,
     VLLM_EXCEPTION,
     VLLM_MISSING,
+    NEEDS_HARDWARE,
 )
 ENGINES = ("sglang", "vllm")
 

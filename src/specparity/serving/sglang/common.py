@@ -20,6 +20,7 @@ from specparity.serving.results import (
     CAPTURE_COUNT_SHORT,
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
+    NEEDS_HARDWARE,
     NONFINITE,
     SGLANG_EXCEPTION,
     ResolvedDeployment,
@@ -164,6 +165,27 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = text if len(text) <= 300 else text[:297] + "..."
     return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
+
+
+def gpu_query_failure(exc: BaseException, *, stage: str) -> ServingFailure | None:
+    """``needs_hardware`` when ``exc`` is torch refusing a CUDA query on a machine without a GPU, else None.
+
+    The innermost frame is torch's own CUDA module (``torch/cuda/__init__.py`` ``_lazy_init``: "Found no
+    NVIDIA driver", "Torch not compiled with CUDA"); the SGLang frame that asked is named, e.g.
+    ``arg_groups/model_hook.py:341`` (DSA models read ``torch.cuda.get_device_capability()`` while resolving
+    ServerArgs) or ``models/qwen3_next.py:252`` (``torch.get_device_module().current_device()``, which is
+    torch.cuda on a CUDA build of torch, while constructing). On a machine with a GPU these calls succeed.
+    """
+    import torch
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if torch.cuda.is_available() or not frames or "/torch/cuda/" not in frames[-1].filename.replace("\\", "/"):
+        return None
+    asked = next((f"{f.filename[f.filename.rindex('/sglang/') + 1:]}:{f.lineno}" for f in reversed(frames)
+                  if "/sglang/" in f.filename.replace("\\", "/")), "?")
+    why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ServingFailure(NEEDS_HARDWARE, f"{stage}, SGLang asks for a GPU at {asked} ({type(exc).__name__}: {why}); "
+                          "this machine has none, so SGLang's own code cannot resolve the deployment here")
 
 
 class _ListHandler(logging.Handler):

@@ -26,6 +26,7 @@ from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
+    gpu_query_failure,
 )
 
 IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
@@ -176,7 +177,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
                 used = dict(fallback)
                 break
             else:
-                return refusal
+                return gpu_query_failure(exc, stage="while resolving the server args") or refusal
         t1 = time.perf_counter()
         adapter._publish(sa)
         from sglang.srt.configs.model_config import ModelConfig
@@ -213,7 +214,8 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         if crash is not None:
             return crash
     except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
-        return exception_failure(exc, prefix="while resolving: ")
+        return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
     k = draft.num_aux_hidden_states or _draft_k(draft_hf)  # as constructed (0.5.12+ models/llama_eagle3.py)

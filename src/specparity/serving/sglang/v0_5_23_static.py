@@ -26,10 +26,12 @@ from typing import Any
 import torch
 
 from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.sglang import model_modules
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
+    gpu_query_failure,
     with_applied_norms,
 )
 
@@ -76,19 +78,28 @@ def init_single_rank(server_args: Any, *, model_config: Any) -> None:
     """SGLang's own process set-up for rank 0 of a one-rank world, as its CPU path runs it.
 
     Same calls as ``Scheduler.init_model_worker()`` up to the model load (sglang-cpu.md §2 steps 3-6):
-    ``runtime_context.publish``, ``one_batch._init_process_global_configs``, ``PortArgs.init_new``,
+    ``runtime_context.publish``, the process-global MoE and GEMM configs, ``PortArgs.init_new``,
     ``bootstrap.init_parallel_runtime`` (gloo, CPU) and ``bootstrap.init_layer_runtime``. The parallel
     groups can be built once per process (``distributed/bootstrap.py:102-112``); later calls in the
     same process re-publish and keep the groups (all one-rank worlds are alike).
     """
     global _PARALLEL_READY
-    from sglang.benchmark.one_batch import _init_process_global_configs
     from sglang.srt.distributed import bootstrap
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
+    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
+    from sglang.srt.layers.quantization.unquant import initialize_bf16_gemm_config
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import PortArgs
 
     publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
-    _init_process_global_configs()
+    # The four functions benchmark/one_batch.py:119-128 (_init_process_global_configs) and the scheduler
+    # (managers/scheduler.py:1008-1013) call, imported from their own modules: one_batch's module imports the
+    # whole run-time stack (ModelRunner, the engine entrypoint, schedule_batch), which no meta build needs
+    initialize_moe_config()
+    initialize_fp8_gemm_config()
+    initialize_bf16_gemm_config()
+    initialize_fp4_gemm_config()
     if not _PARALLEL_READY:
         port_args = PortArgs.init_new(server_args)
         bootstrap.init_parallel_runtime(server_args=server_args, device="cpu", dist_port=port_args.nccl_port)
@@ -259,6 +270,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     if bad is not None:
         return bad
     t0 = time.perf_counter()
+    model_modules.limit_registry(model_modules.architectures(request.target, request.draft))
     try:
         import sglang.srt.server_args  # noqa: F401  (timed apart: the import dominates on 2 cores)
     except Exception as exc:
@@ -271,7 +283,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     except Exception as exc:
         refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
         if kw.get("device") != "cuda" or torch.cuda.is_available():
-            return refusal
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
         # A validation that reads the platform (e.g. arg_groups/mamba_hook.py:113-121 asks whether this
         # machine snapshots Mamba state) cannot pass on a machine without the deployment's GPU: say so,
         # and resolve what can be resolved on this machine's platform, as SGLang's CPU path would.
@@ -288,7 +300,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             kw = {**kw, **fallback}
             break
         else:
-            return refusal
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
     t1 = time.perf_counter()
     try:
         from sglang.srt.arg_groups.model_override_base import resolved_view
@@ -324,7 +336,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             is_draft_worker=False,
             spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
         )
-        target = build_meta_model(model_config, server_args=build_sa)
+        target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
         # as TpModelWorker.init_attention_backends calls it (attention_backend_setup.py:40-61)
         setting = read_capture(target, lambda m: configure_aux_hidden_state_capture(
             model=m,
@@ -335,10 +347,11 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             is_dspark=False,
         ))
         draft_mc = spec.draft_model_config
-        draft_model = build_meta_model(draft_mc, server_args=build_sa)
+        draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
         draft = draft_shape(draft_model)
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
-        return exception_failure(exc, prefix="while resolving: ")
+        return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
     k = draft.num_aux_hidden_states or 3
@@ -349,7 +362,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
         fc=fc, k=k, model_class=type(target).__name__,
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
-                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
+                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 "registry_limited": float(model_modules.subset_in_use())},
     )
     # the norms the drafter SGLang built applies, read from its modules (issue 11 item 2), not the config
     return with_applied_norms(

@@ -1,0 +1,132 @@
+"""Full-size public configs through the product's static level and ``explain``, on real SGLang.
+
+tests/serving/configs/public holds verbatim copies of configs nobody here wrote (SOURCES.json names the
+repository, path and commit of each): Hugging Face target config.json files (NVIDIA aiconfigurator's
+copies) and SpecForge's own drafter configs, paired as SpecForge's examples pair them. For every pair the
+static level (SGLang's ServerArgs, the real target and draft classes built on the meta device, the real
+``set_eagle3_layers_to_capture``) and ``explain`` must succeed, and the served layers must equal both the
+manifest's ``expected_served`` (written from domain.md section 3) and the conventions module.
+Targets no SpecForge drafter is paired with run with a SpecForge-style drafter of the target's width.
+
+In-process like test_static_registry.py (one one-rank world per process, v0_5_23_static.init_single_rank).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from static_configs import hardware_note_expected
+from version_facts import SGLANG_VERSION as _INSTALLED
+
+from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
+from specparity.serving.sglang.worker import install_kernel_stub_if_needed
+
+_ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
+if isinstance(_ENTRY, AdapterEntry) and _INSTALLED != "0.5.23":
+    pytest.skip(f"the meta-device static level is 0.5.23's; sglang {_INSTALLED} is covered by its own family tests",
+                allow_module_level=True)
+
+os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # before the first sglang import, as the serving child does
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+install_kernel_stub_if_needed("cpu")
+
+from specparity.contract.sglang_capture import sglang_capture_plan  # noqa: E402
+from specparity.explain import explain_failure, explain_resolved  # noqa: E402
+from specparity.serving import ResolvedDeployment  # noqa: E402
+from specparity.serving.sglang.adapter import WorkerRequest  # noqa: E402
+from specparity.serving.sglang.v0_5_23 import make_adapter  # noqa: E402
+from specparity.serving.sglang.v0_5_23_static import resolve_static  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name=_ENTRY.name if isinstance(_ENTRY, AdapterEntry) else "?")
+PUBLIC = Path(__file__).resolve().parent / "configs" / "public"
+SOURCES: dict[str, Any] = json.loads((PUBLIC / "SOURCES.json").read_text())
+PAIRED_TARGETS = {p["target"] for p in SOURCES["pairs"]}
+LONE_TARGETS = sorted(set(SOURCES["targets"]) - PAIRED_TARGETS)
+
+
+def _text(cfg: dict[str, Any]) -> dict[str, Any]:
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) else cfg
+
+
+def _deployment(tmp_path: Path, target: str, draft: dict[str, Any]) -> WorkerRequest:
+    (tmp_path / "target").mkdir()
+    (tmp_path / "draft").mkdir()
+    shutil.copy(PUBLIC / "targets" / target, tmp_path / "target" / "config.json")
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(draft))
+    return WorkerRequest(op="resolve", target=str(tmp_path / "target"), draft=str(tmp_path / "draft"))
+
+
+def _check(r: object, *, target_cfg: dict[str, Any], ids: list[int] | None, expected: list[str] | None) -> None:
+    """The static result and its explanation: resolved, equal to domain.md and to the conventions module."""
+    arch = target_cfg["architectures"][0]
+    num_layers = int(_text(target_cfg)["num_hidden_layers"])
+    if hardware_note_expected(arch):
+        # SGLang asks this machine's (absent) GPU before the model exists: a note and exit 3, never a crash
+        assert not isinstance(r, ResolvedDeployment), r
+        assert r.kind == "needs_hardware", r  # type: ignore[attr-defined]
+        assert explain_failure(r).exit_code == 3  # type: ignore[arg-type]
+        return
+    assert isinstance(r, ResolvedDeployment), r
+    assert r.target_architecture == arch and r.num_layers == num_layers
+    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=arch, version=str(_INSTALLED))
+    assert r.layers_to_capture == plan.layers_to_capture
+    assert r.served_sources == plan.served_sources
+    if expected is not None:
+        assert list(r.served_sources) == expected
+    e = explain_resolved(r)
+    assert e.exit_code == 0, (e.summary, e.lines)
+    assert e.data["served_sources"] == list(plan.served_sources)
+    assert e.data["fc_in_features"] == len(plan.served_sources) * int(_text(target_cfg)["hidden_size"])
+
+
+@pytest.mark.parametrize("pair", SOURCES["pairs"], ids=lambda p: p["draft"].removesuffix(".json"))
+def test_specforge_drafter_on_its_public_target(pair: dict[str, Any], tmp_path: Path) -> None:
+    target_cfg = json.loads((PUBLIC / "targets" / pair["target"]).read_text())
+    draft = json.loads((PUBLIC / "drafts" / pair["draft"]).read_text())
+    ids = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    r = resolve_static(ADAPTER, _deployment(tmp_path, pair["target"], draft))
+    _check(r, target_cfg=target_cfg, ids=ids, expected=pair["expected_served"])
+
+
+def specforge_style_draft(hidden: int, vocab: int, ids: list[int] | None) -> dict[str, Any]:
+    """A one-layer LlamaForCausalLMEagle3 with SpecForge's configs/*-eagle3.json field names."""
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": hidden, "intermediate_size": 4 * hidden, "max_position_embeddings": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": vocab, "draft_vocab_size": 32000,
+    }
+    if ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+    return cfg
+
+
+@pytest.mark.parametrize("ids_kind", ["default", "specforge_default_ids"])
+@pytest.mark.parametrize("target", LONE_TARGETS, ids=lambda t: t.removesuffix(".json"))
+def test_public_target_with_a_specforge_style_drafter(target: str, ids_kind: str, tmp_path: Path) -> None:
+    target_cfg = json.loads((PUBLIC / "targets" / target).read_text())
+    text = _text(target_cfg)
+    num_layers = int(text["num_hidden_layers"])
+    # SpecForge's default ids [1, L//2-1, L-4] (domain.md section 3.1); without ids SGLang's default
+    # [2, L//2, L-3] serves the same layers on every architecture here (none is MiniMax-M3's VL class)
+    ids = None if ids_kind == "default" else [1, num_layers // 2 - 1, num_layers - 4]
+    expected = [f"layer:{i}" for i in (1, num_layers // 2 - 1, num_layers - 4)]
+    draft = specforge_style_draft(int(text["hidden_size"]), int(text.get("vocab_size") or 32000), ids)
+    r = resolve_static(ADAPTER, _deployment(tmp_path, target, draft))
+    _check(r, target_cfg=target_cfg, ids=ids, expected=expected)
+
+
+def test_the_manifest_names_a_source_for_every_file() -> None:
+    for kind in ("targets", "drafts"):
+        on_disk = {p.name for p in (PUBLIC / kind).glob("*.json")}
+        assert on_disk == set(SOURCES[kind]), kind
+        for entry in SOURCES[kind].values():
+            assert entry["repo"] and entry["path"] and len(entry["commit"]) == 40
+    assert {p["draft"] for p in SOURCES["pairs"]} | set(SOURCES["unpaired_drafts"]) == set(SOURCES["drafts"])
