@@ -29,7 +29,7 @@ def _pin(path: Path, package: str) -> str:
     for line in path.read_text().splitlines():
         name, _, version = line.partition("==")
         if name.strip().lower() == package:
-            return version.lstrip("=").strip()  # `torch===2.13.0` (torch-2.13.txt) is an exact pin too
+            return version.lstrip("=").strip()  # an `===` exact pin reads the same
     return "?"
 
 

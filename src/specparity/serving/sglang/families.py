@@ -59,16 +59,16 @@ def release_of(v: Version) -> Version:
 # Where sglang imports torchvision at import time (0.5.10 utils/common.py:90, 0.5.14
 # multimodal/internvl_utils.py:5, 0.5.20 utils/common.py:98), PyPI's torchvision needs a CUDA build of torch
 # (under torch-2.13.0+cpu it raises "operator torchvision::nms does not exist"): those envs use a CUDA build,
-# which imports and runs on CPU: 2.14.1 from local disk (.venv's), or 0.5.20's own pin 2.13.0.
+# which imports and runs on CPU: 2.14.1 from local disk (.venv's). 0.5.20 pins 2.13.0, whose CUDA build (1.4 GB
+# from PyPI with its cuDNN/NCCL) is not on local disk; its tests passed on 2.14.1 as they did on 2.13.0.
 _CUDA_TORCH = "constraints/torch-0.5.23.txt"
-_CUDA_TORCH_2_13 = "constraints/torch-2.13.txt"
 ENVS: dict[str, MatrixEnv] = {e.name: e for e in (
     MatrixEnv("sglang-0.4.8", "0.4.8", "constraints/sglang-0.4.8.txt"),
     MatrixEnv("sglang-0.4.10", "0.4.10.post2", "constraints/sglang-0.4.10.post2.txt"),
     MatrixEnv("sglang-0.5.3", "0.5.3", "constraints/sglang-0.5.3.txt"),
     MatrixEnv("sglang-0.5.10", "0.5.10", "constraints/sglang-0.5.10.txt", _CUDA_TORCH),
     MatrixEnv("sglang-0.5.14", "0.5.14", "constraints/sglang-0.5.14.txt", _CUDA_TORCH),
-    MatrixEnv("sglang-0.5.20", "0.5.20", "constraints/sglang-0.5.20.txt", _CUDA_TORCH_2_13),
+    MatrixEnv("sglang-0.5.20", "0.5.20", "constraints/sglang-0.5.20.txt", _CUDA_TORCH),
     MatrixEnv("sglang-0.5.23", "0.5.23", "constraints/sglang-0.5.23.txt", _CUDA_TORCH),  # .venv (scripts/venv.sh)
 )}
 
