@@ -21,3 +21,32 @@ pinned_install() {
   "$py" -m pip -q --disable-pip-version-check wheel --no-deps --wheel-dir "$WHEELHOUSE" --find-links "$WHEELHOUSE" \
     "$@" -r "$list" && "${from_house[@]}" "$@" -r "$list"
 }
+
+# torch_layer PYTHON LIST [pip options]: the torch list installed once into a shared layer
+# (`pip install --target`, keyed by the list, the options and the Python), then hard-linked into the venv's
+# site-packages. Every CUDA-torch env (.venv, sglang 0.5.10/0.5.14/0.5.20) holds the same 5.5 GB of torch and
+# nvidia-* libraries; linked, they cost one install and no extra disk, and each env still imports them from its
+# own site-packages. A layer is complete or absent (built aside, then renamed); a copy replaces links where the
+# layer lies on another filesystem.
+#   SPECPARITY_TORCH_LAYERS   default ${XDG_CACHE_HOME:-~/.cache}/specparity/torch-layers
+TORCH_LAYERS=${SPECPARITY_TORCH_LAYERS:-${XDG_CACHE_HOME:-$HOME/.cache}/specparity/torch-layers}
+torch_layer() {
+  local py=$1 list=$2
+  shift 2
+  local key layer site entry
+  key=$( (cat "$list"; echo "$*"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)
+  layer="$TORCH_LAYERS/$key"
+  if [ ! -f "$layer/.complete" ]; then
+    mkdir -p "$TORCH_LAYERS"
+    rm -rf "$layer.partial"
+    "$py" -m pip -q --disable-pip-version-check install --target "$layer.partial" "$@" -r "$list" || return 1
+    touch "$layer.partial/.complete"
+    rm -rf "$layer"
+    mv "$layer.partial" "$layer"
+  fi
+  site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  for entry in "$layer"/*; do
+    [ "$(basename "$entry")" = bin ] && continue  # console scripts written for the layer's first python
+    cp -al --remove-destination "$entry" "$site/" 2>/dev/null || cp -a --remove-destination "$entry" "$site/" || return 1
+  done
+}

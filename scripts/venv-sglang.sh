@@ -49,12 +49,12 @@ echo "specparity: preparing $VENV for sglang $version (family $family, $list; fi
 pip() { "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@"; }
 torch_index=()
 [ -n "${SPECPARITY_TORCH_INDEX:-}" ] && torch_index=(--extra-index-url "$SPECPARITY_TORCH_INDEX")
+. scripts/_pip.sh  # torch_layer: torch shared by hard links; pinned_install: the lists through a wheelhouse
 if grep -v '^#' "$torch_list" | grep -q '+cpu'; then  # comments may name the CPU build
-  pip install --no-deps "${torch_index[@]}" -r "$torch_list"
+  torch_layer "$VENV/bin/python" "$torch_list" --no-deps "${torch_index[@]}"
 else  # a CUDA build needs its nvidia-* libraries to import, even on CPU
-  pip install "${torch_index[@]}" -r "$torch_list"
+  torch_layer "$VENV/bin/python" "$torch_list" "${torch_index[@]}"
 fi
-. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
 if [ "$env_sglang" = "$version" ]; then
   pinned_install "$VENV/bin/python" "$list"
 else

