@@ -14,36 +14,26 @@ In-process like test_static_registry.py (one one-rank world per process, v0_5_23
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from meta_static import INSTALLED as _INSTALLED
+from meta_static import SKIP, make_0523_adapter
 from static_configs import hardware_note_expected
-from version_facts import SGLANG_VERSION as _INSTALLED
 
-from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
-from specparity.serving.sglang.worker import install_kernel_stub_if_needed
+if SKIP:
+    pytest.skip(SKIP, allow_module_level=True)
 
-_ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
-if isinstance(_ENTRY, AdapterEntry) and _INSTALLED != "0.5.23":
-    pytest.skip(f"the meta-device static level is 0.5.23's; sglang {_INSTALLED} is covered by its own family tests",
-                allow_module_level=True)
-
-os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # before the first sglang import, as the serving child does
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-install_kernel_stub_if_needed("cpu")
-
-from specparity.contract.sglang_capture import sglang_capture_plan  # noqa: E402
-from specparity.explain import explain_failure, explain_resolved  # noqa: E402
-from specparity.serving import ResolvedDeployment  # noqa: E402
-from specparity.serving.sglang.adapter import WorkerRequest  # noqa: E402
-from specparity.serving.sglang.v0_5_23 import make_adapter  # noqa: E402
-from specparity.serving.sglang.v0_5_23_static import resolve_static  # noqa: E402
+from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.explain import explain_failure, explain_resolved
+from specparity.serving import ResolvedDeployment
+from specparity.serving.sglang.adapter import WorkerRequest
+from specparity.serving.sglang.v0_5_23_static import resolve_static
 
 pytestmark = pytest.mark.sglang
-ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name=_ENTRY.name if isinstance(_ENTRY, AdapterEntry) else "?")
+ADAPTER = make_0523_adapter()
 PUBLIC = Path(__file__).resolve().parent / "configs" / "public"
 SOURCES: dict[str, Any] = json.loads((PUBLIC / "SOURCES.json").read_text())
 PAIRED_TARGETS = {p["target"] for p in SOURCES["pairs"]}

@@ -9,10 +9,11 @@ real ``set_eagle3_layers_to_capture`` — and the result must equal the conventi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from meta_static import INSTALLED as _INSTALLED
+from meta_static import SKIP, make_0523_adapter
 from static_configs import (
     NEEDS_GPU,
     NOT_TARGETS,
@@ -23,29 +24,18 @@ from static_configs import (
     target_config,
     target_files,
 )
-from version_facts import SGLANG_VERSION as _INSTALLED
 
-from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
-from specparity.serving.sglang.worker import install_kernel_stub_if_needed
+if SKIP:
+    pytest.skip(SKIP, allow_module_level=True)
 
-_ENTRY = select_adapter(_INSTALLED) if _INSTALLED is not None else None
-if isinstance(_ENTRY, AdapterEntry) and _INSTALLED != "0.5.23":
-    pytest.skip(f"the registry table is 0.5.23's; sglang {_INSTALLED} is covered by its own family tests",
-                allow_module_level=True)
-
-os.environ["SGLANG_USE_CPU_ENGINE"] = "1"  # before the first sglang import, as the serving child does
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-install_kernel_stub_if_needed("cpu")
-
-from specparity.contract.sglang_capture import sglang_capture_plan  # noqa: E402
-from specparity.serving import ResolvedDeployment, ServingFailure  # noqa: E402
-from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION  # noqa: E402
-from specparity.serving.sglang.adapter import WorkerRequest  # noqa: E402
-from specparity.serving.sglang.v0_5_23 import make_adapter  # noqa: E402
-from specparity.serving.sglang.v0_5_23_static import resolve_static  # noqa: E402
+from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.serving import ResolvedDeployment, ServingFailure
+from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION
+from specparity.serving.sglang.adapter import WorkerRequest
+from specparity.serving.sglang.v0_5_23_static import resolve_static
 
 pytestmark = pytest.mark.sglang
-ADAPTER = make_adapter(sglang_version=str(_INSTALLED), name=_ENTRY.name if isinstance(_ENTRY, AdapterEntry) else "?")
+ADAPTER = make_0523_adapter()
 
 
 def _draft(root: Path, ids: list[int] | None) -> Path:
