@@ -157,3 +157,21 @@ def test_warm_start_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None
     assert not warm.enabled()
     monkeypatch.setenv(warm.WARM_START_ENV, "1")
     assert warm.enabled()
+
+
+def test_an_interpreter_that_is_not_a_zygote_starts_its_jobs_cold_at_once(tmp_path: Path, zygote_env: None) -> None:
+    """A wrapper script whose first line is not the zygote's hello (here it prints a progress line and hangs):
+    the job is not held until its deadline; start_job gives up at once, and remembers it for the next job."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '@@specparity-progress 1 3'\nsleep 300\n")
+    fake.chmod(0o755)
+    work = tmp_path / "w"
+    work.mkdir()
+    for _ in range(2):
+        t0 = time.monotonic()
+        child = warm.start_job(str(fake), MODULE, "cpu", ["r.json", "out"], work, on_stdout=lambda _line: None,
+                               env_for=lambda w: child_env(w, python=None), deadline=time.monotonic() + 120)
+        assert child is None
+        assert time.monotonic() - t0 < warm.HELLO_S  # decided by the first line, not by a timeout
+    z = warm.zygote_for(str(fake), MODULE, "cpu", lambda w: child_env(w, python=None))
+    assert z is None  # remembered: no second start of the wrapper

@@ -32,6 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 WARM_START_ENV = "SPECPARITY_WARM_START"
+# A zygote's first line comes before it imports the engine (an interpreter start plus specparity's light
+# imports, well under a second unloaded); an interpreter silent this long is not one we can use.
+HELLO_S = 30.0
 ZYGOTE_MODULE = "specparity.serving.zygote"
 
 
@@ -51,9 +54,11 @@ class Zygote:
         self._pids: dict[int, int] = {}
         self._exits: dict[int, int] = {}
         self._next = 0
+        self.hello = False  # its first line said it runs the zygote protocol
         self.ready = False
         self.dead = False
         self.why_cold: str | None = None
+        self.interpreter = interpreter
         with self.stderr_path.open("w") as err:
             self.proc = subprocess.Popen(
                 [interpreter, "-m", ZYGOTE_MODULE, module, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -66,6 +71,19 @@ class Zygote:
             try:
                 msg = json.loads(line)
             except ValueError:
+                msg = None
+            if not self.hello:  # the first line decides whether this interpreter runs the zygote at all
+                with self._cond:
+                    self.hello = isinstance(msg, dict) and msg.get("zygote") == 1
+                    self.dead = not self.hello
+                    if self.dead:  # remembered (zygote_for): this interpreter's jobs start cold
+                        self.why_cold = f"{self.interpreter} does not run the zygote (first line {line[:80]!r})"
+                    self._cond.notify_all()
+                if self.dead:
+                    self.close()
+                    return
+                continue
+            if not isinstance(msg, dict):
                 continue
             with self._cond:
                 if msg.get("ready") is True:
@@ -86,6 +104,11 @@ class Zygote:
                deadline: float) -> int | None:
         """Fork one job; its pid, or None when the zygote is dead or not ready by ``deadline``."""
         with self._cond:
+            hello_by = min(deadline, time.monotonic() + HELLO_S)
+            if not self._cond.wait_for(lambda: self.hello or self.dead, timeout=max(0.0, hello_by - time.monotonic())):
+                self.dead = True  # silent interpreter: not a zygote we can use; its jobs start cold
+                self.why_cold = f"no first line from {self.interpreter} within {HELLO_S:.0f} s"
+                return None
             if not self._cond.wait_for(lambda: self.ready or self.dead, timeout=max(0.0, deadline - time.monotonic())):
                 return None
             if self.dead:

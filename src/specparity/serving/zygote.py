@@ -14,6 +14,7 @@ was fixed when it started), sends its stdout/stderr to the given files and runs
 ``WORKER_MODULE.run(argv, warm_state)``: the same code path as a cold ``python -m WORKER_MODULE``, in a process
 that holds no state of any earlier job. The zygote answers on stdout::
 
+    {"zygote": 1, "pid": PID}         at once, before importing anything of the engine
     {"ready": true, "pid": PID}       once warm
     {"job": 3, "pid": 4711}           the job's process
     {"pid": 4711, "exit": 0}          its exit status (negative: killed by that signal)
@@ -177,6 +178,9 @@ def _warm(worker: Any, device: str) -> tuple[Any, str | None]:
 
 
 def serve(module: str, device: str) -> int:
+    # first, before any import of the engine: this interpreter runs the zygote protocol (warm.py gives up on an
+    # interpreter whose first line is anything else, e.g. a wrapper script, and starts that job cold)
+    _say({"zygote": 1, "pid": os.getpid()})
     worker = importlib.import_module(module)
     before = dict(os.environ)
     state, why = _warm(worker, device)
