@@ -27,6 +27,10 @@ class VersionFacts:
     fc_width_fixed_at_3: bool  # fc = Linear(3*H_t, H_d) whatever the config says (before 0.5.12, D5)
     # the capture level runs (False: family A, static level only; a capture is an unsupported_version failure)
     capture_supported: bool = True
+    # where building Qwen3.5's gated-delta-net layer asks torch for the current CUDA device (RMSNormGated's
+    # device=torch.get_device_module().current_device()); on a machine with no GPU the static level then
+    # stops there with needs_hardware (exit 3). None: the version has no Qwen3.5 or builds it without asking.
+    qwen35_asks_gpu_at: str | None = None
 
 
 # Keyed by matrix env (families.ENVS): an env without a row here fails test_every_family_env_is_wired.
@@ -39,9 +43,11 @@ FACTS: dict[str, VersionFacts] = {
     # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
     "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True),
     # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
-    "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
+    "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False,
+                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:270"),
     # 0.5.20 dispatches the warm-up to sgl_kernel's CPU op itself (mem_cache/memory_pool.py:46, :2114)
-    "sglang-0.5.20": VersionFacts("sglang/srt/models/llama.py:442", frozenset({"copy_all_layer_kv_cache_cpu"}), False),
+    "sglang-0.5.20": VersionFacts("sglang/srt/models/llama.py:442", frozenset({"copy_all_layer_kv_cache_cpu"}), False,
+                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:467"),
     "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 
