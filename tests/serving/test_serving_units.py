@@ -35,6 +35,7 @@ from specparity.serving.sglang.common import (
     split_rows,
 )
 from specparity.serving.transport import read_result, write_result
+from specparity.serving.warm import WARM_START_ENV
 from specparity.sources import boundary_to_source, order_key
 
 STUB = (
@@ -295,6 +296,14 @@ def test_empty_probe_list_is_fc_not_called_without_starting_sglang(tmp_path: Pat
 
 
 # ------------------------------------------------------------------------------------------ child process
+@pytest.fixture(autouse=True)
+def _cold_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests pin the cold child path (run_child with a fake interpreter); the warm path and a wrapper
+    interpreter that is not a zygote are tests/unit/test_warm_start.py's. Cold here also keeps the fake
+    scripts from being started as zygotes (they would write their files relative to the working directory)."""
+    monkeypatch.setenv(WARM_START_ENV, "0")
+
+
 def _fake_python(tmp_path: Path, body: str) -> str:
     script = tmp_path / "fake-python"
     script.write_text("#!/bin/bash\n" + body)
