@@ -520,3 +520,17 @@ def test_non_json_server_arg_is_bad_deployment(tmp_path: Path) -> None:
         and r.kind == "bad_deployment"
         and "model_loader_extra_config" in r.message
     )
+
+
+def test_no_replay_status_is_the_capture_failure_that_stopped_it(tmp_path: Path) -> None:
+    """Family A refuses the capture level, so its child writes no replay status: the outcome level's reason is that
+    refusal itself (one failure, naming --level static), not a second one claiming some version is needed."""
+    from specparity.serving.drafter_replay import read_replay
+    from specparity.serving.results import UNSUPPORTED_VERSION
+
+    refusal = ServingFailure(UNSUPPORTED_VERSION, "sglang 0.4.8 (family A) is supported at the static level only; "
+                                                  "run `specparity gate --level static`")
+    assert read_replay(tmp_path / "replay.safetensors", 2, capture_failures=(refusal,)) is refusal
+    alone = read_replay(tmp_path / "replay.safetensors", 2)
+    assert isinstance(alone, ServingFailure) and alone.kind == UNSUPPORTED_VERSION
+    assert "ran no drafter replay" in alone.message and "0.5.23" not in alone.message
