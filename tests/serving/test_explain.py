@@ -18,7 +18,7 @@ from packaging.version import Version
 from version_facts import SGLANG_VERSION, installed_facts
 
 from specparity.cli import main
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
 
 pytestmark = pytest.mark.sglang
 
@@ -113,12 +113,29 @@ def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> 
         assert key in data
 
 
-def test_bundled_default_serves_layers_1_3_5(tmp_path: Path) -> None:
+def _bundled_plan(ids: list[int]) -> SGLangCapturePlan:
+    """What the installed SGLang does with ``ids`` on the bundled 8-layer llama target."""
+    return sglang_capture_plan(ids, num_layers=8, architecture="LlamaForCausalLM", version=str(SGLANG_VERSION))
+
+
+def test_bundled_default_serves_what_this_version_makes_of_ids_1_3_5(tmp_path: Path) -> None:
+    """layer:1, layer:3, layer:5 where the ids are read; family A (D1) serves its default layer:1, layer:3,
+    layer:4 and the explanation says the ids were ignored, naming the defaults."""
+    plan = _bundled_plan([1, 3, 5])
     code, text, data = run_explain(tmp_path, DEFAULT / "target", DEFAULT / "draft")
     assert code == 0, text
-    assert data["served_sources"] == ["layer:1", "layer:3", "layer:5"]
-    assert data["fc_checkpoint"] == {"in_features": 192, "out_features": 64, "bias": False}
-    assert "layer:1, layer:3, layer:5" in text
+    assert data["served_sources"] == list(plan.served_sources)
+    assert ", ".join(plan.served_sources) in text
+    fc = data["fc_checkpoint"]
+    assert isinstance(fc, dict) and (fc["in_features"], fc["out_features"]) == (192, 64)
+    if plan.used_default:
+        assert plan.served_sources == ("layer:1", "layer:3", "layer:4") and data["draft_ids"] is None
+        assert "draft_ids_ignored" in text and "[1, 3, 4]" in text
+        notes = {n["kind"]: n["severity"] for n in data["adapter_notes"]}  # type: ignore[attr-defined]
+        assert notes.get("draft_ids_ignored") == "error", notes
+    else:
+        assert plan.served_sources == ("layer:1", "layer:3", "layer:5") and data["draft_ids"] == [1, 3, 5]
+        assert fc["bias"] is False
 
 
 def test_speculators_draft_is_refused_with_how_to_convert(tmp_path: Path) -> None:
@@ -162,12 +179,23 @@ def _gate_static(contract: Path, target: Path, draft: Path, tmp_path: Path) -> t
     return r.exit_code, r.output, json.loads(report.read_text()) if report.is_file() else {}
 
 
-def test_from_config_contract_passes_the_static_gate_and_says_it_is_assumed(tmp_path: Path) -> None:
+def test_from_config_contract_gets_the_static_verdict_and_says_it_is_assumed(tmp_path: Path) -> None:
+    """A pass where the ids are read. Family A serves layer:1,3,4 whatever the config says (D1) and builds fc
+    with a bias the checkpoint lacks (D4): the same contract fails there (exit 1), with both findings."""
     contract = _from_config(tmp_path, DEFAULT / "draft", DEFAULT / "target", "--trainer-sglang-version", "0.5.23")
     code, text, report = _gate_static(contract, DEFAULT / "target", DEFAULT / "draft", tmp_path)
-    assert code == 0, text
     assert "layout_assumed" in text and "assumed, not recorded" in text
-    assert any(f["kind"] == "layout_assumed" for f in report["findings"])  # type: ignore[attr-defined, index]
+    findings: list[dict[str, str]] = report["findings"]  # type: ignore[assignment]
+    assert any(f["kind"] == "layout_assumed" for f in findings)
+    plan = _bundled_plan([1, 3, 5])
+    assert report["served_layout"] == list(plan.served_sources)
+    if not plan.used_default:
+        assert code == 0, text
+        return
+    assert code == 1 and report["verdict"] == "fail", text
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert {"draft_ids_ignored", "off_by_one"} <= {f["kind"] for f in errors}, errors
+    assert any(f["kind"] == "config_mismatch" and "fc.bias" in f["message"] for f in errors), errors
 
 
 def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_path: Path) -> None:

@@ -12,6 +12,10 @@ specparity.replay.outcome.check_outcome, shared by every test through module-sco
 
 The cross-check pins the training-side drafter (specparity.replay.drafter) to SGLang's real
 LlamaForCausalLMEagle3 forward on the same inputs.
+
+Family A (0.4.4.post2-0.4.8) is served at the static level only, so it has no outcome level either:
+:func:`test_a_static_only_version_refuses_the_outcome_level` pins that refusal, and the outcome tests are
+skipped there by name with that reason.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from version_facts import SGLANG_VERSION
+from version_facts import SGLANG_VERSION, capture_level_supported, needs_capture_level
 
 from specparity.compare.findings import FindingKind, Severity
 from specparity.contract.model import Contract
@@ -36,15 +40,24 @@ from specparity.replay.diagnosis import diagnose
 from specparity.replay.drafter import Eagle3Drafter
 from specparity.replay.outcome import OutcomeCheck, OutcomeReport, check_outcome
 from specparity.serving.engine import get_engine
-from specparity.serving.results import CaptureResult, DrafterReplay, OutcomeRequest, ServingFailure
+from specparity.serving.results import (
+    UNSUPPORTED_VERSION,
+    CaptureResult,
+    DrafterReplay,
+    OutcomeRequest,
+    ServingFailure,
+)
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.usefixtures("sglang_required")]
 
-BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
+REPO = Path(__file__).resolve().parents[2]
+BUNDLE = REPO / "fixtures" / "default"
 LOGIT_ATOL = 2e-5  # fp32, torch_native on CPU; measured max |d| 4.8e-6 (printed with -s)
 # What the installed SGLang does with [-1,1,3] on the bundled llama target (L=8): None serves, else the crash.
 KIMI_CRASH = (sglang_capture_plan([-1, 1, 3], num_layers=8, architecture="LlamaForCausalLM",
                                   version=SGLANG_VERSION).crash if SGLANG_VERSION is not None else None)
+# the outcome level runs on the capture's engine start: none where only the static level is offered (family A)
+OUTCOME = needs_capture_level("tests/serving/test_replay_sglang.py::test_a_static_only_version_refuses_the_outcome_level")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +113,17 @@ class OutcomeRun:
         return (*self.capture.failures, *(f for f in why if f not in self.capture.failures))
 
 
+def _outcome_run(bundle: Path, draft: Path, contract: Contract, pack: ProbePack) -> OutcomeRun:
+    """One engine start: the capture with an outcome request, and what the outcome level made of it."""
+    engine = get_engine("sglang")
+    request = OutcomeRequest(recorded_fc=tuple(s.fc_input for s in pack.samples),
+                             prompt_lengths=tuple(s.num_tokens for s in pack.samples))
+    capture = engine.capture(bundle / "target", draft, probes=[s.input_ids.tolist() for s in pack.samples],
+                             args={}, device="cpu", timeout_s=300, python=None, progress=None, outcome=request)
+    return OutcomeRun(capture, check_outcome(contract, pack, capture, target=bundle / "target", draft=draft,
+                                             engine=engine.label, num_steps=3))
+
+
 @pytest.fixture(scope="module")
 def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, OutcomeRun]:
@@ -107,15 +131,9 @@ def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
     root = tmp_path_factory.mktemp("drafts")
     drafts = {"healthy": bundle / "draft", "kimi": _variant(bundle, root, "kimi"),
               "shuffled": _variant(bundle, root, "shuffled")}
-    engine = get_engine("sglang")
-    request = OutcomeRequest(recorded_fc=tuple(s.fc_input for s in pack.samples),
-                             prompt_lengths=tuple(s.num_tokens for s in pack.samples))
     out = {}
     for name, draft in drafts.items():
-        capture = engine.capture(bundle / "target", draft, probes=[s.input_ids.tolist() for s in pack.samples],
-                                 args={}, device="cpu", timeout_s=300, python=None, progress=None, outcome=request)
-        run = OutcomeRun(capture, check_outcome(contract, pack, capture, target=bundle / "target", draft=draft,
-                                                engine=engine.label, num_steps=3))
+        run = _outcome_run(bundle, draft, contract, pack)
         if name == "kimi" and KIMI_CRASH is not None:
             out[name] = run  # checked by test_kimi_miswiring_crashes_where_the_version_crashes
             continue
@@ -140,6 +158,30 @@ def _first(run: OutcomeRun) -> tuple[float, float]:
     return rec, srv
 
 
+@pytest.mark.skipif(capture_level_supported(),
+                    reason=f"sglang {SGLANG_VERSION} runs the outcome level: the outcome tests of this module cover it")
+def test_a_static_only_version_refuses_the_outcome_level(bundle: Path,
+                                                         contract_and_pack: tuple[Contract, ProbePack]) -> None:
+    """Family A: the outcome request gets the capture level's one typed refusal naming ``--level static``, as the
+    reason for the missing replay too (not a second failure); no fc, no replay, no acceptance report. Through
+    the gate the outcome level is an environment error (exit 3) carrying that refusal, never a pass."""
+    from specparity.gate import run_gate
+
+    contract, pack = contract_and_pack
+    run = _outcome_run(bundle, bundle / "draft", contract, pack)
+    assert [f.kind for f in run.failures] == [UNSUPPORTED_VERSION], [str(f) for f in run.failures]
+    message = run.failures[0].message
+    assert f"sglang {SGLANG_VERSION}" in message and "static level only" in message and "--level static" in message
+    assert run.capture.replay == run.failures[0]
+    assert run.capture.fc is None and run.replay is None and run.report is None
+    assert run.check.summary is None and run.check.findings == ()  # no fc: the capture's failure says why
+    v = run_gate(REPO / "contracts" / "tiny-llama-eagle3.json", bundle / "target", bundle / "draft", level="outcome")
+    assert (v.status, v.exit_code) == ("error", 3), [f.to_dict() for f in v.findings]
+    assert v.outcome is None and v.served_layout is None
+    assert any("static level only" in f.message for f in v.errors) and not any("0.5.23" in f.message for f in v.errors)
+
+
+@OUTCOME
 def test_the_replay_hooks_fired_once_per_pass_and_substituted(runs: dict[str, OutcomeRun]) -> None:
     for name, run in _served(runs).items():
         assert run.replay is not None and run.report is not None
@@ -149,6 +191,7 @@ def test_the_replay_hooks_fired_once_per_pass_and_substituted(runs: dict[str, Ou
         assert run.report.recorded.rows > 200 and run.report.first_draft_source == "engine"
 
 
+@OUTCOME
 def test_training_side_drafter_equals_sglangs_real_forward(
         runs: dict[str, OutcomeRun], contract_and_pack: tuple[Contract, ProbePack], bundle: Path) -> None:
     """Position-0 logits of specparity.replay.drafter == SGLang's LlamaForCausalLMEagle3 on the same inputs."""
@@ -176,6 +219,7 @@ def test_training_side_drafter_equals_sglangs_real_forward(
     print(f"max |training-side - SGLang| draft logits: {worst:.3g}")
 
 
+@OUTCOME
 def test_healthy_deployment_accepts_alike_on_both_inputs(runs: dict[str, OutcomeRun]) -> None:
     rec, srv = _first(runs["healthy"])
     report = runs["healthy"].report
@@ -188,6 +232,7 @@ def test_healthy_deployment_accepts_alike_on_both_inputs(runs: dict[str, Outcome
     assert report.summary.diagnosis == "healthy" and report.findings == []
 
 
+@OUTCOME
 def test_kimi_miswiring_crashes_where_the_version_crashes(runs: dict[str, OutcomeRun]) -> None:
     """Before 0.5.22 the llama forward raises on [-1,1,3]: a failure quoting SGLang's error, no outcome."""
     run = runs["kimi"]
@@ -208,6 +253,7 @@ _KIMI_SERVED = pytest.mark.skipif(
            "test_kimi_miswiring_crashes_where_the_version_crashes")
 
 
+@OUTCOME
 @_KIMI_SERVED
 def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) -> None:
     """[-1,1,3] on sglang 0.5.23 serves embedding, layer:1, layer:3: acceptance on the served input drops."""
@@ -221,6 +267,7 @@ def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) ->
     assert srv < rec - 0.02
 
 
+@OUTCOME
 @_KIMI_SERVED
 def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str, OutcomeRun]) -> None:
     rec, srv = _first(runs["kimi"])
@@ -230,6 +277,7 @@ def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str,
     assert report.summary.diagnosis == "wiring"
 
 
+@OUTCOME
 def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None:
     rec, srv = _first(runs["shuffled"])
     report = runs["shuffled"].report

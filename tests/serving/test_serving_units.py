@@ -33,6 +33,7 @@ from specparity.serving.sglang.common import (
     judge_fc_capture,
     served_sources,
     split_rows,
+    unknown_architecture_failure,
 )
 from specparity.serving.transport import read_result, write_result
 from specparity.serving.warm import WARM_START_ENV
@@ -192,6 +193,49 @@ def test_exception_failure_quotes_innermost_sglang_frame() -> None:
         f = exception_failure(exc)
     assert f.kind == "sglang_exception"
     assert f.message == "TypeError: unsupported operand at sglang/srt/models/llama.py:2"
+
+
+def _autoconfig_refusal(target: Path) -> ValueError:
+    """What transformers' own AutoConfig raises on ``target`` (as SGLang calls it: trust_remote_code off)."""
+    from transformers import AutoConfig
+
+    with pytest.raises(ValueError) as info:
+        AutoConfig.from_pretrained(str(target), trust_remote_code=False)
+    return info.value
+
+
+@pytest.mark.parametrize("auto_map", [True, False])
+def test_an_unknown_model_type_is_said_the_same_way_whether_or_not_the_config_names_remote_code(
+        tmp_path: Path, auto_map: bool) -> None:
+    """Kimi-K2.5's hub config on an SGLang whose transformers predates it: with auto_map transformers says
+    "contains custom code which must be executed", without it "does not recognize this architecture";
+    both are the same fact, said the same way (explain and gate show it on every version)."""
+    cfg: dict[str, object] = {"model_type": "specparity_unknown_arch", "architectures": ["UnknownArchForCausalLM"]}
+    if auto_map:
+        cfg["auto_map"] = {"AutoConfig": "configuration_unknown.UnknownConfig"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    exc = _autoconfig_refusal(tmp_path)
+    f = unknown_architecture_failure(exc, target=tmp_path, sglang_version="0.4.8", prefix="while resolving: ")
+    assert f is not None and f.kind == "sglang_exception"
+    assert f.message.startswith("while resolving: sglang 0.4.8 does not recognize this architecture: the target's "
+                                "model_type 'specparity_unknown_arch' (UnknownArchForCausalLM) is unknown"), f.message
+    assert ("auto_map" in f.message) == auto_map
+    assert f"transformers said: ValueError: {str(exc).strip().splitlines()[0][:200]}" in f.message
+
+
+def test_other_config_errors_are_left_as_they_were(tmp_path: Path) -> None:
+    """A model_type transformers knows, or an exception not raised by transformers, is not this case."""
+    from transformers import AutoConfig
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError) as info:
+        AutoConfig.for_model("specparity_unknown_arch")  # transformers raises, but the target's llama is known
+    assert unknown_architecture_failure(info.value, target=tmp_path, sglang_version="0.4.8") is None
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "specparity_unknown_arch"}))
+    assert unknown_architecture_failure(ValueError("not from transformers"), target=tmp_path,
+                                        sglang_version="0.4.8") is None
+    assert unknown_architecture_failure(_autoconfig_refusal(tmp_path), target=tmp_path / "absent",
+                                        sglang_version="0.4.8") is None
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "bin"])
@@ -485,3 +529,17 @@ def test_non_json_server_arg_is_bad_deployment(tmp_path: Path) -> None:
         and r.kind == "bad_deployment"
         and "model_loader_extra_config" in r.message
     )
+
+
+def test_no_replay_status_is_the_capture_failure_that_stopped_it(tmp_path: Path) -> None:
+    """Family A refuses the capture level, so its child writes no replay status: the outcome level's reason is that
+    refusal itself (one failure, naming --level static), not a second one claiming some version is needed."""
+    from specparity.serving.drafter_replay import read_replay
+    from specparity.serving.results import UNSUPPORTED_VERSION
+
+    refusal = ServingFailure(UNSUPPORTED_VERSION, "sglang 0.4.8 (family A) is supported at the static level only; "
+                                                  "run `specparity gate --level static`")
+    assert read_replay(tmp_path / "replay.safetensors", 2, capture_failures=(refusal,)) is refusal
+    alone = read_replay(tmp_path / "replay.safetensors", 2)
+    assert isinstance(alone, ServingFailure) and alone.kind == UNSUPPORTED_VERSION
+    assert "ran no drafter replay" in alone.message and "0.5.23" not in alone.message

@@ -2,6 +2,11 @@
 
 Every deployment starts SGLang once per session (``serving_cache``). Expected tensors come from an
 independent transformers forward of the same target weights (``hf_hidden_states``).
+
+Resolve tests run on every version, their expectation taken from the conventions model of the installed one
+(``sglang_capture_plan``: family A never reads the configured ids, D1). Family A (0.4.4.post2-0.4.8) is served
+at the static level only: there :func:`test_a_static_only_version_refuses_the_capture` pins the refusal, and the
+capture tests are skipped by name with that reason (``version_facts.needs_capture_level``).
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from serving_probes import PROBES
-from version_facts import SGLANG_VERSION, installed_facts
+from version_facts import SGLANG_VERSION, capture_level_supported, installed_facts, needs_capture_level
 
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.cache import SessionCache
+from specparity.serving.results import UNSUPPORTED_VERSION
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
@@ -23,6 +29,20 @@ pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
 TOL = 1e-5
 NUM_LAYERS = 8
 H = 64
+CAPTURE = needs_capture_level("tests/serving/test_sglang_capture.py::test_a_static_only_version_refuses_the_capture")
+
+
+def _plan(ids: list[int] | None) -> SGLangCapturePlan:
+    """What the installed SGLang does with ``ids`` on the bundled llama target (the conventions model)."""
+    assert SGLANG_VERSION is not None, "the sglang tests need SGLang installed"
+    return sglang_capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
+
+
+def _ids_ignored_note(dep: ResolvedDeployment) -> tuple[str, str, str, str]:
+    """Family A's one ``draft_ids_ignored`` note, naming the defaults [1, L//2-1, L-4] = [1, 3, 4] it serves."""
+    [note] = [n for n in dep.adapter_notes if n[0] == "draft_ids_ignored"]
+    assert "[1, 3, 4]" in note[2] and f"sglang {SGLANG_VERSION}" in note[2], note
+    return note
 
 
 def _capture(
@@ -62,10 +82,26 @@ def _attribute(result: CaptureResult) -> list[str]:
     return names
 
 
+# ------------------------------------------------------------------------------------------ static only
+@pytest.mark.skipif(capture_level_supported(),
+                    reason=f"sglang {SGLANG_VERSION} runs the capture level: the capture tests of this module cover it")
+def test_a_static_only_version_refuses_the_capture(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    """Family A: every capture, whatever the deployment (healthy, NaN target), is exactly one typed
+    unsupported_version failure that names ``--level static``; no fc, no atlas, no layout claimed."""
+    for name in ("ids_1_3_5", "nan_target"):
+        r = _capture(serving_cache, models, name)
+        assert r.failure_kinds() == (UNSUPPORTED_VERSION,), (name, r.failures)
+        assert r.fc is None and r.atlas is None and r.deployment is None and not r.ok, name
+        message = r.failures[0].message
+        assert f"sglang {SGLANG_VERSION}" in message and "static level only" in message, message
+        assert "--level static" in message, message
+
+
 # ------------------------------------------------------------------------------------------ ids [1,3,5]
 SPEC_REWRITE = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
 
 
+@CAPTURE
 def test_fc_input_equals_hf_layers_1_3_5(
     serving_cache: SessionCache, models: dict[str, Path], hf_hidden_states: list[tuple[torch.Tensor, ...]]
 ) -> None:
@@ -79,15 +115,31 @@ def test_fc_input_equals_hf_layers_1_3_5(
         assert float((fc - expected).abs().max()) <= TOL
 
 
-def test_layout_1_3_5_from_resolve_and_capture(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+def test_layout_1_3_5_from_resolve(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    """ids [1,3,5] serve layer:1,3,5 where ids are honoured; family A serves its default layer:1,3,4 (D1)."""
+    plan = _plan([1, 3, 5])
+    resolved = _resolve(serving_cache, models, "ids_1_3_5", **SPEC_REWRITE)
+    assert resolved.served_sources == plan.served_sources
+    assert resolved.layers_to_capture == plan.layers_to_capture
+    if plan.used_default:  # D1: the configured ids are never read; the finding says so, as an error
+        assert plan.served_sources == _plan(None).served_sources == (layer(1), layer(3), layer(4))
+        assert resolved.draft_config_ids is None and resolved.ids_fallback_reason is None
+        assert _ids_ignored_note(resolved)[1] == "error"
+    else:
+        assert plan.served_sources == (layer(1), layer(3), layer(5)) and plan.layers_to_capture == (2, 4, 6)
+        assert resolved.draft_config_ids == (1, 3, 5) and resolved.ids_fallback_reason is None
+    # D4: family A builds fc with a bias whatever the config says; elsewhere only with config.bias (absent here)
+    fc = (resolved.fc_in_features, resolved.fc_out_features, resolved.fc_bias)
+    assert fc == (3 * H, H, installed_facts().fc_always_biased)
+    assert resolved.fc_applied and resolved.num_aux_hidden_states == 3
+
+
+@CAPTURE
+def test_layout_1_3_5_from_capture_equals_resolve(serving_cache: SessionCache, models: dict[str, Path]) -> None:
     resolved = _resolve(serving_cache, models, "ids_1_3_5", **SPEC_REWRITE)
     captured = _capture(serving_cache, models, "ids_1_3_5")
     want = (layer(1), layer(3), layer(5))
     assert resolved.served_sources == want
-    assert resolved.draft_config_ids == (1, 3, 5) and resolved.ids_fallback_reason is None
-    assert resolved.layers_to_capture == (2, 4, 6)
-    assert (resolved.fc_in_features, resolved.fc_out_features, resolved.fc_bias) == (3 * H, H, False)
-    assert resolved.fc_applied and resolved.num_aux_hidden_states == 3
     assert captured.deployment is not None and captured.deployment.served_sources == want
     assert tuple(_attribute(captured)) == want
 
@@ -104,6 +156,7 @@ def test_num_draft_tokens_rewrite_is_reported(serving_cache: SessionCache, model
     assert r.server_args["speculative_num_draft_tokens"] == 2
 
 
+@CAPTURE
 def test_atlas_equals_hf_hidden_states(
     serving_cache: SessionCache, models: dict[str, Path], hf_hidden_states: list[tuple[torch.Tensor, ...]]
 ) -> None:
@@ -117,6 +170,7 @@ def test_atlas_equals_hf_hidden_states(
         assert float((sample[FINAL_NORM] - hs[NUM_LAYERS]).abs().max()) <= TOL
 
 
+@CAPTURE
 def test_aux_states_and_kernel_stub(serving_cache: SessionCache, models: dict[str, Path]) -> None:
     r = _capture(serving_cache, models, "ids_1_3_5")
     assert r.fc is not None
@@ -133,43 +187,62 @@ def test_aux_states_and_kernel_stub(serving_cache: SessionCache, models: dict[st
 
 
 # ------------------------------------------------------------------------------------------ ids [-1,1,3]
-def test_layout_m1_1_3_serves_embedding(serving_cache: SessionCache, models: dict[str, Path]) -> None:
-    """0.5.22+ serves embedding, layer:1, layer:3; older llama forwards crash on boundary 0 (domain.md D9)."""
-    assert SGLANG_VERSION is not None
-    plan = sglang_capture_plan([-1, 1, 3], num_layers=NUM_LAYERS, architecture="LlamaForCausalLM",
-                               version=SGLANG_VERSION)
+def test_layout_m1_1_3_resolves_as_the_version_serves_it(serving_cache: SessionCache, models: dict[str, Path]) -> None:
+    """0.5.22+ serves embedding, layer:1, layer:3; older llama forwards crash on boundary 0 (domain.md D9);
+    family A never reads the ids, so it serves its default (D1) and never reaches the crash."""
+    plan = _plan([-1, 1, 3])
     d = models["ids_m1_1_3"]
     resolved = serving_cache.resolve(d / "target", d / "draft", server_args={}, timeout_s=200)
-    captured = _capture(serving_cache, models, "ids_m1_1_3")
     if plan.crash is not None:  # the TypeError of models/llama.py (hs + None), quoted as SGLang raised it
         assert isinstance(resolved, ServingFailure) and resolved.kind == "sglang_exception", resolved
         assert plan.crash in resolved.message
+    else:
+        assert isinstance(resolved, ResolvedDeployment), resolved
+        assert resolved.layers_to_capture == plan.layers_to_capture
+        assert resolved.served_sources == plan.served_sources
+        if plan.used_default:
+            assert plan.served_sources == (layer(1), layer(3), layer(4)) and resolved.draft_config_ids is None
+            assert _ids_ignored_note(resolved)[1] == "error"
+        else:
+            assert plan.served_sources == (EMBEDDING, layer(1), layer(3)) and plan.layers_to_capture == (0, 2, 4)
+
+
+@CAPTURE
+def test_layout_m1_1_3_capture_serves_embedding_or_the_crash(serving_cache: SessionCache,
+                                                             models: dict[str, Path]) -> None:
+    plan = _plan([-1, 1, 3])
+    captured = _capture(serving_cache, models, "ids_m1_1_3")
+    if plan.crash is not None:
         assert captured.fc is None and captured.failure_kinds() == ("sglang_exception",), captured.failures
         assert plan.crash in captured.failures[0].message and " at sglang/" in captured.failures[0].message
         assert captured.deployment is not None and captured.deployment.layers_to_capture == (0, 2, 4)
-        return
-    want = (EMBEDDING, layer(1), layer(3))
-    assert plan.served_sources == want
-    assert isinstance(resolved, ResolvedDeployment), resolved
-    assert resolved.layers_to_capture == (0, 2, 4)
-    assert resolved.served_sources == want
-    assert captured.failures == (), captured.failures
-    assert captured.deployment is not None and captured.deployment.served_sources == want
-    assert tuple(_attribute(captured)) == want
+    else:
+        want = (EMBEDDING, layer(1), layer(3))
+        assert plan.served_sources == want
+        assert captured.failures == (), captured.failures
+        assert captured.deployment is not None and captured.deployment.served_sources == want
+        assert tuple(_attribute(captured)) == want
 
 
 # ------------------------------------------------------------------------------------------ no eagle_config
 def test_no_eagle_config_falls_back_to_sglang_default(
     serving_cache: SessionCache, models: dict[str, Path]
 ) -> None:
+    plan = _plan(None)
     r = _resolve(serving_cache, models, "no_eagle_config")
     assert r.draft_config_ids is None
-    assert r.ids_fallback_reason is not None and "no eagle_config" in r.ids_fallback_reason
-    assert r.layers_to_capture == (2, 4, 5)  # [2, L//2, L-3], sglang models/llama.py:934-936
-    assert r.served_sources == (layer(1), layer(3), layer(4))
+    assert r.layers_to_capture == plan.layers_to_capture == (2, 4, 5)  # [2, L//2, L-3], sglang models/llama.py:934-936
+    assert r.served_sources == plan.served_sources == (layer(1), layer(3), layer(4))
+    if _plan([1, 3, 5]).used_default:
+        # family A reads no ids at all (D1), so there is no fallback to explain: the draft_ids_ignored note names
+        # the defaults, a warning only, since this config asks for no ids
+        assert r.ids_fallback_reason is None and _ids_ignored_note(r)[1] == "warning"
+    else:
+        assert r.ids_fallback_reason is not None and "no eagle_config" in r.ids_fallback_reason
 
 
 # ------------------------------------------------------------------------------------------ failure modes
+@CAPTURE
 def test_nan_in_target_is_nonfinite_failure(serving_cache: SessionCache, models: dict[str, Path]) -> None:
     r = _capture(serving_cache, models, "nan_target", atlas=False)
     kinds = r.failure_kinds()
@@ -178,23 +251,31 @@ def test_nan_in_target_is_nonfinite_failure(serving_cache: SessionCache, models:
     assert {f.sample for f in r.failures if f.kind == "nonfinite"} == set(range(len(PROBES)))
 
 
-def test_fc_skipped_when_width_equals_draft_hidden_is_fc_not_called(
+def test_one_aux_checkpoint_resolves_as_the_version_builds_fc(
     serving_cache: SessionCache, models: dict[str, Path]
 ) -> None:
     d = models["one_aux_fc_skipped"]
     resolved = serving_cache.resolve(d / "target", d / "draft", server_args={}, timeout_s=200)
-    r = _capture(serving_cache, models, "one_aux_fc_skipped", atlas=False)
-    assert r.fc is None and not r.ok
     if installed_facts().fc_width_fixed_at_3:
         # fc is Linear(3*H_t, H_d) whatever the config says (D5): the [H, H] checkpoint fails to load
         assert isinstance(resolved, ServingFailure) and resolved.kind == "sglang_exception", resolved
         assert f"Linear(3*{H}, {H})" in resolved.message
+    else:
+        # one aux id and H_t == H_d: SGLang never applies fc (llama_eagle3.py:238, domain.md D10)
+        assert isinstance(resolved, ResolvedDeployment), resolved
+        assert not resolved.fc_applied and resolved.served_sources == (layer(3),)
+
+
+@CAPTURE
+def test_fc_skipped_when_width_equals_draft_hidden_is_fc_not_called(
+    serving_cache: SessionCache, models: dict[str, Path]
+) -> None:
+    r = _capture(serving_cache, models, "one_aux_fc_skipped", atlas=False)
+    assert r.fc is None and not r.ok
+    if installed_facts().fc_width_fixed_at_3:  # the checkpoint fails to load (D5)
         assert r.failure_kinds() == ("sglang_exception",), r.failures
         assert "during start-up: AssertionError: Attempted to load weight" in r.failures[0].message
         return
-    # one aux id and H_t == H_d: SGLang never applies fc (llama_eagle3.py:238, domain.md D10)
-    assert isinstance(resolved, ResolvedDeployment), resolved
-    assert not resolved.fc_applied and resolved.served_sources == (layer(3),)
     assert r.failure_kinds() == ("fc_not_called",), r.failures
     assert "k*H_t == H_d" in r.failures[0].message
     assert r.deployment is not None and not r.deployment.fc_applied
@@ -207,6 +288,7 @@ def test_capture_reuses_child_within_session(serving_cache: SessionCache, models
     assert serving_cache.misses == misses
 
 
+@CAPTURE
 def test_unreachable_layer_is_count_short_and_sglang_raises(
     serving_cache: SessionCache, models: dict[str, Path]
 ) -> None:

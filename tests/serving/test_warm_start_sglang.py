@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from serving_probes import PROBES
+from version_facts import needs_capture_level
 
 from specparity.serving import capture_deployment, resolve_deployment, warm
 from specparity.serving.results import CaptureResult, ResolvedDeployment
@@ -26,6 +27,7 @@ def _capture(models: Path, monkeypatch: pytest.MonkeyPatch, *, warm_start: bool)
                               atlas=True, timeout_s=600)
 
 
+@needs_capture_level("tests/serving/test_sglang_capture.py::test_a_static_only_version_refuses_the_capture")
 def test_a_warm_capture_equals_a_cold_one(base_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cold = _capture(base_models, monkeypatch, warm_start=False)
     hot = _capture(base_models, monkeypatch, warm_start=True)

@@ -31,13 +31,15 @@ class VersionFacts:
     # device=torch.get_device_module().current_device()); on a machine with no GPU the static level then
     # stops there with needs_hardware (exit 3). None: the version has no Qwen3.5 or builds it without asking.
     qwen35_asks_gpu_at: str | None = None
+    # fc = Linear(..., bias=True) whatever config.bias says (D4: 0.4.8 models/llama_eagle3.py:109-112)
+    fc_always_biased: bool = False
 
 
 # Keyed by matrix env (families.ENVS): an env without a row here fails test_every_family_env_is_wired.
 FACTS: dict[str, VersionFacts] = {
     # family A ignores the configured ids (0.4.8 models/llama.py:700-706 takes none), so [-1,1,3] never reaches
     # the layer loop; only the static level is offered
-    "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False),
+    "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False, fc_always_biased=True),
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
     # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
@@ -78,6 +80,26 @@ def installed_facts() -> VersionFacts:
     installed_entry()
     assert SGLANG_VERSION is not None
     return facts_for(SGLANG_VERSION)
+
+
+def capture_level_supported() -> bool:
+    """Whether the installed SGLang runs the capture level (False: family A, static level only).
+
+    True where sglang is not installed, so the real-SGLang tests run and fail in ``sglang_required``: the
+    static-only skip below never hides a missing SGLang.
+    """
+    if SGLANG_VERSION is None:
+        return True
+    return installed_facts().capture_supported
+
+
+def needs_capture_level(refusal_test: str) -> pytest.MarkDecorator:
+    """Skip a capture-premised test where the installed SGLang is static-only, naming the test that pins the
+    refusal there (so the skip is reported with its reason and never passes silently)."""
+    return pytest.mark.skipif(
+        not capture_level_supported(),
+        reason=f"sglang {SGLANG_VERSION} (family A) serves the static level only: a capture is refused with "
+               f"unsupported_version, asserted by {refusal_test}")
 
 
 def require_sglang(find_spec: Callable[[str], object | None] = importlib.util.find_spec) -> None:

@@ -200,7 +200,8 @@ def capture_deployment(
         outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
         if isinstance(outcome, ServingFailure):
             return CaptureResult(None, None, None, (outcome,), replay=outcome if recorded_fc is not None else None)
-        replay = (drafter_replay.read_replay(Path(request.replay["out"]), len(request.probes))
+        replay = (drafter_replay.read_replay(Path(request.replay["out"]), len(request.probes),
+                                             capture_failures=outcome.failures)
                   if request.replay is not None else None)
     return CaptureResult(
         deployment=_with_wall(outcome.deployment, time.perf_counter() - t0),

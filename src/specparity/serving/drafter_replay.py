@@ -58,14 +58,20 @@ def write_inputs(work: Path, recorded_fc: Sequence[torch.Tensor]) -> dict[str, s
     return {"inputs": str(inputs), "out": str(out)}
 
 
-def read_replay(out: Path, n: int) -> DrafterReplay | ServingFailure:
-    """What the child's replay wrote (replay_hooks' status protocol: ``<out>.json`` + the logits)."""
+def read_replay(out: Path, n: int, *, capture_failures: Sequence[ServingFailure] = ()) -> DrafterReplay | ServingFailure:
+    """What the child's replay wrote (replay_hooks' status protocol: ``<out>.json`` + the logits).
+
+    No status at all: where the capture itself failed before any forward (family A refuses the capture level),
+    that failure is why there is no replay, so it is returned as is rather than a second, vaguer one.
+    """
     from safetensors.torch import load_file
 
     status_path = Path(str(out) + ".json")
     if not status_path.is_file():
-        return ServingFailure(UNSUPPORTED_VERSION, "this SGLang adapter ran no drafter replay (the outcome level "
-                                                   "supports sglang 0.5.23)")
+        if capture_failures:
+            return capture_failures[0]
+        return ServingFailure(UNSUPPORTED_VERSION, "this SGLang adapter ran no drafter replay, so the engine's own "
+                                                   "acceptance figures are missing")
     status = json.loads(status_path.read_text())
     if not status.get("ok"):
         return ServingFailure(SGLANG_EXCEPTION, f"drafter replay failed: {status.get('error')}\n"

@@ -167,6 +167,42 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
     return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
 
 
+def unknown_architecture_failure(exc: BaseException, *, target: str | Path, sglang_version: str,
+                                 prefix: str = "") -> ServingFailure | None:
+    """The same "does not recognize this architecture" refusal on every version, or None for any other exception.
+
+    SGLang reads the target's config with transformers' ``AutoConfig`` (0.4.8 ``hf_transformers_utils.py:118``).
+    A model_type the installed transformers does not know is refused in one of two words, depending on the
+    config: without ``auto_map``, "... Transformers does not recognize this architecture"
+    (``models/auto/configuration_auto.py``); with an ``auto_map`` (Kimi-K2.5's hub config), "The repository ...
+    contains custom code which must be executed" (``dynamic_module_utils.py`` ``resolve_trust_remote_code``),
+    which does not say that the architecture is unknown. Both are this case when the exception is a ValueError
+    raised inside transformers and the target's model_type is absent from that transformers' own registry
+    (``CONFIG_MAPPING``): checked here, in the child, against the engine's transformers, not guessed from text.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not isinstance(exc, ValueError) or not frames or "/transformers/" not in frames[-1].filename.replace("\\", "/"):
+        return None
+    try:
+        cfg = json.loads((Path(target) / "config.json").read_text())
+        from transformers import __version__ as transformers_version
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except Exception:  # unreadable config or no transformers: leave the exception as it was
+        return None
+    model_type = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if not isinstance(model_type, str) or model_type in CONFIG_MAPPING:
+        return None
+    archs = cfg.get("architectures")
+    arch = f" ({', '.join(map(str, archs))})" if isinstance(archs, list) and archs else ""
+    remote = (" (its config.json names only remote code in auto_map, which SGLang does not run here)"
+              if isinstance(cfg.get("auto_map"), dict) else "")
+    said = exception_failure(exc).message
+    return ServingFailure(SGLANG_EXCEPTION, (
+        f"{prefix}sglang {sglang_version} does not recognize this architecture: the target's model_type "
+        f"{model_type!r}{arch} is unknown to the transformers {transformers_version} it reads configs with"
+        f"{remote}; this SGLang cannot serve the target. transformers said: {said}"))
+
+
 def gpu_query_failure(exc: BaseException, *, stage: str) -> ServingFailure | None:
     """``needs_hardware`` when ``exc`` is torch refusing a CUDA query on a machine without a GPU, else None.
 

@@ -27,6 +27,7 @@ from specparity.serving.sglang.common import (
     exception_failure,
     fc_shape_from_checkpoint,
     gpu_query_failure,
+    unknown_architecture_failure,
 )
 
 IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
@@ -215,6 +216,8 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
             return crash
     except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
         return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
+                                                prefix="while resolving: ")
                 or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config

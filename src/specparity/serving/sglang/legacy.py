@@ -51,6 +51,7 @@ from specparity.serving.sglang.common import (
     nonfinite_failures,
     served_sources,
     split_rows,
+    unknown_architecture_failure,
     with_applied_norms,
 )
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
@@ -239,7 +240,9 @@ class LegacyAdapter:
             # No fc.weight: the loader leaves fc randomly initialised; the shape is the config's.
             return dep if fc is not None else dataclasses.replace(dep, fc_source="config: no fc.weight in checkpoint")
         except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
-            return exception_failure(exc, prefix="while resolving: ")
+            return (unknown_architecture_failure(exc, target=request.target, sglang_version=self.sglang_version,
+                                                 prefix="while resolving: ")
+                    or exception_failure(exc, prefix="while resolving: "))
 
     def _boundary0_crash(self, ids: tuple[int, ...] | None, layers: list[int], *, model_config: Any,
                          model_class: str) -> ServingFailure | None:

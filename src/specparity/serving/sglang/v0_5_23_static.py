@@ -32,6 +32,7 @@ from specparity.serving.sglang.common import (
     exception_failure,
     fc_shape_from_checkpoint,
     gpu_query_failure,
+    unknown_architecture_failure,
     with_applied_norms,
 )
 
@@ -351,6 +352,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         draft = draft_shape(draft_model)
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
         return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
+                                                prefix="while resolving: ")
                 or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
