@@ -28,10 +28,29 @@ pytestmark = pytest.mark.sglang
 NEW_ARCHS = SGLANG_VERSION is not None and Version(SGLANG_VERSION) >= Version("0.5.11")
 
 
-# What transformers says when it has no class for the model_type: the plain refusal, or, for a hub config with
-# an ``auto_map`` (Kimi-K2.5's points at its own configuration_kimi_k25.py), that the config needs custom code.
-UNKNOWN_ARCH = ("does not recognize this architecture", "Unrecognized model",
-                "contains custom code which must be executed")
+# What an SGLang without the architecture says (serving/sglang/common.unknown_architecture_failure, on every
+# version, before transformers' own words: for Kimi-K2.5's hub config with its auto_map those are "contains
+# custom code which must be executed"); a draft config with no model_type at all is "Unrecognized model".
+UNKNOWN_ARCH = ("does not recognize this architecture", "Unrecognized model")
+
+
+def static_gap_here(architecture: str, code: int, text: str) -> bool:
+    """Where the installed family's static level cannot build this architecture's setter object (version_facts):
+    exit 3 naming the gap in specparity, never SGLang refusing the deployment. True when that is the case."""
+    if architecture not in installed_facts().static_gap_archs:
+        return False
+    assert code == 3, text
+    assert "a gap in specparity, not a verdict on the deployment" in text and "Traceback" not in text, text
+    return True
+
+
+def qwen35_refused_here(code: int, text: str) -> bool:
+    """Where the installed SGLang itself refuses speculative decoding on Qwen3.5 with the default server args."""
+    refusal = installed_facts().qwen35_refusal
+    if refusal is None:
+        return False
+    assert code == 1 and refusal in text, text
+    return True
 
 
 def assert_refused_as_unknown(code: int, text: str) -> None:
@@ -95,6 +114,8 @@ def run_explain(tmp_path: Path, target: Path, draft: Path, *args: str) -> tuple[
 def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> None:
     target, draft = deployment(tmp_path, KIMI_K25, eagle3_draft(7168, 163840, [2, 30, 58]))
     code, text, data = run_explain(tmp_path, target, draft, "--sglang-arg", "tp_size=8")
+    if static_gap_here("KimiK25ForConditionalGeneration", code, text):
+        return
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
         return
@@ -205,6 +226,8 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
     contract = _from_config(tmp_path, draft, target, "--trainer-sglang-version", "0.5.12")
     assert json.loads(contract.read_text())["fc_input"]["sources"] == ["layer:2", "layer:30", "layer:58"]
     code, text, report = _gate_static(contract, target, draft, tmp_path)
+    if static_gap_here("KimiK25ForConditionalGeneration", code, text):
+        return
     assert code == 1, text
     if not NEW_ARCHS:
         assert any(m in text for m in UNKNOWN_ARCH), text
@@ -218,6 +241,8 @@ def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path
     platform (arg_groups/mamba_hook.py:113-121); with no GPU here that is a note, and the layout still resolves."""
     target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(2048, 248320, [1, 19, 35]))
     code, text, data = run_explain(tmp_path, target, draft)
+    if qwen35_refused_here(code, text):
+        return
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
         return
@@ -236,6 +261,8 @@ def test_draft_sized_for_another_target_is_refused(tmp_path: Path) -> None:
     """fc takes 3 x 64 but the 40-layer H=2048 target serves 3 x 2048: SGLang would fail; exit 1 names it."""
     target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(64, 512, [1, 3, 5]))
     code, text, data = run_explain(tmp_path, target, draft)
+    if qwen35_refused_here(code, text):
+        return
     if not NEW_ARCHS:
         assert_refused_as_unknown(code, text)
         return

@@ -543,3 +543,24 @@ def test_no_replay_status_is_the_capture_failure_that_stopped_it(tmp_path: Path)
     alone = read_replay(tmp_path / "replay.safetensors", 2)
     assert isinstance(alone, ServingFailure) and alone.kind == UNSUPPORTED_VERSION
     assert "ran no drafter replay" in alone.message and "0.5.23" not in alone.message
+
+
+def test_an_exception_in_specparitys_own_adapter_is_a_gap_not_an_sglang_refusal(tmp_path: Path) -> None:
+    """A frame of specparity's serving/sglang/ code is not SGLang's: the failure names specparity's file and is
+    ``unsupported_version`` (exit 3), even when a library frame below it raised (transformers' config)."""
+    from specparity.serving.sglang import common
+    from specparity.serving.sglang.common import exception_failure, harness_gap_failure
+
+    def ours() -> None:
+        getattr(object(), "num_hidden_layers")  # noqa: B009 (raises inside a builtin, as transformers' config does)
+
+    try:
+        ours()
+    except AttributeError as exc:
+        gap = harness_gap_failure(exc, module_file=__file__, sglang_version="0.5.10", prefix="while resolving: ")
+        plain = exception_failure(exc)
+        elsewhere = harness_gap_failure(exc, module_file=common.__file__, sglang_version="0.5.10")
+    assert gap is not None and gap.kind == "unsupported_version"
+    assert "a gap in specparity" in gap.message and "test_serving_units.py:" in gap.message
+    assert elsewhere is None
+    assert " at " not in plain.message  # no SGLang frame: nothing is labelled sglang/...

@@ -31,6 +31,11 @@ class VersionFacts:
     # device=torch.get_device_module().current_device()); on a machine with no GPU the static level then
     # stops there with needs_hardware (exit 3). None: the version has no Qwen3.5 or builds it without asking.
     qwen35_asks_gpu_at: str | None = None
+    # SGLang's own refusal of speculative decoding on Qwen3.5 with the default server args (a quote), if any
+    qwen35_refusal: str | None = None
+    # target architectures this SGLang has but whose setter object family B's static level cannot build (its
+    # _setter_model carries a text model's fields only): exit 3, "a gap in specparity", never a verdict
+    static_gap_archs: frozenset[str] = frozenset()
     # fc = Linear(..., bias=True) whatever config.bias says (D4: 0.4.8 models/llama_eagle3.py:109-112)
     fc_always_biased: bool = False
 
@@ -43,7 +48,9 @@ FACTS: dict[str, VersionFacts] = {
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
     "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
     # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
-    "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True),
+    "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True,
+                                  qwen35_refusal="is not compatible with radix cache",  # server_args.py, 0.5.10
+                                  static_gap_archs=frozenset({"KimiK25ForConditionalGeneration"})),
     # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
     "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False,
                                   qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:270"),

@@ -33,7 +33,6 @@ Runs only inside the child process.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from array import array
 from collections.abc import Callable
@@ -44,7 +43,7 @@ import torch
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.common import split_rows
-from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu
+from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu, tree_cache_namespace
 from specparity.serving.sglang.v0_5_23_run import Workers, init_draft_attention
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
@@ -149,11 +148,9 @@ def install_kv_copy_stand_in(device: str) -> bool:
 
 
 def _tree_cache_namespace() -> Any:
-    for name in ("sglang.benchmark.one_batch", "sglang.bench_one_batch"):
-        try:
-            return importlib.import_module(name).TreeCacheNamespace
-        except (ImportError, AttributeError):
-            continue
+    namespace = tree_cache_namespace()
+    if namespace is not None:
+        return namespace
     raise ImportError("no TreeCacheNamespace in sglang.benchmark.one_batch or sglang.bench_one_batch")
 
 

@@ -47,6 +47,7 @@ from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     fc_shape_from_checkpoint,
+    harness_gap_failure,
     judge_fc_capture,
     nonfinite_failures,
     served_sources,
@@ -242,6 +243,8 @@ class LegacyAdapter:
         except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
             return (unknown_architecture_failure(exc, target=request.target, sglang_version=self.sglang_version,
                                                  prefix="while resolving: ")
+                    or harness_gap_failure(exc, module_file=__file__, sglang_version=self.sglang_version,
+                                           prefix="while resolving: ")
                     or exception_failure(exc, prefix="while resolving: "))
 
     def _boundary0_crash(self, ids: tuple[int, ...] | None, layers: list[int], *, model_config: Any,

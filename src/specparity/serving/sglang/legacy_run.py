@@ -11,6 +11,7 @@ methods are re-typed here (sglang-cpu.md §9, the fourth deviation). Runs only i
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,9 +127,15 @@ def start_runners(sa: Any) -> Runners:
         target_runner = ModelRunner(model_config=target_config, **common)
     draft_config = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path,
                                                 is_draft_model=True)
+    # The late family B sizes the draft's pools from the target's (0.5.10 speculative/eagle_worker.py:155 passes
+    # memory_pool_config=target_worker.model_runner.memory_pool_config; model_runner_kv_cache_mixin.py:894-897
+    # asserts it for a draft worker); passed iff the installed ModelRunner takes it.
+    pool_config = ({"memory_pool_config": target_runner.memory_pool_config}
+                   if "memory_pool_config" in inspect.signature(ModelRunner.__init__).parameters else {})
     draft_runner = ModelRunner(model_config=draft_config, is_draft_worker=True,
                                req_to_token_pool=target_runner.req_to_token_pool,
-                               token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator, **common)
+                               token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator, **common,
+                               **pool_config)
     # == EAGLEWorker.__init__ (0.5.3 speculative/eagle_worker.py:143-154; 0.4.10.post2 :139-142): the EAGLE-3
     # drafter's embed_tokens is the target's (SpecForge checkpoints carry none); without this step the
     # drafter embeds its inputs with whatever torch.empty left in the parameter (NaN draft logits seen on
@@ -143,6 +150,19 @@ def start_runners(sa: Any) -> Runners:
     return Runners(server_args=sa, target_runner=target_runner, draft_runner=draft_runner, setter_calls=calls)
 
 
+def tree_cache_namespace() -> Any | None:
+    """The benchmark's stand-in tree cache class where this SGLang's bench has one (0.5.10
+    ``bench_one_batch.py:396``, 0.5.14 ``:439``, 0.5.23 ``benchmark/one_batch``), else None: 0.5.3 and 0.4.10.post2
+    build their batches with ``tree_cache=None`` (``bench_one_batch.py:266``, ``:244``); 0.5.10's
+    ``ScheduleBatch.maybe_evict_swa`` calls ``tree_cache.supports_swa()`` (``managers/schedule_batch.py:2425``)."""
+    for name in ("sglang.benchmark.one_batch", "sglang.bench_one_batch"):
+        try:
+            return importlib.import_module(name).TreeCacheNamespace
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def _batch(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: LegacyGlue, *, spec: bool) -> Any:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -153,15 +173,22 @@ def _batch(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: LegacyGl
         req = Req(rid=f"specparity-{i}", origin_input_text="", origin_input_ids=list(ids),
                   sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
         # What Scheduler.get_new_batch_prefill sets through init_next_round_input (no prefix cache).
-        req.prefix_indices = []
         req.fill_ids = req.origin_input_ids
-        req.extend_input_len = len(req.fill_ids)
         req.logprob_start_len = len(req.origin_input_ids) - 1
+        if hasattr(req, "set_extend_input_len"):  # 0.5.10: Req starts with an empty prefix tensor
+            req.set_extend_input_len(len(req.fill_ids) - len(req.prefix_indices))  # bench_one_batch.py:388-390
+        else:  # 0.5.3 / 0.4.10.post2: plain fields (schedule_batch.py:811 / :741 reset prefix_indices to [])
+            req.prefix_indices = []
+            req.extend_input_len = len(req.fill_ids)
         reqs.append(req)
     tr = runners.target_runner
+    namespace = tree_cache_namespace()  # as the installed bench_one_batch builds its batches
+    tree_cache = (None if namespace is None else
+                  namespace(page_size=runners.server_args.page_size or 1, device=tr.device,
+                            token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator))
     batch = ScheduleBatch.init_new(
         reqs=reqs, req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
-        tree_cache=None, model_config=tr.model_config, enable_overlap=False,
+        tree_cache=tree_cache, model_config=tr.model_config, enable_overlap=False,
         spec_algorithm=SpeculativeAlgorithm.EAGLE3 if spec else SpeculativeAlgorithm.NONE,
         **glue.batch_extra_kwargs)
     batch.prepare_for_extend()
@@ -169,7 +196,10 @@ def _batch(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: LegacyGl
 
 
 def _logits_output(out: Any) -> Any:
-    # ModelRunner.forward returns (LogitsProcessorOutput | PPProxyTensors, can_run_graph) in both versions.
+    # ModelRunner.forward returns (LogitsProcessorOutput | PPProxyTensors, can_run_graph) in 0.4.10.post2/0.5.3,
+    # a ModelRunnerOutput dataclass holding them in 0.5.10 (model_executor/model_runner.py:280-283).
+    if hasattr(out, "logits_output"):
+        return out.logits_output
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -188,8 +218,11 @@ def spec_prefill(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: Le
         logits_output = _logits_output(tr.forward(fb))
         next_ids = tr.sample(logits_output, fb)
         # == EAGLEWorker.forward_draft_extend (0.5.3 speculative/eagle_worker.py:989-1005)
+        # the per-request token counts are *_per_batch in 0.5.3/0.4.10.post2, *_per_req in 0.5.10
+        # (speculative/eagle_worker.py:896-901): named as the installed EagleDraftInput names them
+        per = "req" if "num_tokens_per_req" in inspect.signature(draft_input_cls).parameters else "batch"
         batch.spec_info = draft_input_cls(hidden_states=logits_output.hidden_states, verified_id=next_ids,
-                                          num_tokens_per_batch=1, num_tokens_for_logprob_per_batch=1)
+                                          **{f"num_tokens_per_{per}": 1, f"num_tokens_for_logprob_per_{per}": 1})
         batch.return_hidden_states = False
         batch.spec_info.prepare_for_extend(batch)
         batch.spec_info.capture_hidden_mode = CaptureHiddenMode.LAST
