@@ -2,8 +2,11 @@
 
 Every real SpecForge run records in bf16, and SGLang serves with other kernels (here fp32 by default,
 or ``--sglang-arg dtype=bfloat16``, torch_native on CPU). Healthy must pass at every level, the
-outcome check included; every miswiring must still fail with its kind. Runs in every SGLang env of
-the matrix: the expectations are the default catalog's, which already follow the installed version.
+outcome check included; every miswiring must still fail with its kind. The healthy case runs in every
+SGLang env of the matrix (a false alarm is what a version's kernels could cause); the miswirings on bf16
+recordings run in the default env (.venv, sglang 0.5.23) only: what changes with the recording's dtype is
+specparity's comparison, which no SGLang version touches, while each version's served tensors are judged
+against every miswiring by test_catalog.py on fp32 recordings in every env (CI time: ~65 s per env saved).
 
 Measured with SGLang 0.5.23 on CPU (capture level, 4 probes, 343 tokens; u = 2^-8, the coarser dtype):
 
@@ -20,13 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_catalog import CASES, FOUND_FROM_FILES, STATIC_ONLY, assert_capture_refused, kinds
+from test_catalog import CASES, FOUND_FROM_FILES, SGLANG, STATIC_ONLY, assert_capture_refused, kinds
 
 from specparity.gate import run_gate
 from specparity.verdict import Verdict
 
 pytestmark = pytest.mark.sglang
 SERVED = {"fp32": {}, "bf16": {"dtype": "bfloat16"}}
+DEFAULT_SGLANG = "0.5.23"  # .venv's (scripts/venv.sh, constraints/sglang-0.5.23.txt)
 
 _verdicts: dict[tuple[str, str, str], Verdict] = {}
 
@@ -55,6 +59,8 @@ def test_healthy_bf16_recording_passes_at_every_level(catalog_bf16: dict[str, An
     assert all(p["status"] == "pass" for p in v.probes) and len(v.probes) == 4
 
 
+@pytest.mark.skipif(SGLANG != DEFAULT_SGLANG, reason=f"bf16-recording miswirings run in the default env (sglang "
+                    f"{DEFAULT_SGLANG}); this env's miswirings are test_catalog.py's (see the module docstring)")
 @pytest.mark.parametrize("served", sorted(SERVED))
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n != "healthy"))
 def test_every_miswiring_fails_with_its_kind_on_bf16_recordings(catalog_bf16: dict[str, Any], name: str,
