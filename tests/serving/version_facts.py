@@ -33,11 +33,29 @@ class VersionFacts:
     qwen35_asks_gpu_at: str | None = None
     # SGLang's own refusal of speculative decoding on Qwen3.5 with the default server args (a quote), if any
     qwen35_refusal: str | None = None
-    # target architectures this SGLang has but whose setter object family B's static level cannot build (its
-    # _setter_model carries a text model's fields only): exit 3, "a gap in specparity", never a verdict
-    static_gap_archs: frozenset[str] = frozenset()
     # fc = Linear(..., bias=True) whatever config.bias says (D4: 0.4.8 models/llama_eagle3.py:109-112)
     fc_always_biased: bool = False
+    # registry classes the static level answers with a failure on this machine (test_static_registry_families.py):
+    # architecture -> (failure kind, a quote of the message); every other class with a setter must resolve
+    static_refusals: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+
+# What test_static_registry_families.py pins per env (architecture -> (kind, quote)); every other registry class with
+# a setter resolves and equals the conventions module. Kinds: needs_hardware (SGLang asks torch.cuda at the quoted
+# line, exit 3; resolves on a GPU machine), unsupported_version (the constructor reads a tensor value, which the
+# meta device has none of: a gap of the static level, exit 3), sglang_exception (SGLang's own code raises on the
+# architecture's config, exit 1, as 0.5.23's static_configs.SGLANG_REFUSES), no_config (the test table cannot write
+# a config this release's transformers reads: Ling/Sarvam's hub remote code is stood in by 0.5.23's config class).
+_NO_BAILING_CONFIG = {arch: ("no_config", "sglang.srt.configs.bailing_moe_v2") for arch in (
+    "BailingMoEForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM")}
+
+
+def _dsa_and_hybrids(dsa_at: str, qwen35_at: str, qwen3_next_at: str, *hybrids: str) -> dict[str, tuple[str, str]]:
+    """DSA models ask the GPU while resolving their server args; Qwen3.5-style gated-delta-net and Qwen3-Next layers
+    build their norms on the current CUDA device."""
+    return {"DeepseekV32ForCausalLM": ("needs_hardware", dsa_at), "GlmMoeDsaForCausalLM": ("needs_hardware", dsa_at),
+            "Qwen3NextForCausalLM": ("needs_hardware", qwen3_next_at),
+            **{arch: ("needs_hardware", qwen35_at) for arch in hybrids}}
 
 
 # Keyed by matrix env (families.ENVS): an env without a row here fails test_every_family_env_is_wired.
@@ -46,17 +64,56 @@ FACTS: dict[str, VersionFacts] = {
     # the layer loop; only the static level is offered
     "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False, fc_always_biased=True),
     "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
-    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True),
+    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True, static_refusals={
+        "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:205")}),
     # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
     "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True,
                                   qwen35_refusal="is not compatible with radix cache",  # server_args.py, 0.5.10
-                                  static_gap_archs=frozenset({"KimiK25ForConditionalGeneration"})),
+                                  static_refusals={
+                                      **_NO_BAILING_CONFIG,
+                                      "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:214"),
+                                      "DeepseekV32ForCausalLM": ("needs_hardware", "server_args.py:1588"),
+                                      "GlmMoeDsaForCausalLM": ("needs_hardware", "server_args.py:1588"),
+                                      "LongcatFlashForCausalLM": ("needs_hardware", "models/longcat_flash.py:521"),
+                                      # radix cache with mamba no_buffer, as for Qwen3.5 (qwen35_refusal)
+                                      "Qwen3NextForCausalLM": ("sglang_exception", "is not compatible with radix cache"),
+                                  }),
     # 0.5.14 launches its warm-up as a Triton kernel, routed to the same op (family_e_run.install_kv_copy_stand_in)
     "sglang-0.5.14": VersionFacts("sglang/srt/models/llama.py:409", frozenset({"copy_all_layer_kv_cache_cpu"}), False,
-                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:270"),
+                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:270", static_refusals={
+                                      **_NO_BAILING_CONFIG,
+                                      **_dsa_and_hybrids("server_args.py:3627", "models/qwen3_5.py:270",
+                                                         "models/qwen3_next.py:213", "Qwen3_5ForConditionalGeneration",
+                                                         "Qwen3_5MoeForConditionalGeneration",
+                                                         "InternS2PreviewForConditionalGeneration"),
+                                      "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:262"),
+                                      "Gemma4UnifiedForConditionalGeneration": ("no_config", "gemma4_unified"),
+                                      "LongcatFlashForCausalLM": ("needs_hardware", "models/longcat_flash.py:519"),
+                                      # as on 0.5.23 (static_configs.SGLANG_REFUSES): start_layer= not taken
+                                      "InternS1ProForConditionalGeneration": ("sglang_exception",
+                                                                              "models/qwen2_moe.py:851"),
+                                      # the model file hands its prefix string on as the quant_config
+                                      "Ministral3ForCausalLM": ("sglang_exception", "layers/linear.py:181"),
+                                  }),
     # 0.5.20 dispatches the warm-up to sgl_kernel's CPU op itself (mem_cache/memory_pool.py:46, :2114)
     "sglang-0.5.20": VersionFacts("sglang/srt/models/llama.py:442", frozenset({"copy_all_layer_kv_cache_cpu"}), False,
-                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:467"),
+                                  qwen35_asks_gpu_at="sglang/srt/models/qwen3_5.py:467", static_refusals={
+                                      **_NO_BAILING_CONFIG,
+                                      **_dsa_and_hybrids("arg_groups/model_hook.py:243", "models/qwen3_5.py:467",
+                                                         "models/qwen3_next.py:214", "Qwen3_5ForConditionalGeneration",
+                                                         "Qwen3_5MoeForConditionalGeneration",
+                                                         "InternS2PreviewForConditionalGeneration",
+                                                         "InternS2MobiusForConditionalGeneration",
+                                                         "Qwen4ExpForConditionalGeneration"),
+                                      "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:341"),
+                                      "InternS1ProForConditionalGeneration": ("sglang_exception",
+                                                                              "models/qwen2_moe.py:1082"),
+                                      # as on 0.5.23 (SGLANG_REFUSES): the config class never sets rope_parameters
+                                      "LongcatFlashForCausalLM": ("sglang_exception", "models/longcat_flash.py:384"),
+                                      # the model reads a vision config the text-only config.json does not carry
+                                      "Glm5NextForConditionalGeneration": ("sglang_exception",
+                                                                           "layers/attention/vision_utils.py:16"),
+                                  }),
     "sglang-0.5.23": VersionFacts(None, frozenset({"copy_all_layer_kv_cache_cpu"}), False),
 }
 

@@ -80,7 +80,7 @@ class FamilyAAdapter(FamilyBAdapter):
             return result
         from sglang.srt.configs.model_config import ModelConfig
 
-        sa, _ = self._server_args(request)
+        sa, _ = self._server_args(request, static=True)
         draft = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
         note = ids_ignored_note(version=self.sglang_version, configured=configured_ids(draft.hf_config),
                                 num_layers=result.num_layers)

@@ -115,9 +115,9 @@ class FamilyBAdapter(LegacyAdapter):
         self._detect(device)
         preload_engine_modules()
 
-    def _server_args(self, request: Any, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+    def _server_args(self, request: Any, *, extra_requests: int = 0, static: bool = False) -> tuple[Any, list[str]]:
         self._detect(request.device)
-        return super()._server_args(request, extra_requests=extra_requests)
+        return super()._server_args(request, extra_requests=extra_requests, static=static)
 
     def capture(self, request: Any, *, progress: Any) -> Any:
         self._detect(request.device)

@@ -7,9 +7,9 @@ SGLang's loader picks, and that class's real ``set_eagle3_layers_to_capture``. T
 - the ids: these releases read them inside ``ModelRunner.__init__`` (0.5.14
   ``model_executor/model_runner.py:458-472``: ``use_aux_hidden_state`` and the nested ids, bare ``except`` ->
   ``None``), which cannot run without loading weights; :func:`read_ids` is that block, re-typed;
-- the target object: the meta-device build needs the process groups ``ModelRunner.init_torch_distributed``
-  sets up (0.5.14 ``model_runner.py:1145-1240``), not reproduced here; the setter runs on an instance of the
-  real class holding only what it reads (:func:`.legacy._setter_model`, as the pre-worker-v2 families do).
+- the objects: target and draft are built on the meta device by SGLang's own ``_initialize_model`` after a
+  one-rank world set up with SGLang's own functions (:mod:`.meta_build`, shared with families A and B), as
+  ``ModelRunner.init_torch_distributed`` and ``load_model`` do (0.5.14 ``model_runner.py:1145-1240``).
 
 The capture level (real forward, :mod:`.family_e_run`) checks both against SGLang's own objects.
 """
@@ -29,60 +29,11 @@ from specparity.serving.sglang.common import (
     gpu_query_failure,
     unknown_architecture_failure,
 )
+from specparity.serving.sglang.meta_build import build_meta_model, init_single_rank, meta_gap_failure
 
 IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
 STATIC_NOTE = ("static level on a pre-0.5.16 layout: the draft ids were read by a re-typed copy of "
                f"{IDS_CITE}; the capture level runs SGLang's own reader")
-_WORLD_READY = False
-
-
-def init_single_rank(sa: Any, model_config: Any) -> None:
-    """A one-rank gloo world with SGLang's own functions, once per process, then its dp-attention state for
-    this model (0.5.14 model_runner.py:1212-1240: init_distributed_environment, initialize_model_parallel,
-    initialize_dp_attention)."""
-    global _WORLD_READY
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
-
-    if _WORLD_READY:
-        initialize_dp_attention(server_args=sa, model_config=model_config)
-        return
-    from sglang.srt.distributed.parallel_state import (
-        init_distributed_environment,
-        initialize_model_parallel,
-        model_parallel_is_initialized,
-    )
-    from sglang.srt.server_args import PortArgs
-
-    if not model_parallel_is_initialized():
-        port = PortArgs.init_new(sa).nccl_port
-        init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
-                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-        initialize_model_parallel(tensor_model_parallel_size=1)
-    _WORLD_READY = True
-    initialize_dp_attention(server_args=sa, model_config=model_config)
-
-
-def build_meta_model(model_config: Any, sa: Any) -> Any:
-    """The class SGLang's loader picks, constructed by its ``_initialize_model`` on the meta device.
-
-    The quantization config (which imports SGLang's model registry) is computed BEFORE entering the meta
-    device: model modules imported under ``torch.device("meta")`` fail their own import-time set-up.
-    """
-    import torch
-    from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
-    from sglang.srt.model_loader.utils import set_default_torch_dtype
-
-    load_config = LoadConfig(load_format=sa.load_format)  # model_runner.py:1368-1371 (no remote loaders)
-    if getattr(sa, "device", None) == "cpu":
-        # 0.5.14 model_runner.py:1385-1388: on CPU the runner adds the *_cpu head counts some model files read
-        # (models/qwen3_5.py:161) before it loads, as the 0.5.23 static build does
-        from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
-
-        model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, 1)
-    quant_config = _get_quantization_config(model_config, load_config)
-    with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
-        return _initialize_model(model_config, load_config, quant_config)
 
 
 def read_ids(draft_hf_config: Any) -> tuple[bool, Any]:
@@ -145,10 +96,9 @@ def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_lay
 def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
     """The static level on 0.5.11-0.5.15 (see the module docstring for what differs from 0.5.23)."""
     from specparity.serving.sglang.draft_format import unreadable_draft
+    from specparity.serving.sglang.legacy_static import static_server_args
     from specparity.serving.sglang.v0_5_23 import _draft_k
     from specparity.serving.sglang.v0_5_23_static import (
-        HARDWARE_FALLBACKS,
-        SINGLE_RANK_ARGS,
         draft_shape,
         fc_as_built,
         read_capture,
@@ -162,23 +112,12 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
     t0 = time.perf_counter()
     kw = static_server_args_kwargs(request)
     notes = [STATIC_NOTE]
-    used: dict[str, Any] = {}  # the hardware fallback the server args resolved with, kept for the CPU build
     try:
-        try:
-            sa, warnings = _server_args(kw)
-        except Exception as exc:
-            refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
-            for fallback in HARDWARE_FALLBACKS if kw.get("device") == "cuda" else ():
-                try:
-                    sa, warnings = _server_args({**kw, **fallback})
-                except Exception:
-                    continue
-                notes.append(f"hardware check skipped: with device=cuda SGLang raised '{refusal.message}'; "
-                             "server args were resolved with " + ", ".join(f"{k}={v}" for k, v in fallback.items()))
-                used = dict(fallback)
-                break
-            else:
-                return gpu_query_failure(exc, stage="while resolving the server args") or refusal
+        resolved = static_server_args(_server_args, kw, request.server_args, adapter.sglang_version)
+        if isinstance(resolved, ServingFailure):
+            return resolved
+        sa, warnings, build_sa, more_notes = resolved
+        notes.extend(more_notes)
         t1 = time.perf_counter()
         adapter._publish(sa)
         from sglang.srt.configs.model_config import ModelConfig
@@ -189,16 +128,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         use_aux, ids = real if real is not None else read_ids(draft_mc.hf_config)
         if real is not None:
             notes.remove(STATIC_NOTE)
-        wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
-        build_sa = sa
-        if wide or kw.get("device") != "cpu":  # build as rank 0 of a one-rank world on this machine's CPU
-            # with the fallback that resolved (0.5.14 server_args.py:4365-4368 asserts a hybrid model's mamba
-            # extra_buffer needs CUDA unless the overlap schedule is off)
-            build_sa, _ = _server_args({**kw, **used, **SINGLE_RANK_ARGS, "device": "cpu"})
-            if wide:
-                notes.append("models built as rank 0 of a one-rank world (deployment: "
-                             + ", ".join(f"{k}={v}" for k, v in wide.items())
-                             + "); every rank's setter stores the same capture list")
+        if build_sa is not sa:  # rank 0 of a one-rank world on this machine's CPU (legacy_static.static_server_args)
             adapter._publish(build_sa)
         build_mc = ModelConfig.from_server_args(build_sa)
         init_single_rank(build_sa, build_mc)
@@ -216,6 +146,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
             return crash
     except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
         return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or meta_gap_failure(exc, sglang_version=adapter.sglang_version, prefix="while resolving: ")
                 or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
                                                 prefix="while resolving: ")
                 or exception_failure(exc, prefix="while resolving: "))

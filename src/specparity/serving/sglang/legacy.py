@@ -18,12 +18,9 @@ of these releases made explicit:
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -46,13 +43,10 @@ from specparity.serving.sglang.common import (
     NORM_FLAGS,
     collect_sglang_warnings,
     exception_failure,
-    fc_shape_from_checkpoint,
-    harness_gap_failure,
     judge_fc_capture,
     nonfinite_failures,
     served_sources,
     split_rows,
-    unknown_architecture_failure,
     with_applied_norms,
 )
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
@@ -67,10 +61,14 @@ REPORTED_ARGS = (
 FC_WIDTH_K = 3  # fc = Linear(hidden_size_in * 3, ...) before 0.5.12 (0.5.3 models/llama_eagle3.py:134-138)
 
 
-def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> dict[str, Any]:
-    """ServerArgs keywords: harness defaults, then the user's args (the user wins), then the models."""
+def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0, static: bool = False) -> dict[str, Any]:
+    """ServerArgs keywords: harness defaults, then the user's args (the user wins), then the models.
+
+    ``static``: the deployment's own args only. The CPU overrides exist to run a forward here; the static level
+    runs none, and per-architecture validations depend on them (0.5.3 ``server_args.py:733-747`` asserts
+    gpt-oss's attention backend)."""
     kw: dict[str, Any] = {"device": request.device, "log_level": "warning", "skip_tokenizer_init": True}
-    if request.device == "cpu":
+    if request.device == "cpu" and not static:
         # No CPU EAGLE attention/graphs; fp32 keeps the capture bit-exact vs HF (sglang-cpu.md §9, §10).
         total = sum(len(p) for p in request.probes)
         kw.update(attention_backend="torch_native", dtype="float32", disable_cuda_graph=True,
@@ -122,22 +120,6 @@ def read_draft_ids(draft_hf_config: Any) -> tuple[int, ...] | None:
     return None if ids is None else tuple(int(x) for x in ids)
 
 
-def _setter_model(cls: type[Any], hf_config: Any) -> Any:
-    """The real target class with only what its ``set_eagle3_layers_to_capture`` reads (no weights).
-
-    0.5.3 ``models/llama.py:730-742`` reads ``pp_group.is_last_rank``, ``config.num_hidden_layers`` and
-    writes ``model.layers_to_capture`` and ``capture_aux_hidden_states``.
-    """
-    obj: Any = object.__new__(cls)
-    torch.nn.Module.__init__(obj)
-    obj.config = hf_config
-    obj.pp_group = SimpleNamespace(is_last_rank=True, is_first_rank=True, rank_in_group=0, world_size=1)
-    obj.model = SimpleNamespace(layers_to_capture=[], start_layer=0, end_layer=int(hf_config.num_hidden_layers),
-                                layers=[SimpleNamespace() for _ in range(int(hf_config.num_hidden_layers))])
-    obj.capture_aux_hidden_states = False
-    return obj
-
-
 class LegacyAdapter:
     """Adapter for one pre-worker-v2 SGLang version: :meth:`resolve` (static) and :meth:`capture`."""
 
@@ -146,13 +128,17 @@ class LegacyAdapter:
         self.name = name
         self.glue = glue
 
-    def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
+    def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0,
+                     static: bool = False) -> tuple[Any, list[str]]:
+        return self._construct(request, server_args_kwargs(request, extra_requests=extra_requests, static=static))
+
+    def _construct(self, request: WorkerRequest, kw: dict[str, Any]) -> tuple[Any, list[str]]:
         legacy_shims.install(device=request.device, torch_drift=self.glue.torch_drift)
         from sglang.srt.server_args import ServerArgs
 
         with collect_sglang_warnings() as warnings:
             # The constructor's __post_init__ resolves (and rewrites) the speculative triple in place.
-            sa = ServerArgs(**server_args_kwargs(request, extra_requests=extra_requests))
+            sa = ServerArgs(**kw)
         return sa, list(warnings)
 
     def _deployment(self, request: WorkerRequest, sa: Any, warnings: list[str], *, model_config: Any,
@@ -201,51 +187,10 @@ class LegacyAdapter:
 
     # ---------------------------------------------------------------- static resolve
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
-        """ServerArgs + the runner's id reader + the real class's setter; no weights, no forward."""
-        t0 = time.perf_counter()
-        try:
-            sa, warnings = self._server_args(request)
-            t1 = time.perf_counter()
-            from sglang.srt.configs.model_config import ModelConfig
+        """The static level (:func:`~.legacy_static.resolve_legacy`): no weights, no forward."""
+        from specparity.serving.sglang.legacy_static import resolve_legacy
 
-            model_config = ModelConfig.from_server_args(sa)
-            # As ModelRunner.initialize loads it (0.5.3 model_runner.py:451-456).
-            draft_config = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path,
-                                                        is_draft_model=True)
-            ids = read_draft_ids(draft_config.hf_config)
-            cls = run.target_class(model_config)
-            model = _setter_model(cls, model_config.hf_config)
-            # Family A (<= 0.4.8) setters take no ids at all (0.4.8 models/llama.py:700): detected by signature.
-            takes_ids = len(inspect.signature(cls.set_eagle3_layers_to_capture).parameters) > 1
-            cls.set_eagle3_layers_to_capture(model, *([None if ids is None else list(ids)] if takes_ids else []))
-            layers = list(model.model.layers_to_capture) if model.capture_aux_hidden_states else []
-            crash = self._boundary0_crash(ids, layers, model_config=model_config, model_class=cls.__name__)
-            if crash is not None:
-                return crash
-            draft_hf = draft_config.hf_config
-            fc = fc_shape_from_checkpoint(Path(request.draft))
-            h_t = int(getattr(draft_hf, "target_hidden_size", None) or draft_hf.hidden_size)
-            if fc is not None and fc.in_features != FC_WIDTH_K * h_t:
-                return ServingFailure(SGLANG_EXCEPTION, (
-                    f"predicted without loading weights: sglang {self.sglang_version} builds fc as "
-                    f"Linear({FC_WIDTH_K}*{h_t}, {draft_hf.hidden_size}) whatever the config says "
-                    f"({self.glue.fc_build_cite}; fc width fixed before 0.5.12), but the checkpoint's "
-                    f"{fc.weight_key} is [{fc.out_features}, {fc.in_features}]: SGLang's weight loader "
-                    "fails at start-up (AssertionError: Attempted to load weight ... into parameter ...)"))
-            fc_t = ((fc.in_features, fc.out_features, fc.bias) if fc is not None
-                    else (FC_WIDTH_K * h_t, int(draft_hf.hidden_size), False))
-            t2 = time.perf_counter()
-            dep = self._deployment(request, sa, warnings, model_config=model_config, draft_hf_config=draft_hf,
-                                   ids=ids, layers_to_capture=layers, fc=fc_t, model_class=cls.__name__,
-                                   timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
-            # No fc.weight: the loader leaves fc randomly initialised; the shape is the config's.
-            return dep if fc is not None else dataclasses.replace(dep, fc_source="config: no fc.weight in checkpoint")
-        except Exception as exc:  # SGLang raising during resolution is a typed result, not a crash
-            return (unknown_architecture_failure(exc, target=request.target, sglang_version=self.sglang_version,
-                                                 prefix="while resolving: ")
-                    or harness_gap_failure(exc, module_file=__file__, sglang_version=self.sglang_version,
-                                           prefix="while resolving: ")
-                    or exception_failure(exc, prefix="while resolving: "))
+        return resolve_legacy(self, request)
 
     def _boundary0_crash(self, ids: tuple[int, ...] | None, layers: list[int], *, model_config: Any,
                          model_class: str) -> ServingFailure | None:

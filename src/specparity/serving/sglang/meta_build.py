@@ -1,0 +1,159 @@
+"""Meta-device model builds for the SGLang releases before the 0.5.23 layout (families A-D, 0.4.4.post2-0.5.21).
+
+The static level of these families builds the target and the draft the way SGLang's own ``ModelRunner`` does
+before it loads weights, on the meta device (no memory, no weights), then runs the real
+``set_eagle3_layers_to_capture`` on the real object (:func:`~.v0_5_23_static.read_capture`). Every step is one of
+SGLang's own functions; what differs between releases is found by feature detection (signatures and module
+contents), never by version number:
+
+- the process-global server args the model files read: ``global_server_args_dict`` updated as ``ModelRunner``
+  updates it (0.4.8 ``model_executor/model_runner.py:200-207``, 0.4.10.post2 ``:214-225``, 0.5.3 ``:271-279``),
+  or ``set_global_server_args_for_scheduler`` where it exists (0.5.10 ``model_runner.py:389-393``);
+- a one-rank gloo world: ``init_distributed_environment``, ``initialize_model_parallel`` and
+  ``initialize_dp_attention`` as ``ModelRunner.init_torch_distributed`` calls them (0.4.8 ``:473-494``, keyword
+  form; 0.5.3+ ``initialize_dp_attention(server_args=, model_config=)``);
+- ``_initialize_model``: with its quantization config computed first where it takes one (0.5.10
+  ``model_loader/loader.py:257-260``), else computing it itself (0.4.8 ``:143-156``);
+- on CPU, ``adjust_config_with_unaligned_cpu_tp`` before the build where the release has it (0.4.10.post2+
+  ``model_runner.py:630-633``).
+
+This module imports sglang: use it only inside the serving child process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+from specparity.serving.results import UNSUPPORTED_VERSION, ServingFailure
+
+_WORLD_READY = False
+
+
+def publish_server_args(sa: Any, model_config: Any) -> None:
+    """Make ``sa`` the process's server args, as ``ModelRunner.__init__`` does before it loads the model."""
+    import sglang.srt.server_args as server_args_module
+    from sglang.srt.configs.model_config import AttentionArch
+
+    use_mla_backend = model_config.attention_arch == AttentionArch.MLA  # model_runner.py (0.4.8 :188, 0.5.10 :344)
+    setter = getattr(server_args_module, "set_global_server_args_for_scheduler", None)
+    if setter is not None:  # 0.5.10 model_runner.py:389-393
+        setter(sa)
+        server_args_module.get_global_server_args().use_mla_backend = use_mla_backend
+        return
+    from sglang.srt.managers import schedule_batch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    extra: dict[str, Any] = {"use_mla_backend": use_mla_backend,
+                             "speculative_algorithm": SpeculativeAlgorithm.from_string(sa.speculative_algorithm)}
+    if "moe_a2a_backend" in schedule_batch.GLOBAL_SERVER_ARGS_KEYS:
+        # 0.4.10.post2 model_runner.py:221-224 publishes the MoE enums, which its model files compare against
+        from sglang.srt.layers.moe.utils import DeepEPMode, MoeA2ABackend
+
+        extra.update(moe_a2a_backend=MoeA2ABackend(sa.moe_a2a_backend), deepep_mode=DeepEPMode(sa.deepep_mode))
+    schedule_batch.global_server_args_dict.update(
+        {k: getattr(sa, k) for k in schedule_batch.GLOBAL_SERVER_ARGS_KEYS} | extra)
+
+
+def init_scheduler_globals(sa: Any, model_config: Any) -> None:
+    """The process-global MoE config the scheduler sets for an MoE model before its worker builds it, where the
+    release has it (0.5.3 ``managers/scheduler.py:934-936``; 0.5.10 ``:565-569``). The GEMM configs 0.5.10 also
+    sets there (``:572-573``) only choose FP8/FP4 kernels, which no meta build runs."""
+    try:
+        from sglang.srt.layers.moe import initialize_moe_config
+    except ImportError:  # 0.4.x: MoE settings travel in global_server_args_dict (publish_server_args)
+        return
+    hf = getattr(model_config.hf_config, "text_config", model_config.hf_config)
+    if hasattr(hf, "num_experts_per_tok"):
+        initialize_moe_config(sa)
+
+
+def init_single_rank(sa: Any, model_config: Any) -> None:
+    """Rank 0 of a one-rank gloo world with SGLang's own functions (the groups once per process), then its
+    dp-attention state for this model, as ``ModelRunner.init_torch_distributed`` sets them up (0.5.14
+    ``model_runner.py:1212-1240``)."""
+    global _WORLD_READY
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    if not _WORLD_READY:
+        from sglang.srt.distributed.parallel_state import (
+            init_distributed_environment,
+            initialize_model_parallel,
+            model_parallel_is_initialized,
+        )
+        from sglang.srt.server_args import PortArgs
+
+        if not model_parallel_is_initialized():
+            port = PortArgs.init_new(sa).nccl_port
+            init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
+            initialize_model_parallel(tensor_model_parallel_size=1)
+        _WORLD_READY = True
+    if "server_args" in inspect.signature(initialize_dp_attention).parameters:
+        initialize_dp_attention(server_args=sa, model_config=model_config)
+    else:  # 0.4.8 model_runner.py:487-494; 0.4.10.post2 the same keywords
+        initialize_dp_attention(enable_dp_attention=sa.enable_dp_attention, tp_rank=0, tp_size=1, dp_size=1,
+                                moe_dense_tp_size=sa.moe_dense_tp_size, pp_size=1)
+
+
+def build_meta_model(model_config: Any, sa: Any) -> Any:
+    """The class SGLang's loader picks, constructed by its ``_initialize_model`` on the meta device.
+
+    The model module is imported (and, where ``_initialize_model`` takes it, the quantization config computed)
+    BEFORE entering the meta device: model modules imported under ``torch.device("meta")`` fail their own
+    import-time set-up.
+    """
+    import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import loader
+    from sglang.srt.model_loader.utils import get_model_architecture, set_default_torch_dtype
+
+    load_config = LoadConfig(load_format=sa.load_format)  # ModelRunner.load_model (no remote loaders)
+    if getattr(sa, "device", None) == "cpu":
+        try:
+            from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
+        except ImportError:  # 0.4.8: the CPU path has no head-count adjustment
+            pass
+        else:
+            # The build runs on this CPU because the machine has no GPU; a deployment on CUDA never calls this
+            # (0.5.20 update_config.py:344 fails on MiniMax-M3's nested text config). Then build unadjusted: a model
+            # file that needs the *_cpu counts fails in SGLang's own code, and says so.
+            with contextlib.suppress(Exception):
+                model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, 1)
+    get_model_architecture(model_config)  # imports the model module outside the meta device
+    if "quant_config" in inspect.signature(loader._initialize_model).parameters:
+        quant_config = loader._get_quantization_config(model_config, load_config)
+        with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+            return loader._initialize_model(model_config, load_config, quant_config)
+    with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+        return loader._initialize_model(model_config, load_config)
+
+
+def build_meta_models(sa: Any, model_config: Any, draft_config: Any) -> tuple[Any, Any]:
+    """The target and the draft model objects SGLang's runners would build for ``sa``, on the meta device, after
+    the process state their runners set up first; the draft as :func:`~.v0_5_23_static.draft_shape` reads it."""
+    from specparity.serving.sglang.v0_5_23_static import draft_shape
+
+    publish_server_args(sa, model_config)
+    init_scheduler_globals(sa, model_config)
+    init_single_rank(sa, model_config)
+    target = build_meta_model(model_config, sa)
+    return target, draft_shape(build_meta_model(draft_config, sa))
+
+
+def meta_gap_failure(exc: BaseException, *, sglang_version: str, prefix: str = "") -> ServingFailure | None:
+    """A model constructor that reads a tensor's value while it builds (0.5.3 ``layers/activation.py:205``, xIELU's
+    ``.item()`` for Apertus) cannot run on the meta device, which holds no data. That says nothing about the
+    deployment: SGLang builds it on the GPU. ``unsupported_version`` (the check could not run here, exit 3), naming
+    SGLang's line; None for any other exception."""
+    if not (isinstance(exc, NotImplementedError) and "meta tensor" in str(exc)):
+        return None
+    from specparity.serving.sglang.common import exception_failure
+
+    quoted = exception_failure(exc).message
+    return ServingFailure(UNSUPPORTED_VERSION, (
+        f"{prefix}the static level builds the models on the meta device (no weights), and sglang {sglang_version}'s "
+        f"constructor reads a tensor's value there ({quoted}): a gap in specparity's static level for this "
+        "architecture on this release, not a verdict on the deployment; run `specparity gate --level capture` "
+        "with the weights"))
