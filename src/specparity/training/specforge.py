@@ -46,12 +46,15 @@ class SpecForgeRecord:
     hidden_state: torch.Tensor  # [S, H]
 
 
-def list_hidden_state_files(directory: str | Path) -> list[tuple[int, Path]]:
-    """Every SpecForge sample file under ``directory`` (``rows_*/`` or flat), sorted by sample index."""
+def list_hidden_state_files(directory: str | Path) -> list[tuple[int, str]]:
+    """Every SpecForge sample file under ``directory`` (``rows_*/`` or flat), sorted by sample index.
+
+    Paths stay strings: only the few files the importer reads become ``Path`` objects (a run holds up to 10^5
+    files, and building a Path per name was most of the listing's cost, benchmarks/bench_import.py)."""
     d = Path(directory)
     if not d.is_dir():
         raise InputError("hidden-states directory not found", path=d)
-    found: list[tuple[int, Path]] = []
+    found: list[tuple[int, str]] = []
     # os.scandir: names and d_type only, no stat per file (a run holds up to 10^5 files)
     with os.scandir(d) as top:
         entries = list(top)
@@ -62,7 +65,7 @@ def list_hidden_state_files(directory: str | Path) -> list[tuple[int, Path]]:
     for e in entries:
         m = _NAME.match(e.name)
         if m and e.is_file():
-            found.append((int(m.group(1)), Path(e.path)))
+            found.append((int(m.group(1)), e.path))
     if not found:
         raise InputError("no SpecForge hidden-state files (rows_*/data_N.ckpt, .ckpt.gz or data_N.pt)", path=d)
     found.sort()
@@ -111,10 +114,10 @@ def load_record(path: Path, index: int, *, hidden_size: int | None = None) -> Sp
 def iter_records(directory: str | Path, *, hidden_size: int | None = None) -> Iterator[SpecForgeRecord]:
     """Stream the records, one file in memory at a time."""
     for index, path in list_hidden_state_files(directory):
-        yield load_record(path, index, hidden_size=hidden_size)
+        yield load_record(Path(path), index, hidden_size=hidden_size)
 
 
-def checked_files(files: list[tuple[int, Path]], probes: int, *, sample: int = CHECK_SAMPLE) -> list[tuple[int, Path]]:
+def checked_files(files: list[tuple[int, str]], probes: int, *, sample: int = CHECK_SAMPLE) -> list[tuple[int, str]]:
     """The probe files (the first ``probes``) plus at most ``sample`` of the rest, evenly spread, last included."""
     head, rest = files[:probes], files[probes:]
     if len(rest) <= sample:
@@ -202,7 +205,7 @@ def contract_from_specforge(
     dtype: torch.dtype | None = None
     files = list_hidden_state_files(hidden_states)
     for index, path in checked_files(files, probes):
-        rec = load_record(path, index, hidden_size=tgt.hidden_size)
+        rec = load_record(Path(path), index, hidden_size=tgt.hidden_size)
         if rec.aux_hidden_state.shape[1] != width:
             raise InputError(
                 f"width {rec.aux_hidden_state.shape[1]} != {len(sources)} sources x {h_t} = {width} "
