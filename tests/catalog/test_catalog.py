@@ -48,6 +48,9 @@ NORM_BEFORE_FC_APPLIED = parse_version(SGLANG) >= (0, 5, 17)  # sglang 0.5.23 mo
 # typed unsupported_version refusal, an environment error (exit 3), never a pass and never a layout claim
 _ENTRY = select_adapter(SGLANG)
 STATIC_ONLY = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "A"
+# Family B (0.4.9-0.5.10, D3): CUDA graphs capture the default ids [1, L//2-1, L-4] = [1, 3, 4]; the static level
+# resolves the deployment as served (device=cuda, graphs on) and reports the hazard for the bundle's [1, 3, 5]
+GRAPH_IDS_HAZARD = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "B"
 
 
 # scenario -> (status, finding kinds that must be among the errors)
@@ -163,6 +166,14 @@ def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
     """The healthy bundle (trained on layer:1,3,5) at the static level: a pass where the ids are honoured;
     on family A the defaults layer:1,3,4 are served whatever the config says, and the fc bias is random (D4)."""
     v = gate(catalog, "healthy", level="static")
+    if GRAPH_IDS_HAZARD:  # the eager layout is right; graph-replayed decode would feed layer:1,3,4 (D3)
+        assert (v.status, v.exit_code) == ("fail", 1) and v.served_layout == ["layer:1", "layer:3", "layer:5"]
+        hazard = [f for f in v.errors if f.kind.value == "cuda_graph_ids_hazard"]
+        assert len(hazard) == 1 and "[1, 3, 4]" in hazard[0].message and "sglang #22836" in hazard[0].message, [
+            f.to_dict() for f in v.errors]
+        assert kinds(v) == {"cuda_graph_ids_hazard"}, kinds(v)
+        # served without CUDA graphs (the finding's own fix), the same deployment passes
+        v = gate(catalog, "healthy", level="static", sglang_args={"disable_cuda_graph": True})
     if not STATIC_ONLY:
         assert (v.status, v.exit_code) == ("pass", 0), [f.to_dict() for f in v.errors]
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"]

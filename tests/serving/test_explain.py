@@ -206,6 +206,9 @@ def test_from_config_contract_gets_the_static_verdict_and_says_it_is_assumed(tmp
     assert any(f["kind"] == "layout_assumed" for f in findings)
     plan = _bundled_plan([1, 3, 5])
     assert report["served_layout"] == list(plan.served_sources)
+    if installed_facts().graph_ids_hazard:  # family B on CUDA with graphs (D3): decode would feed [1, 3, 4]
+        assert code == 1 and {f["kind"] for f in findings if f["severity"] == "error"} == {"cuda_graph_ids_hazard"}
+        return
     if not plan.used_default:
         assert code == 0, text
         return
@@ -227,9 +230,13 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
         return
     plan = sglang_capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
                                version=str(SGLANG_VERSION))
-    if not NEW_ARCHS:  # before 0.5.13 SGLang serves these ids as the trainer's 0.5.12 captured them: a pass
+    if not NEW_ARCHS:  # before 0.5.13 SGLang serves these ids as the trainer's 0.5.12 captured them (eager)...
         assert plan.served_sources == ("layer:2", "layer:30", "layer:58"), plan
-        assert code == 0 and report["served_layout"] == ["layer:2", "layer:30", "layer:58"], text
+        assert report["served_layout"] == ["layer:2", "layer:30", "layer:58"], text
+        # ...but 0.5.10's CUDA graphs capture the default ids [1, 29, 57] (D3): the static verdict says so
+        assert installed_facts().graph_ids_hazard and code == 1, text
+        errors = {f["kind"] for f in report["findings"] if f["severity"] == "error"}  # type: ignore[attr-defined]
+        assert errors == {"cuda_graph_ids_hazard"}, report
         return
     assert code == 1, text
     assert report["served_layout"] == ["layer:1", "layer:29", "layer:57"]

@@ -35,6 +35,10 @@ class VersionFacts:
     qwen35_refusal: str | None = None
     # fc = Linear(..., bias=True) whatever config.bias says (D4: 0.4.8 models/llama_eagle3.py:109-112)
     fc_always_biased: bool = False
+    # D3 (family B, 0.4.9-0.5.10): CUDA graphs capture the default ids; the static level, which resolves the
+    # deployment on device=cuda with graphs on unless told otherwise, reports cuda_graph_ids_hazard (an error) for
+    # any other ids, e.g. the bundle's [1, 3, 5] against the default [1, 3, 4]
+    graph_ids_hazard: bool = False
     # registry classes the static level answers with a failure on this machine (test_static_registry_families.py):
     # architecture -> (failure kind, a quote of the message); every other class with a setter must resolve
     static_refusals: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
@@ -63,12 +67,14 @@ FACTS: dict[str, VersionFacts] = {
     # family A ignores the configured ids (0.4.8 models/llama.py:700-706 takes none), so [-1,1,3] never reaches
     # the layer loop; only the static level is offered
     "sglang-0.4.8": VersionFacts(None, frozenset(), True, capture_supported=False, fc_always_biased=True),
-    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True),
-    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True, static_refusals={
+    "sglang-0.4.10": VersionFacts("sglang/srt/models/llama.py:332", frozenset(), True, graph_ids_hazard=True),
+    "sglang-0.5.3": VersionFacts("sglang/srt/models/llama.py:340", frozenset(), True, graph_ids_hazard=True,
+                                 static_refusals={
         "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:205")}),
     # 0.5.10 launches the pool warm-up as a Triton kernel (mem_cache/memory_pool.py:833), routed as on 0.5.14
     "sglang-0.5.10": VersionFacts("sglang/srt/models/llama.py:388", frozenset({"copy_all_layer_kv_cache_cpu"}), True,
                                   qwen35_refusal="is not compatible with radix cache",  # server_args.py, 0.5.10
+                                  graph_ids_hazard=True,
                                   static_refusals={
                                       **_NO_BAILING_CONFIG,
                                       "ApertusForCausalLM": ("unsupported_version", "layers/activation.py:214"),

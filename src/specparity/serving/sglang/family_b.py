@@ -129,7 +129,10 @@ class FamilyBAdapter(LegacyAdapter):
     def _deployment(self, request: Any, sa: Any, warnings: list[str], **kw: Any) -> ResolvedDeployment:
         dep = super()._deployment(request, sa, warnings, **kw)
         hazard = None if not self.reads_ids_after_graphs else cuda_graph_hazard(
-            device=request.device, cuda_graphs=not bool(getattr(sa, "disable_cuda_graph", False)),
+            # the device the server args resolved for: the deployment's at the static level (cuda unless given,
+            # legacy_static.py), this machine's CPU at the capture level
+            device=str(getattr(sa, "device", None) or request.device),
+            cuda_graphs=not bool(getattr(sa, "disable_cuda_graph", False)),
             ids=dep.draft_config_ids, num_layers=dep.num_layers)
         if hazard is None:
             return dep
