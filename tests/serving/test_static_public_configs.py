@@ -113,6 +113,70 @@ def test_public_target_with_a_specforge_style_drafter(target: str, ids_kind: str
     _check(r, target_cfg=target_cfg, ids=ids, expected=expected)
 
 
+# The unpaired SpecForge drafters (SOURCES.json "unpaired_drafts": no verbatim copy of their target's config.json was
+# found) still run verbatim, against a config of their target's architecture built from its own config class
+# (static_configs.target_config) sized as the hub model their SpecForge example trains against: the class, layer
+# count and width the manifest's reason names, plus the head counts of that model's card.
+UNPAIRED_TARGETS: dict[str, tuple[str, dict[str, int]]] = {
+    "gemma3-1b-eagle3.json": ("Gemma3ForCausalLM", {"num_hidden_layers": 26, "hidden_size": 1152,
+                                                    "num_attention_heads": 4, "num_key_value_heads": 1}),
+    "ling-flash-2.0-eagle3.json": ("BailingMoeV2ForCausalLM", {"num_hidden_layers": 32, "hidden_size": 4096,
+                                                               "num_attention_heads": 32, "num_key_value_heads": 4}),
+    "longcat-flash-eagle3.json": ("LongcatFlashForCausalLM", {"hidden_size": 6144}),
+    "phi4-eagle3.json": ("Phi3ForCausalLM", {"num_hidden_layers": 40, "hidden_size": 5120,
+                                             "num_attention_heads": 40, "num_key_value_heads": 10}),
+    "qwen2-5-vl-7b-eagle3.json": ("Qwen2_5_VLForConditionalGeneration", {
+        "num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4}),
+    "qwen2.5-0.5b-eagle3.json": ("Qwen2ForCausalLM", {"num_hidden_layers": 24, "hidden_size": 896,
+                                                      "num_attention_heads": 14, "num_key_value_heads": 2}),
+    "qwen2.5-vl-32b-eagle3.json": ("Qwen2_5_VLForConditionalGeneration", {
+        "num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8}),
+    "qwen3-4b-eagle3.json": ("Qwen3ForCausalLM", {"num_hidden_layers": 36, "hidden_size": 2560,
+                                                  "num_attention_heads": 32, "num_key_value_heads": 8}),
+}
+
+
+# SpecForge's own qwen2.5-vl-32b drafter declares hidden 5120 with 28 heads (and head_dim 128): transformers 4.51,
+# which wrote it, accepted that; the transformers SGLang 0.5.23 pins validates the config class and refuses it
+DRAFT_REFUSED = {"qwen2.5-vl-32b-eagle3.json": "The hidden size (5120) is not a multiple of the number of attention "
+                                               "heads (28)"}
+
+
+@pytest.mark.parametrize("draft_file", sorted(SOURCES["unpaired_drafts"]), ids=lambda d: d.removesuffix(".json"))
+def test_unpaired_specforge_drafter_on_its_architecture(draft_file: str, tmp_path: Path) -> None:
+    from static_configs import SGLANG_REFUSES, server_args_for, target_config, target_files
+
+    arch, sizes = UNPAIRED_TARGETS[draft_file]
+    cfg = target_config(arch)
+    text = _text(cfg)
+    if "num_hidden_layers" in sizes:
+        text.pop("layer_types", None)  # sized for the class's default depth; the config class derives it again
+    text.update(sizes)
+    draft = json.loads((PUBLIC / "drafts" / draft_file).read_text())
+    text["vocab_size"] = int(draft["vocab_size"])
+    (tmp_path / "target").mkdir()
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(cfg))
+    for name, source in target_files(arch).items():
+        (tmp_path / "target" / name).write_text(source)
+    shutil.copy(PUBLIC / "drafts" / draft_file, tmp_path / "draft" / "config.json")
+    r = resolve_static(ADAPTER, WorkerRequest(op="resolve", target=str(tmp_path / "target"),
+                                              draft=str(tmp_path / "draft"), server_args=server_args_for(arch)))
+    if draft_file in DRAFT_REFUSED:  # the verbatim drafter config itself is refused, with the reason (exit 1)
+        assert not isinstance(r, ResolvedDeployment) and r.kind == "sglang_exception", r
+        assert DRAFT_REFUSED[draft_file] in r.message, r.message
+        assert explain_failure(r).exit_code == 1
+        return
+    if arch in SGLANG_REFUSES:  # SGLang's own exception on the architecture's config class, quoted (exit 1)
+        assert not isinstance(r, ResolvedDeployment) and SGLANG_REFUSES[arch] in r.message, r  # type: ignore[attr-defined]
+        return
+    num_layers = int(text["num_hidden_layers"])
+    # no ids in these drafts: SGLang's default boundaries [2, L//2, L-3] = layer:{1, L//2-1, L-4} (domain.md 3.1)
+    expected = [f"layer:{i}" for i in (1, num_layers // 2 - 1, num_layers - 4)]
+    assert draft.get("eagle_config") is None
+    _check(r, target_cfg=cfg, ids=None, expected=expected)
+
+
 def test_the_manifest_names_a_source_for_every_file() -> None:
     for kind in ("targets", "drafts"):
         on_disk = {p.name for p in (PUBLIC / kind).glob("*.json")}
@@ -120,3 +184,4 @@ def test_the_manifest_names_a_source_for_every_file() -> None:
         for entry in SOURCES[kind].values():
             assert entry["repo"] and entry["path"] and len(entry["commit"]) == 40
     assert {p["draft"] for p in SOURCES["pairs"]} | set(SOURCES["unpaired_drafts"]) == set(SOURCES["drafts"])
+    assert set(UNPAIRED_TARGETS) == set(SOURCES["unpaired_drafts"])

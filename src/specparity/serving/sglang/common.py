@@ -164,7 +164,10 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
         if "/sglang/" in fname and "/specparity/" not in fname:  # specparity's own serving/sglang/ is not SGLang
             where = f" at {fname[fname.rindex('/sglang/') + 1 :]}:{frame.lineno}"
             break
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    # a first line that only announces the reason ("Class validation error for validator ...:", transformers'
+    # strict config classes) is followed by it: keep both
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
     text = text if len(text) <= 300 else text[:297] + "..."
     return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
 

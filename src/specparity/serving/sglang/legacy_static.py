@@ -29,7 +29,7 @@ from specparity.serving.sglang.common import (
     unknown_architecture_failure,
 )
 from specparity.serving.sglang.meta_build import build_meta_models, meta_gap_failure
-from specparity.serving.sglang.v0_5_23_static import HARDWARE_FALLBACKS, SINGLE_RANK_ARGS, read_capture
+from specparity.serving.sglang.v0_5_23_static import HARDWARE_FALLBACKS, one_rank_build_kw, read_capture
 
 # SGLang picks the attention backend from the GPU it runs on (None on a machine without one), and some
 # architectures assert theirs while resolving (0.5.10 server_args.py:1887, ExaoneMoE: fa3/triton/trtllm_mha); triton
@@ -66,12 +66,7 @@ def static_server_args(construct: Any, kw: dict[str, Any], user_args: dict[str, 
             break
         else:
             return gpu_query_failure(exc, stage="while resolving the server args") or refusal
-    wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
-    build_kw = {**kw, **SINGLE_RANK_ARGS}
-    if wide:
-        notes.append("models built as rank 0 of a one-rank world (deployment: "
-                     + ", ".join(f"{k}={v}" for k, v in wide.items())
-                     + "); every rank's setter stores the same capture list")
+    build_kw, wide = one_rank_build_kw(sa, kw, notes)
     if kw["device"] == "cuda" and not torch.cuda.is_available():
         # the meta build runs on this machine's platform, with the backend SGLang resolved for the deployment
         build_kw.update(device="cpu", attention_backend=getattr(sa, "attention_backend", None))

@@ -224,6 +224,17 @@ def max_reachable_boundary(model_class: str, num_layers: int) -> int:
 # (the capture list does not depend on them: every rank's setter stores the same list, and only the
 # last PP rank captures, models/llama.py:929-931).
 SINGLE_RANK_ARGS = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1}
+def one_rank_build_kw(sa: Any, kw: dict[str, Any], notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of rank 0 of a one-rank world for ``kw``, and the parallel args of the deployment that differ
+    from it (``wide``), noted in ``notes`` when there are any."""
+    wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
+    if wide:
+        notes.append("models built as rank 0 of a one-rank world (deployment: "
+                     + ", ".join(f"{k}={v}" for k, v in wide.items())
+                     + "); every rank's setter stores the same capture list")
+    return {**kw, **SINGLE_RANK_ARGS}, wide
+
+
 # What a CPU-only machine can resolve when a validation needs the deployment's GPU: this platform, then
 # also no overlap scheduling, which SGLang itself turns off for speculative decoding on CPU.
 HARDWARE_FALLBACKS: tuple[dict[str, Any], ...] = (
@@ -315,12 +326,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         build_sa = sa
-        wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
-        build_kw = {**kw, **SINGLE_RANK_ARGS}
-        if wide:
-            notes.append("models built as rank 0 of a one-rank world (deployment: "
-                         + ", ".join(f"{k}={v}" for k, v in wide.items())
-                         + "); every rank's setter stores the same capture list")
+        build_kw, wide = one_rank_build_kw(sa, kw, notes)
         if kw.get("device") == "cuda" and not torch.cuda.is_available():
             # Model constructors may create CUDA streams (runtime_context.py:990-1004): the meta build
             # publishes this machine's device, with the attention backend SGLang resolved for the deployment
