@@ -172,21 +172,21 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
     return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
 
 
-def harness_gap_failure(exc: BaseException, *, module_file: str, sglang_version: str,
+def harness_gap_failure(exc: BaseException, *, module_file: str | Sequence[str], sglang_version: str,
                         prefix: str = "") -> ServingFailure | None:
     """An exception raised in specparity's own adapter code (``module_file``), not in SGLang: a gap in this
     adapter for the deployment's architecture, reported as ``unsupported_version`` (the check could not run, exit 3)
     and never as SGLang refusing the deployment. None when the raising frame is anywhere else."""
     # the innermost frame of SGLang's or specparity's own code decides (library frames below it, e.g.
     # transformers' config __getattribute__ raising the AttributeError, do not)
-    ours = os.path.realpath(module_file)
+    ours = {os.path.realpath(f) for f in ([module_file] if isinstance(module_file, str) else module_file)}
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         fname = frame.filename.replace("\\", "/")
-        if os.path.realpath(frame.filename) == ours:
+        if os.path.realpath(frame.filename) in ours:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return ServingFailure(UNSUPPORTED_VERSION, (
                 f"{prefix}specparity's adapter for sglang {sglang_version} cannot resolve this architecture: "
-                f"{type(exc).__name__}: {text} at specparity/serving/sglang/{Path(module_file).name}:{frame.lineno}; "
+                f"{type(exc).__name__}: {text} at specparity/serving/sglang/{Path(frame.filename).name}:{frame.lineno}; "
                 "this is a gap in specparity, not a verdict on the deployment"))
         if "/sglang/" in fname or "/specparity/" in fname:
             return None

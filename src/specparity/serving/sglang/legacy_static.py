@@ -142,6 +142,6 @@ def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
                 or unknown_architecture_failure(exc, target=request.target, sglang_version=version,
                                                 prefix="while resolving: ")
                 or meta_gap_failure(exc, sglang_version=version, prefix="while resolving: ")
-                or next((gap for ours in (__file__, meta_build.__file__) if (gap := harness_gap_failure(
-                    exc, module_file=ours, sglang_version=version, prefix="while resolving: ")) is not None), None)
+                or harness_gap_failure(exc, module_file=(__file__, meta_build.__file__), sglang_version=version,
+                                       prefix="while resolving: ")
                 or exception_failure(exc, prefix="while resolving: "))
