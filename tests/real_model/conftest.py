@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from real_helpers import HAS_SGLANG, HAS_VLLM
 
 from specparity.realmodel.fetch import RealModel, cached
 
@@ -22,9 +23,15 @@ def _selected(config: pytest.Config) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path.name.startswith("test_") and not _selected(config):
+    """Collected only when selected, and each module only in the env of its engine (as tests/vllm_engine)."""
+    name = collection_path.name
+    if not name.startswith("test_"):
+        return None
+    if not _selected(config):
         return True
-    return None
+    if name == "test_real_vllm.py":
+        return not HAS_VLLM
+    return not HAS_SGLANG
 
 
 @pytest.fixture(scope="session")

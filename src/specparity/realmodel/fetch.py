@@ -176,7 +176,8 @@ def dequantize(gguf: Path) -> tuple[object, object]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise FetchError(f"{gguf}: transformers could not de-quantize it: {type(e).__name__}: {first}",
                          EXIT_DEQUANTIZE) from None
-    return model.eval(), tokenizer
+    model.train(False)  # inference mode (the loader returns it so already; explicit for the writer)
+    return model, tokenizer
 
 
 def write_hf_dir(model: object, tokenizer: object, out: Path, dtype: str) -> None:

@@ -48,6 +48,8 @@ VLLM = (
              "pass", ()),
     Scenario("as_exported", "the SpecForge export as it is: vLLM serves it one layer early", "vllm", None, "fail",
              ("off_by_one",)),
+    Scenario("embedding", "the seed's wiring on vLLM: the embedding in chunk 0, the rest shifted (ids [0, 2, 15])",
+             "vllm", (0, 2, 15), "fail", ("extra_embedding",)),
 )
 
 
