@@ -336,7 +336,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         requested_spec=dep.requested_spec.to_dict() if dep else {}, resolved_spec=dep.resolved_spec.to_dict() if dep else {},
         norm_flags={"norm_before_fc": dep.norm_before_fc, "fc_norm": dep.fc_norm, "norm_output": dep.norm_output}
         if dep else None,
-        vocab_map_hash=d2t, vocab_map_observed=observed)
+        vocab_map_hash=d2t, vocab_map_observed=observed, engine=run.engine)
     (base, overrides), (rec, _), (drift, _) = _pair_tolerances(run)
     findings += _explain_unsupported_norms(
         diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
@@ -346,7 +346,8 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     # it crashes on is reported as that crash (with the fix), not as a layout it would never serve
     static_layout = run.table is None and dep is not None and not run.failures
     if static_layout and dep is not None:
-        findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text)
+        findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text,
+                                    engine=run.engine)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
         findings += _adapter_findings(dep)

@@ -79,7 +79,8 @@ def test_the_seeds_wiring_is_named_and_the_loop_accepts_far_less(real_model: Rea
                                                                  engine_python: str) -> None:
     v = _gate(real_model.fp32, draft_for(SEED, work), engine_python)
     assert v.status == "fail"
-    assert FindingKind.EXTRA_EMBEDDING in {f.kind for f in v.errors}
+    emb = next(f for f in v.errors if f.kind is FindingKind.EXTRA_EMBEDDING)
+    assert "vLLM reads id k" in emb.message and "SGLang" not in emb.message, emb.message
     assert list(v.served_layout or []) == ["embedding", "layer:1", "layer:14"]
     assert v.outcome is not None and v.outcome.diagnosis == "wiring"
     assert v.outcome.served_acceptance[0] < v.outcome.recorded_acceptance[0] - 0.1

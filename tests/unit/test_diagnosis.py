@@ -338,3 +338,15 @@ def test_a_target_that_computes_nan_is_nonfinite_not_other_weights() -> None:
                         tolerance=FP32)
     kinds = {f.kind for f in findings if f.severity is Severity.ERROR}
     assert FindingKind.NONFINITE in kinds and FindingKind.TARGET_MISMATCH not in kinds
+
+
+def test_extra_embedding_quotes_the_serving_engines_own_rule() -> None:
+    # seen in make demo-real: vLLM serving the embedding (id 0) was explained by SGLang's -1 / +1 rule
+    from specparity.compare.diagnosis import layout_findings
+
+    expected, served = ["layer:1", "layer:14", "layer:26"], ["embedding", "layer:1", "layer:14"]
+    for engine, says, never in (("sglang", "SGLang's +1 rule", "vLLM"), ("vllm", "vLLM reads id k", "SGLang")):
+        f = next(x for x in layout_findings(expected, served, engine=engine) if x.kind.value == "extra_embedding")
+        assert says in f.message and never not in f.message, f.message
+    default = next(x for x in layout_findings(expected, served) if x.kind.value == "extra_embedding")
+    assert "SGLang's +1 rule" in default.message

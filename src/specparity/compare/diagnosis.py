@@ -65,6 +65,16 @@ class DeploymentFacts:
     vocab_map_observed: bool = False
     sglang_error: str | None = None
     timeout_s: float | None = None
+    engine: str = "sglang"  # whose id rule a layout message quotes (EMBEDDING_CAUSE)
+
+
+# How each engine comes to serve the token embedding where training used none: the rule a message quotes is the
+# serving engine's own (SGLang's +1 rule; vLLM's boundary index, vllm_conventions.py item 3).
+EMBEDDING_CAUSE = {
+    "sglang": "an id of -1 under SGLang's +1 rule, sglang 0.5.23 models/llama.py:929-941",
+    "vllm": "an id of 0: vLLM reads id k as hidden_states[k], and boundary 0 is the embedding "
+            "(vllm model_executor/models/llama.py:428-441)",
+}
 
 
 def _fmt(x: float) -> str:
@@ -207,6 +217,7 @@ def _layout(
     evidence: Mapping[int, ChunkEvidence],
     tols: Sequence[Tolerance] | None,
     layout_fix: str | None,
+    engine: str = "sglang",
 ) -> list[Finding]:
     """Layout findings for served chunk sources against the contract's (attributions optional)."""
     expected, served = list(expected), list(served)
@@ -243,7 +254,7 @@ def _layout(
             out.append(Finding(
                 FindingKind.EXTRA_EMBEDDING, Severity.ERROR,
                 f"{_line(c, s, e, att)}{_numbers(att)}: the token embedding is served where training used no "
-                f"embedding (an id of -1 under SGLang's +1 rule, sglang 0.5.23 models/llama.py:929-941)",
+                f"embedding ({EMBEDDING_CAUSE.get(engine, EMBEDDING_CAUSE['sglang'])})",
                 chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
         elif s is not None and _is_off_by_one(s, e):
             out.append(Finding(
@@ -276,19 +287,20 @@ def _layout(
 
 
 def layout_findings(
-    expected: Sequence[str], served: Sequence[str], *, layout_fix: str | None = None
+    expected: Sequence[str], served: Sequence[str], *, layout_fix: str | None = None, engine: str = "sglang"
 ) -> list[Finding]:
     """The layout rules on source lists alone (the static check R1: the capture list SGLang resolved).
 
     Same kinds and messages as the tensor path, without the numbers: ``extra_embedding``,
     ``off_by_one``, ``order_mismatch``, ``missing_source``, ``layout_mismatch``.
     """
-    return _layout(expected, served, atts=[None] * len(served), evidence={}, tols=None, layout_fix=layout_fix)
+    return _layout(expected, served, atts=[None] * len(served), evidence={}, tols=None, layout_fix=layout_fix,
+                   engine=engine)
 
 
 def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Tolerance],
              layout_fix: str | None, *, drift_tols: Sequence[Tolerance],
-             rec_tols: Sequence[Tolerance]) -> list[Finding]:
+             rec_tols: Sequence[Tolerance], engine: str = "sglang") -> list[Finding]:
     out: list[Finding] = []
     for nf in table.evidence:
         if nf.nonfinite_served or nf.nonfinite_recorded:
@@ -305,7 +317,7 @@ def _tensors(exp: ExpectedFacts, table: AttributionTable, tols: Sequence[Toleran
     served = table.served_sources()
     expected = list(exp.sources)
     out.extend(_layout(expected, served, atts=list(table.served), evidence={e.index: e for e in table.evidence},
-                       tols=tols, layout_fix=layout_fix))
+                       tols=tols, layout_fix=layout_fix, engine=engine))
     matched = sorted(c for c, s in enumerate(served) if c < len(expected) and s == expected[c])
     out.extend(drift_findings(exp.sources, table, matched, drift_tols, tols))
     out.extend(recording_findings(table, rec_tols))
@@ -349,5 +361,5 @@ def diagnose(
                 f"{len(expected.sources)} x {expected.hidden_size}",
                 details={"served_chunks": len(table.served), "expected_chunks": len(expected.sources)}))
         findings.extend(_tensors(expected, table, tols, layout_fix, drift_tols=per_chunk(drift_tolerance),
-                                 rec_tols=per_chunk(recorded_tolerance)))
+                                 rec_tols=per_chunk(recorded_tolerance), engine=deployment.engine))
     return findings

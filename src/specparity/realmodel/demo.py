@@ -60,7 +60,7 @@ def _acceptance(v: Verdict) -> str:
     if o.served_interval is not None:
         line += f" (95% CI {o.served_interval[0]:.1%}-{o.served_interval[1]:.1%}, {o.scored_tokens} tokens)"
     if rec and srv:
-        line += f"; drop {100 * (rec[0] - srv[0]):+.1f} points" if rec[0] - srv[0] > 0.005 else "; no drop"
+        line += f"; drop {100 * (rec[0] - srv[0]):.1f} points" if rec[0] - srv[0] > 0.005 else "; no drop"
     loop = o.engine_loop
     if loop and loop.get("per_position"):
         per = ", ".join(f"{a:.0%}" for a in loop["per_position"])

@@ -20,20 +20,15 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 
 def _error(exc: BaseException) -> str:
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        fname = frame.filename.replace("\\", "/")
-        if "/vllm/" in fname:
-            where = f" at {fname[fname.rindex('/vllm/') + 1:]}:{frame.lineno}"
-            break
+    from specparity.serving.vllm.worker import innermost_vllm_frame
+
     text = " ".join(str(exc).strip().splitlines()[:3])
-    return f"{type(exc).__name__}: {text[:600]}{where}"
+    return f"{type(exc).__name__}: {text[:600]}{innermost_vllm_frame(exc)}"
 
 
 def run(req: dict[str, Any]) -> dict[str, Any]:
@@ -58,22 +53,16 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm-up, not counted
 
-    def counters() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for m in llm.get_metrics():
-            if m.name.startswith("vllm:spec_decode"):
-                v = getattr(m, "values", None)
-                out[m.name.removeprefix("vllm:")] = list(v) if v is not None else getattr(m, "value", None)
-        return out
+    from specparity.serving.vllm.worker import _metrics as counters
 
-    before = counters()
+    before = counters(llm)
     outputs: list[list[int]] = []
     t0 = time.perf_counter()
     for p in prompts:
         out = llm.generate([{"prompt_token_ids": p}], params, use_tqdm=False)
         outputs.append([int(t) for t in out[0].outputs[0].token_ids])
     seconds = time.perf_counter() - t0
-    after = counters()
+    after = counters(llm)
     delta = {k: ([a - b for a, b in zip(v, before.get(k) or [0] * len(v), strict=False)] if isinstance(v, list)
                  else (v or 0) - (before.get(k) or 0)) for k, v in after.items()}
     tokens = sum(len(o) for o in outputs)

@@ -36,16 +36,20 @@ def _progress(done: int, total: int) -> None:
     print(f"{PROGRESS_PREFIX} {done} {total}", flush=True)
 
 
+def innermost_vllm_frame(exc: BaseException) -> str:
+    """`` at vllm/FILE.py:LINE`` for the innermost frame of ``exc`` inside vLLM, or ``""``."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        fname = frame.filename.replace("\\", "/")
+        if "/vllm/" in fname:
+            return f" at {fname[fname.rindex('/vllm/') + 1 :]}:{frame.lineno}"
+    return ""
+
+
 def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
     """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``."""
     from specparity.serving.results import VLLM_EXCEPTION, ServingFailure
 
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        fname = frame.filename.replace("\\", "/")
-        if "/vllm/" in fname:
-            where = f" at {fname[fname.rindex('/vllm/') + 1 :]}:{frame.lineno}"
-            break
+    where = innermost_vllm_frame(exc)
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     text = lines[0] if lines else ""
     text = text if len(text) <= 300 else text[:297] + "..."
