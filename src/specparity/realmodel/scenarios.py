@@ -18,6 +18,10 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specparity.contract.probes import ProbePack
 
 REPO = Path(__file__).resolve().parents[3]
 CONTRACT = REPO / "contracts" / "smollm2-135m-eagle3.json"
@@ -51,6 +55,16 @@ VLLM = (
     Scenario("embedding", "the seed's wiring on vLLM: the embedding in chunk 0, the rest shifted (ids [0, 2, 15])",
              "vllm", (0, 2, 15), "fail", ("extra_embedding",)),
 )
+
+
+def loop_prompts(pack: ProbePack, n: int | None = None) -> list[list[int]]:
+    """Each probe's prompt up to its first assistant token (the outcome level's own cut,
+    ``gate_engines.outcome_request``): the target then writes the answer the drafter was trained to predict."""
+    from specparity.gate_engines import outcome_request
+
+    lengths = outcome_request(pack).prompt_lengths
+    samples = pack.samples[:n] if n is not None else pack.samples
+    return [[int(t) for t in s.input_ids[: lengths[i] or len(s.input_ids)]] for i, s in enumerate(samples)]
 
 
 def draft_for(s: Scenario, work: Path, base: Path = DRAFT) -> Path:

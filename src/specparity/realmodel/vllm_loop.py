@@ -36,19 +36,21 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if req.get("threads"):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-" + str(int(req["threads"]) - 1))
+    from types import SimpleNamespace
+
     from vllm import LLM, SamplingParams
+
+    from specparity.serving.vllm.worker import llm_kwargs
 
     prompts = [list(map(int, p)) for p in req["prompts"]]
     max_tokens = int(req["max_tokens"])
-    longest = max(len(p) for p in prompts)
-    n_spec = int(req.get("num_speculative_tokens", 3))
-    max_len = longest + max_tokens + n_spec + 16
-    kw: dict[str, Any] = {"model": req["target"], "seed": 0, "enforce_eager": True, "disable_log_stats": False,
-                          "enable_prefix_caching": False, "max_num_seqs": 1, "max_model_len": max_len,
-                          "max_num_batched_tokens": max(max_len, 256), "dtype": req.get("dtype", "float32"),
-                          "gpu_memory_utilization": 0.3}
-    if req.get("draft"):
-        kw["speculative_config"] = {"method": "eagle3", "model": req["draft"], "num_speculative_tokens": n_spec}
+    # the gate's own engine settings (serving/vllm/worker.py), with or without the drafter
+    request = SimpleNamespace(target=req["target"], draft=req.get("draft") or req["target"], probes=prompts,
+                              device="cpu", server_args={"generate_tokens": max_tokens, "dtype": req.get("dtype", "float32"),
+                                                         "num_speculative_tokens": int(req.get("num_speculative_tokens", 3))})
+    kw, _, _ = llm_kwargs(request)
+    if not req.get("draft"):
+        kw.pop("speculative_config")
     llm = LLM(**kw)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm-up, not counted

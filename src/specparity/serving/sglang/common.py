@@ -337,3 +337,35 @@ def nonfinite_failures(per_sample: Sequence[Any], *, what: str) -> list[ServingF
 def split_rows(tensor: Any, lengths: Sequence[int]) -> list[Any]:
     """Split a ``[sum T_i, ...]`` batch tensor back into per-sample ``[T_i, ...]`` tensors (clones)."""
     return [t.clone() for t in tensor.split(list(lengths), dim=0)]
+
+
+def _weight_bytes(path: str) -> int:
+    """Bytes of a model directory's safetensors, as float32 (the CPU capture serves float32 by default)."""
+    d = Path(path)
+    size = sum(p.stat().st_size for p in d.glob("*.safetensors")) if d.is_dir() else 0
+    try:
+        dtype = str(json.loads((d / "config.json").read_text()).get("torch_dtype", "float32"))
+    except (OSError, ValueError, AttributeError):
+        dtype = "float32"
+    return size * (2 if dtype in ("bfloat16", "float16") else 1)
+
+
+def cpu_mem_fraction(target: str, draft: str) -> float:
+    """``mem_fraction_static`` for a CPU capture (every family): 0.1 for the toys (as before), more where real
+    weights need it.
+
+    On CPU SGLang's "GPU memory" is the machine's available memory (``utils/common.py:454``,
+    ``psutil.virtual_memory().available``). Start-up keeps ``pre * (1 - fraction)`` of what was available
+    before the load as slack and refuses when what is left after it is not positive
+    (``mem_cache/kv_cache_configurator.py:3041-3057``): everything any process on the machine allocated in
+    between counts against the fraction. A fixed 0.1 made a real 135M target's start depend on what else ran
+    (three gates at once needed 0.113): an environment failure of ours, never the deployment's. The pool itself
+    is capped by ``max_total_tokens``, so a larger fraction only admits the weights and the machine's churn; it
+    allocates nothing more."""
+    import psutil
+
+    weights = _weight_bytes(target) + _weight_bytes(draft)
+    if weights < 64 << 20:
+        return 0.1
+    available = max(1, int(psutil.virtual_memory().available))
+    return round(min(0.8, 0.3 + 3.0 * weights / available), 3)

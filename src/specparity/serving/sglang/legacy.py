@@ -42,6 +42,7 @@ from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     NORM_FLAGS,
     collect_sglang_warnings,
+    cpu_mem_fraction,
     exception_failure,
     judge_fc_capture,
     nonfinite_failures,
@@ -72,7 +73,8 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0, stati
         # No CPU EAGLE attention/graphs; fp32 keeps the capture bit-exact vs HF (sglang-cpu.md §9, §10).
         total = sum(len(p) for p in request.probes)
         kw.update(attention_backend="torch_native", dtype="float32", disable_cuda_graph=True,
-                  disable_overlap_schedule=True, mem_fraction_static=0.1,
+                  disable_overlap_schedule=True,
+                  mem_fraction_static=cpu_mem_fraction(request.target, request.draft),
                   max_total_tokens=max(4096, 4 * total + 256))
     if extra_requests:
         kw["max_running_requests"] = max(48, extra_requests + 8)

@@ -30,6 +30,7 @@ from specparity.serving.sglang import v0_5_23_run as run
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
+    cpu_mem_fraction,
     exception_failure,
     judge_fc_capture,
     nonfinite_failures,
@@ -58,37 +59,6 @@ def make_adapter(*, sglang_version: str, name: str) -> Adapter:
     return Adapter(sglang_version=sglang_version, name=name)
 
 
-def _weight_bytes(path: str) -> int:
-    """Bytes of a model directory's safetensors, as float32 (the CPU capture serves float32 by default)."""
-    d = Path(path)
-    size = sum(p.stat().st_size for p in d.glob("*.safetensors")) if d.is_dir() else 0
-    try:
-        dtype = str(json.loads((d / "config.json").read_text()).get("torch_dtype", "float32"))
-    except (OSError, ValueError, AttributeError):
-        dtype = "float32"
-    return size * (2 if dtype in ("bfloat16", "float16") else 1)
-
-
-def cpu_mem_fraction(request: WorkerRequest) -> float:
-    """``mem_fraction_static`` for a CPU capture: 0.1 for the toys (as before), more where real weights need it.
-
-    On CPU SGLang's "GPU memory" is the machine's available memory (``utils/common.py:454``,
-    ``psutil.virtual_memory().available``). Start-up keeps ``pre * (1 - fraction)`` of what was available
-    before the load as slack and refuses when what is left after it is not positive
-    (``mem_cache/kv_cache_configurator.py:3041-3057``): everything any process on the machine allocated in
-    between counts against the fraction. A fixed 0.1 made a real 135M target's start depend on what else ran
-    (three gates at once needed 0.113): an environment failure of ours, never the deployment's. The pool itself
-    is capped by ``max_total_tokens``, so a larger fraction only admits the weights and the machine's churn; it
-    allocates nothing more."""
-    import psutil
-
-    weights = _weight_bytes(request.target) + _weight_bytes(request.draft)
-    if weights < 64 << 20:
-        return 0.1
-    available = max(1, int(psutil.virtual_memory().available))
-    return round(min(0.8, 0.3 + 3.0 * weights / available), 3)
-
-
 def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> dict[str, Any]:
     """ServerArgs keywords: device defaults, then the user's args (the user wins), then the models."""
     kw: dict[str, Any] = {"device": request.device, "disable_overlap_schedule": True, "log_level": "warning"}
@@ -99,7 +69,7 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> di
             attention_backend="torch_native",
             dtype="float32",
             disable_cuda_graph=True,
-            mem_fraction_static=cpu_mem_fraction(request),
+            mem_fraction_static=cpu_mem_fraction(request.target, request.draft),
             max_total_tokens=max(4096, 4 * total + 256),
         )
     if extra_requests:
