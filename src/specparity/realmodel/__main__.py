@@ -19,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specparity.realmodel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch", help="download, check and de-quantize the real target")
+    f = sub.add_parser("fetch", help="download, check and de-quantize the real target", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("--cache", type=Path, default=None, help="cache root (default: $SPECPARITY_MODEL_CACHE or "
                    "$XDG_CACHE_HOME/specparity/models)")
     args = parser.parse_args(argv)

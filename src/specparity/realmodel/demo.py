@@ -11,8 +11,9 @@ is ``fixtures/real/draft``, trained on the target's own answers (docs/real-model
 3. Tokens per second in vLLM's loop with no speculation, with the healthy drafter and with the miswired one:
    the seed's "speculation slower than none", in this machine's numbers.
 
-Exit 0 when every scenario ends as expected; 2 bad input; 3 when a part could not run here; 4-7 the fetch's own
-codes (``python -m specparity.realmodel``).
+Exit 0 when every scenario ends as expected; 1 when one does not (a gate that could not run included: its
+report says why); 2 when the committed drafter is missing; 3 when the vLLM venv is absent (``--skip-vllm`` runs
+SGLang only); 4-7 the fetch's own codes (``python -m specparity.realmodel``).
 """
 
 from __future__ import annotations
