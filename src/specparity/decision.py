@@ -10,7 +10,7 @@ exit code, the JSON/HTML/JUnit reports and every pytest item are views of the sa
   malformed (raised as :class:`~specparity.errors.InputError` before a verdict exists); 3 the check
   could not run here (SGLang missing or unsupported, out of memory, timeout).
 - a pytest item (``static``, ``capture[probe-i]``, ``outcome``) fails iff an error finding is on its
-  check (``details["check"]``; ``sglang`` means every check) and, for a probe item, on no other probe
+  check (``details["check"]``; ``engine`` means every check, ``sglang`` in reports before 0.x) and, for a probe item, on no other probe
   (``details["sample"]`` absent or equal to the probe).
 """
 
@@ -23,7 +23,8 @@ from typing import Any
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 
 CHECKS = ("static", "capture", "outcome")
-ALL_CHECKS = "sglang"  # a finding on every check (SGLang could not serve the deployment at all)
+ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve the deployment at all)
+_ALL_CHECKS_BEFORE = "sglang"  # what reports written before engine_error called it (report-format.md changelog)
 
 # ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
 _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "unsupported_version", "timeout",
@@ -33,7 +34,16 @@ _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "unsupporte
 # for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)
 _ENVIRONMENT_EXCEPTION = re.compile(
     r"\b(MemoryError|OutOfMemoryError|ModuleNotFoundError|ImportError)\b|out of memory|no GPU memory"
-    r"|not enough memory|insufficient memory", re.IGNORECASE)
+    r"|not enough memory|insufficient memory"
+    # this machine's CPUs, not the deployment: vLLM's CPU thread binding wants a NUMA node per local worker
+    # (vllm 0.32 utils/ompmultiprocessing.py:217 "Not enough allowed NUMA nodes to bind threads")
+    r"|NUMA node"
+    # the engine's worker processes died under it (vllm 0.32 v1/engine/exceptions.py EngineDeadError; "Engine core
+    # initialization failed" is what the front end raises when the core process exited, v1/engine/core_client.py)
+    r"|\bEngineDeadError\b|Engine core initialization failed"
+    # a distributed backend this env lacks: vLLM's ParallelConfig refuses the Ray executor without Ray installed
+    # (vllm 0.32 config/parallel.py) - the machine's install, not the deployment
+    r"|ray is not installed|install ray|No module named .?ray", re.IGNORECASE)
 
 
 _WHERE = re.compile(r" at (sglang/[^\s:]+):\d+\s*$")
@@ -82,7 +92,7 @@ def on_item(f: Finding, check: str, probe: int | None = None) -> bool:
     if f.severity is not Severity.ERROR:
         return False
     where = str(f.details.get("check", ALL_CHECKS))
-    if where not in (check, ALL_CHECKS):
+    if where not in (check, ALL_CHECKS, _ALL_CHECKS_BEFORE):
         return False
     sample = f.details.get("sample")
     return probe is None or sample is None or sample == probe
@@ -98,13 +108,21 @@ def probe_status(findings: Sequence[Finding], probe: int) -> str:
     return "fail" if item_findings(findings, "capture", probe) else "pass"
 
 
+def _head(message: str, limit: int = 160) -> str:
+    """The start of a blocker's message: the blocker itself is in the report whole."""
+    line = message.splitlines()[0] if message else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def not_run(check: str, blockers: Sequence[Finding]) -> Finding:
     """A finding for a requested check that could not run because an earlier one failed (same kind and cause)."""
     first = blockers[0]
-    return Finding(first.kind if first.kind in ENVIRONMENT_KINDS else FindingKind.SGLANG_ERROR, Severity.ERROR,
-                   f"the {check} check could not run: {first.kind.value}: {first.message.splitlines()[0]}",
-                   details={"check": check, "cause": "environment" if is_environmental(first) else "deployment",
-                            "blocked_by": first.kind.value})
+    details: dict[str, object] = {"check": check, "cause": "environment" if is_environmental(first) else "deployment",
+                                  "blocked_by": first.kind.value}
+    details.update({k: first.details[k] for k in ("engine", "version") if k in first.details})
+    return Finding(first.kind if first.kind in ENVIRONMENT_KINDS else FindingKind.ENGINE_ERROR, Severity.ERROR,
+                   f"the {check} check could not run: {first.kind.value} (above): {_head(first.message)}",
+                   details=details)
 
 
 _FAILURE_FINDING: dict[str, FindingKind] = {
@@ -118,17 +136,23 @@ _FAILURE_FINDING: dict[str, FindingKind] = {
 }
 
 
-def serving_findings(failures: Iterable[Any]) -> list[Finding]:
-    """ServingFailures as findings: deployment faults keep their own kind, the rest is an SGLang error whose
-    ``details["cause"]`` (:func:`failure_cause`) decides exit 1 or 3; ``details["sample"]`` names the probe."""
+def serving_findings(failures: Iterable[Any], *, engine: str, version: str | None = None) -> list[Finding]:
+    """ServingFailures as findings: deployment faults keep their own kind, the rest is an ``engine_error`` naming
+    ``engine`` and ``version``, whose ``details["cause"]`` (:func:`failure_cause`) decides exit 1 or 3;
+    ``details["sample"]`` names the probe."""
     out = []
     for f in failures:
-        kind = _FAILURE_FINDING.get(f.kind, FindingKind.SGLANG_ERROR)
+        kind = _FAILURE_FINDING.get(f.kind, FindingKind.ENGINE_ERROR)
         where = f" (sample {f.sample})" if f.sample is not None else ""
-        details: dict[str, object] = {"serving_failure": f.kind, "cause": failure_cause(f.kind, f.message)}
+        details: dict[str, object] = {"serving_failure": f.kind, "cause": failure_cause(f.kind, f.message),
+                                      "engine": engine, "version": version}
         if f.sample is not None:
             details["sample"] = f.sample
-        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details=details))
+        fix = None
+        if f.kind == "draft_unreadable":
+            fix = "convert the draft config as the finding says" + (
+                ", or serve it as it is with vLLM (--engine vllm)" if "speculators" in f.message else "")
+        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details=details, fix=fix))
     return out
 
 

@@ -20,15 +20,18 @@ from specparity.serving import ResolvedDeployment
 def draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
     """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
     ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""
-    from specparity.training.drafts import read_specforge_draft
+    from specparity.training.drafts import read_specforge_draft, read_speculators_draft
 
     cfg_path = draft / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read the deployed draft config: {e}", path=cfg_path) from None
+    # a speculators-format draft (vLLM serves it as is) is read by its own format's reader, never as a SpecForge
+    # export it is not (its sizes live in transformer_layer_config: the SpecForge reader finds no hidden_size)
+    reader = read_speculators_draft if isinstance(cfg, dict) and "speculators_model_type" in cfg else read_specforge_draft
     try:
-        info = read_specforge_draft(draft)
+        info = reader(draft)
     except InputError as e:  # SGLang reports what it makes of an odd config; the gate goes on, and says so
         skipped = Finding(FindingKind.CHECK_SKIPPED, Severity.WARNING,
                           f"vocab-map and checkpoint-key checks not run: the deployed draft could not be read ({e})",

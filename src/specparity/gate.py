@@ -27,7 +27,7 @@ from typing import Any
 from specparity import decision
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity, engine_label
 from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import config_findings as _config_findings
@@ -256,20 +256,25 @@ def _check_of(f: Finding) -> str:
     if f.kind in _OUTCOME_KINDS:
         return "outcome"
     if f.kind in ENVIRONMENT_KINDS:
-        return str(f.details.get("check", "sglang"))
+        return str(f.details.get("check", decision.ALL_CHECKS))
     if f.kind in _STATIC_KINDS:
         return "static"
     return str(f.details.get("check", "capture"))
 
 
-def _tag(findings: Sequence[Finding], level: str, static_layout: bool) -> list[Finding]:
+def _tag(findings: Sequence[Finding], level: str, static_layout: bool, run: _Run) -> list[Finding]:
+    """Each finding with the check (pytest item) it fails; an engine error also names the engine and release."""
     out = []
+    named = {"engine": run.engine, "version": _engine_version(run)}
     for f in findings:
         check = "static" if (level == "static" or (static_layout and f.chunk is None and
                                                    f.kind not in _OUTCOME_KINDS)) else _check_of(f)
-        if f.kind in ENVIRONMENT_KINDS and "check" not in f.details:
-            check = "sglang"
-        out.append(Finding(f.kind, f.severity, f.message, f.chunk, {**f.details, "check": check}, f.fix))
+        details = {**f.details}
+        if f.kind in ENVIRONMENT_KINDS:
+            details = {**named, **details}
+            if "check" not in f.details:
+                check = decision.ALL_CHECKS
+        out.append(Finding(f.kind, f.severity, f.message, f.chunk, {**details, "check": check}, f.fix))
     return out
 
 
@@ -301,24 +306,33 @@ def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
     return out
 
 
+def _engine_version(run: _Run) -> str | None:
+    """The engine release that served (or failed to): the deployment's, else the one a failure was stamped with."""
+    if run.deployment is not None:
+        return run.deployment.sglang_version
+    return next((f.engine_version for f in run.failures if f.engine_version), None)
+
+
 def _missing_evidence(run: _Run, level: str) -> list[Finding]:
     """A level that produced no evidence is never a pass, even when nothing reported a failure."""
     if run.failures:
         return []
     out = []
+    named = {"engine": run.engine, "version": _engine_version(run)}
     if level != "static" and run.table is None:
-        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
-                           "the capture returned no fc input or layer atlas to compare", details={"check": "capture"}))
+        out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
+                           f"the capture on {engine_label(run.engine)} returned no fc input or layer atlas to compare",
+                           details={"check": "capture", **named}))
     if level in ("outcome", "all") and run.outcome is None:
-        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
-                           "the outcome check produced no acceptance figures", details={"check": "outcome"}))
+        out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
+                           "the outcome check produced no acceptance figures", details={"check": "outcome", **named}))
     return out
 
 
 def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdict:
     c, dep = run.contract, run.deployment
     cfg, d2t, observed, keys, skipped = _draft_facts(run.draft)
-    findings = decision.serving_findings(run.failures) + skipped
+    findings = decision.serving_findings(run.failures, engine=run.engine, version=_engine_version(run)) + skipped
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:
@@ -330,7 +344,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
             fix = FixSuggestion(lf.summary, lf.file, lf.json_patch)
         findings += convention_findings(eng, c, dep, cfg, fix_summary=layout_fix_text)
     facts = DeploymentFacts(
-        sglang_version=dep.sglang_version if dep else None, architecture=dep.target_architecture if dep else None,
+        sglang_version=_engine_version(run), architecture=dep.target_architecture if dep else None,
         fc_calls=0 if dep is not None and not dep.fc_applied and not run.failures else None,
         served_width=dep.fc_in_features if dep else None, ids_fallback_reason=dep.ids_fallback_reason if dep else None,
         requested_spec=dep.requested_spec.to_dict() if dep else {}, resolved_spec=dep.resolved_spec.to_dict() if dep else {},
@@ -360,14 +374,16 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                                 details={"check": "static", "trainer": a.trainer,
                                          "trainer_sglang_version": a.trainer_sglang_version,
                                          "trainer_sglang_version_assumed": a.trainer_sglang_version_assumed}))
-    findings = _tag(findings, level, static_layout)
+    findings = _tag(findings, level, static_layout, run)
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
         fix = FixSuggestion(spec_fix) if spec_fix else None
     if dep is None and not any(f.severity is Severity.ERROR for f in findings):
-        # never a pass without SGLang having resolved the deployment
-        findings.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "SGLang never resolved the deployment",
-                                details={"check": decision.ALL_CHECKS, "cause": "environment"}))
+        # never a pass without the engine having resolved the deployment
+        findings.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
+                                f"{engine_label(run.engine)} never resolved the deployment",
+                                details={"check": decision.ALL_CHECKS, "cause": "environment", "engine": run.engine,
+                                         "version": _engine_version(run)}))
     ran = {"static": dep is not None, "capture": run.table is not None, "outcome": run.outcome is not None}
     findings += decision.blocked_checks(findings, level, ran)
     status = decision.status_of(findings)
@@ -385,7 +401,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                 "warnings": list(dep.spec_warnings), "engine_label": get_engine(run.engine).label}
     return Verdict(
         contract_name=c.name, contract_hash=c.content_hash, level=level, status=status,  # type: ignore[arg-type]
-        sglang_version=dep.sglang_version if dep else None,
+        sglang_version=_engine_version(run),
         target_architecture=dep.target_architecture if dep else c.target.architecture, draft_path=str(run.draft),
         expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,

@@ -38,6 +38,11 @@ class ChunkReport:
     unit_roundoff: float | None = None
     recorded_separation: float | None = None
 
+    @property
+    def captured(self) -> bool:
+        """Whether this chunk was captured and compared (it carries measurements), not only expected or resolved."""
+        return any(v is not None for v in (self.cosine, self.max_abs_err, self.separation, self.rel_err_p99))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,

@@ -139,7 +139,7 @@ def runs(bundle: Path, contract_and_pack: tuple[Contract, ProbePack],
             continue
         assert not run.failures, f"{name}: {[str(f) for f in run.failures]}"
         assert run.report is not None and run.replay is not None
-        assert not [f for f in run.check.findings if f.kind is FindingKind.SGLANG_ERROR], name
+        assert not [f for f in run.check.findings if f.kind is FindingKind.ENGINE_ERROR], name
         out[name] = run
     return out
 

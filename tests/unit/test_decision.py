@@ -36,9 +36,9 @@ def _f(kind: FindingKind, severity: Severity = Severity.ERROR, **details: object
 
 
 def test_status_and_exit_codes_follow_the_worst_cause() -> None:
-    crash = _f(FindingKind.SGLANG_ERROR, check="sglang", cause="deployment")
-    oom = _f(FindingKind.SGLANG_ERROR, check="sglang", cause="environment")
-    timeout = _f(FindingKind.TIMEOUT, check="sglang")
+    crash = _f(FindingKind.ENGINE_ERROR, check="engine", cause="deployment")
+    oom = _f(FindingKind.ENGINE_ERROR, check="engine", cause="environment")
+    timeout = _f(FindingKind.TIMEOUT, check="engine")
     drift = _f(FindingKind.NUMERIC_DRIFT, Severity.WARNING, check="capture")
     assert decision.status_of([]) == decision.status_of([drift]) == "pass"
     assert decision.status_of([oom]) == decision.status_of([timeout, oom]) == "error"
@@ -49,7 +49,7 @@ def test_status_and_exit_codes_follow_the_worst_cause() -> None:
 def test_an_item_fails_iff_an_error_finding_is_on_its_check_or_probe() -> None:
     static = _f(FindingKind.TOKENIZER_MISMATCH, check="static")
     probe2 = _f(FindingKind.NONFINITE, check="capture", sample=2)
-    everywhere = _f(FindingKind.SGLANG_ERROR, check="sglang", cause="deployment")
+    everywhere = _f(FindingKind.ENGINE_ERROR, check="engine", cause="deployment")
     warning = _f(FindingKind.NUMERIC_DRIFT, Severity.WARNING, check="capture")
     findings = [static, probe2, warning]
     assert decision.item_findings(findings, "static") == [static]

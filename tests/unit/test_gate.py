@@ -134,7 +134,7 @@ def test_outcome_cannot_pass_on_the_training_side_replay_alone(monkeypatch: pyte
     v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="outcome")
     assert v.outcome is not None and v.outcome.diagnosis == "healthy"  # the training side alone looks fine
     [f] = [f for f in v.findings if f.details.get("check") == "outcome"]
-    assert (f.kind, f.severity) == (FindingKind.SGLANG_ERROR, Severity.ERROR)
+    assert (f.kind, f.severity) == (FindingKind.ENGINE_ERROR, Severity.ERROR)
     assert "training-side replay alone" in f.message and "sglang/x.py:1" in f.message
     assert v.status != "pass" and gate.check_failures(v, "outcome") is not None
     assert gate.check_failures(v, "capture") is None  # the wiring itself is fine: only the outcome fails

@@ -147,7 +147,7 @@ def test_unsupported_drafter_is_an_error_naming_the_key_never_a_pass(tmp_path: P
     out = check_outcome(_contract(), pack, capture, target=target, draft=draft, engine="SGLang")
     assert out.summary is None and out.report is None
     [f] = out.findings
-    assert (f.kind, f.severity) == (FindingKind.SGLANG_ERROR, Severity.ERROR)
+    assert (f.kind, f.severity) == (FindingKind.ENGINE_ERROR, Severity.ERROR)
     assert "training-side replay cannot run this drafter" in f.message and "fc_norm" in f.message
 
 
@@ -188,16 +188,16 @@ def test_the_engines_own_figures_let_the_outcome_stand(bundle_dirs: tuple[Path, 
     out = check_outcome(_contract(), pack, _capture([s.fc_input for s in pack.samples], replay=replay, acceptance=acc),
                         target=target, draft=draft, engine="X")
     assert out.summary is not None and out.report is not None
-    assert not [f for f in out.findings if f.kind is FindingKind.SGLANG_ERROR]
+    assert not [f for f in out.findings if f.kind is FindingKind.ENGINE_ERROR]
     assert out.report.first_draft_source == ("engine" if replay is not None else "training_side")
     assert (out.summary.engine_loop is not None) == (acc is not None)
 
 
 @pytest.mark.parametrize(("replay", "kind", "words"), [
-    (None, FindingKind.SGLANG_ERROR, "X reported no acceptance of its own"),
+    (None, FindingKind.ENGINE_ERROR, "X reported no acceptance of its own"),
     (ServingFailure(SGLANG_EXCEPTION, "the drafter replay raised RuntimeError at sglang/x.py:1"),
-     FindingKind.SGLANG_ERROR, "X drafter replay unavailable"),
-    (ServingFailure(UNSUPPORTED_VERSION, "this SGLang adapter ran no drafter replay"), FindingKind.SGLANG_ERROR,
+     FindingKind.ENGINE_ERROR, "X drafter replay unavailable"),
+    (ServingFailure(UNSUPPORTED_VERSION, "this SGLang adapter ran no drafter replay"), FindingKind.ENGINE_ERROR,
      "training-side replay alone"),
     (ServingFailure(NONFINITE, "SGLang's drafter produced NaN/Inf logits (served/0)"), FindingKind.NONFINITE,
      "NaN/Inf"),

@@ -116,7 +116,7 @@ def test_all_text_is_escaped() -> None:
     evil = "<script>alert('x')</script>&"
     v = failing_verdict(
         contract_name=evil,
-        findings=(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, f"raised {evil}", fix=evil),),
+        findings=(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR, f"raised {evil}", fix=evil),),
         heatmap=Heatmap([evil], [evil], [[0.5]]),
         resolved_spec_config={evil: evil},
         probes=({"index": 0, evil: evil},),

@@ -122,10 +122,10 @@ def test_static_level_has_only_the_static_case() -> None:
 
 def test_environment_error_is_an_error_element_and_control_chars_are_removed() -> None:
     v = verdict(status="error", served_layout=None, findings=(
-        Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "RuntimeError: captured 2 of 3 aux hidden states \x1b[0m"),))
+        Finding(FindingKind.ENGINE_ERROR, Severity.ERROR, "RuntimeError: captured 2 of 3 aux hidden states \x1b[0m"),))
     suite = suite_of(v)
     err = cases(suite)["sglang"].find("error")
-    assert err is not None and err.get("type") == "sglang_error"
+    assert err is not None and err.get("type") == "engine_error"
     assert err.get("message") == "RuntimeError: captured 2 of 3 aux hidden states ?[0m"
     assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
     assert "capture" not in cases(suite)
@@ -145,7 +145,7 @@ _findings = st.lists(st.builds(
 @given(findings=_findings, level=st.sampled_from(["static", "capture", "outcome", "all"]))
 def test_every_error_finding_is_in_a_failing_testcase(findings: list[Finding], level: str) -> None:
     errors = [f for f in findings if f.severity is Severity.ERROR]
-    env = any(f.kind in (FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT) for f in errors)
+    env = any(f.kind in (FindingKind.ENGINE_ERROR, FindingKind.TIMEOUT) for f in errors)
     status = "error" if env else ("fail" if errors else "pass")
     suite = suite_of(verdict(level=level, status=status, findings=tuple(findings)))
     bodies = [el.text or "" for c in suite.findall("testcase") for el in c if el.tag in ("failure", "error")]
@@ -178,10 +178,10 @@ def test_render_json_is_to_dict_and_strict_json() -> None:
 def test_the_outcome_testcase_fails_iff_an_error_is_on_the_outcome_check() -> None:
     """Issue 10: JUnit is a view of the verdict; an outcome finding never crashes it."""
     v = verdict(status="fail", served_layout=EXPECTED, findings=(
-        Finding(FindingKind.SGLANG_ERROR, Severity.ERROR, "the outcome check could not run: fc_not_called",
+        Finding(FindingKind.ENGINE_ERROR, Severity.ERROR, "the outcome check could not run: fc_not_called",
                 details={"check": "outcome", "cause": "deployment"}),))
     outcome = cases(suite_of(v))["outcome"].find("failure")
-    assert outcome is not None and outcome.get("type") == "sglang_error"
+    assert outcome is not None and outcome.get("type") == "engine_error"
     healthy = verdict(status="pass", served_layout=EXPECTED,
                       outcome=OutcomeSummary((0.75,), (0.74,), 1.75, 1.74, None, "model_quality"))
     assert cases(suite_of(healthy))["outcome"].find("failure") is None  # no error finding: it passes

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from specparity.compare.attribution import AttributionTable, ChunkAttribution
 from specparity.compare.evidence import ChunkEvidence
-from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.compare.findings import Finding, FindingKind, Severity, engine_label
 from specparity.compare.fix import spec_fix
 from specparity.compare.recorded import drift_findings, recording_findings
 from specparity.compare.tolerances import Tolerance, resolve_tolerance
@@ -49,7 +49,7 @@ class DeploymentFacts:
     ``ids_fallback_reason``: set when SGLang served its default ids (sglang 0.5.23
     model_runner_components/spec_aux_hidden_state.py:187-196 swallows any exception into the default).
     ``requested_spec`` / ``resolved_spec``: keys ``num_steps``, ``eagle_topk``, ``num_draft_tokens``.
-    ``sglang_error`` / ``timeout_s``: the environment could not complete the check.
+    ``engine_error`` / ``timeout_s``: the engine could not complete the check.
     """
 
     sglang_version: str | None = None
@@ -63,7 +63,7 @@ class DeploymentFacts:
     norm_flags: Mapping[str, bool] | None = None
     vocab_map_hash: str | None = None
     vocab_map_observed: bool = False
-    sglang_error: str | None = None
+    engine_error: str | None = None
     timeout_s: float | None = None
     engine: str = "sglang"  # whose id rule a layout message quotes (EMBEDDING_CAUSE)
 
@@ -84,20 +84,22 @@ def _fmt(x: float) -> str:
 
 
 def _where(d: DeploymentFacts) -> str:
-    parts = [p for p in (f"sglang {d.sglang_version}" if d.sglang_version else None, d.architecture) if p]
+    parts = [p for p in (f"{d.engine} {d.sglang_version}" if d.sglang_version else None, d.architecture) if p]
     return f" ({', '.join(parts)})" if parts else ""
 
 
 def _environment(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
     out: list[Finding] = []
-    if dep.sglang_error is not None:
-        out.append(Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
-                           f"SGLang failed before the fc input could be checked{_where(dep)}: {dep.sglang_error}",
-                           details={"error": dep.sglang_error}))
+    label = engine_label(dep.engine)
+    named = {"engine": dep.engine, "version": dep.sglang_version}
+    if dep.engine_error is not None:
+        out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
+                           f"{label} failed before the fc input could be checked{_where(dep)}: {dep.engine_error}",
+                           details={"error": dep.engine_error, **named}))
     if dep.timeout_s is not None:
         out.append(Finding(FindingKind.TIMEOUT, Severity.ERROR,
-                           f"SGLang did not finish within {_fmt(dep.timeout_s)} s{_where(dep)}",
-                           details={"timeout_s": dep.timeout_s}))
+                           f"{label} did not finish within {_fmt(dep.timeout_s)} s{_where(dep)}",
+                           details={"timeout_s": dep.timeout_s, **named}))
     return out
 
 

@@ -54,7 +54,10 @@ class FindingKind(str, enum.Enum):
     ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"
     MODEL_QUALITY = "model_quality"  # below the floor on its own inputs, with no expectation in the contract
     ACCEPTANCE_INCONCLUSIVE = "acceptance_inconclusive"  # too few scored tokens to clear or confirm a collapse
-    # the environment could not run the check
+    # the serving engine (SGLang or vLLM) raised, refused or died: details name ``engine`` and ``version``,
+    # and ``cause`` says whose fault it is (``deployment``: exit 1; otherwise the machine's: exit 3)
+    ENGINE_ERROR = "engine_error"
+    # read from reports written before engine_error existed (docs/report-format.md, changelog); never emitted
     SGLANG_ERROR = "sglang_error"
     TIMEOUT = "timeout"
     # a check that could not run on this deployment: a warning naming what was not checked and why
@@ -69,7 +72,15 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
-ENVIRONMENT_KINDS = frozenset({FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT})
+ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}  # engine names (``details["engine"]``) as reports spell them
+
+
+def engine_label(engine: str | None) -> str:
+    """``SGLang``, ``vLLM``: an engine name as reports spell it (``the serving engine`` when unknown)."""
+    return ENGINE_LABELS.get(engine or "", engine or "the serving engine")
+
+
+ENVIRONMENT_KINDS = frozenset({FindingKind.ENGINE_ERROR, FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT})
 
 
 def _jsonable(value: object) -> object:

@@ -34,14 +34,33 @@ def room(limit: float, value: float) -> float:
     return math.inf if value == 0 else limit / value
 
 
+def room_text(limit: float, value: float) -> str:
+    """``limit 24 u, 1.5x inside`` / ``2x over``: a margin a reader can act on; an exact 0 says so, never "infx"."""
+    if not math.isfinite(value):
+        return "n/a: the value is not finite"
+    if value == 0:
+        return "exact"
+    r = limit / value
+    return f"{fmt(r)}x inside" if r >= 1 else f"{fmt(1 / r)}x over"
+
+
 def _units(tol: Tolerance, x: float) -> str:
     return f"{fmt(tol.units(x))} u"
 
 
 def separation_text(att: ChunkAttribution, tol: Tolerance) -> str:
-    """``separation 0.05 from layer:2 (limit 0.5, room 10x)``."""
-    return (f"separation {fmt(att.separation)} from {att.runner_up} (limit {fmt(tol.max_separation)}, "
-            f"room {fmt(room(tol.max_separation, att.separation))}x)")
+    """How far the best boundary is ahead of the nearest other one, in units of the compared dtype's roundoff:
+    ``separation 0.05: rel err 0.016 = 4.1 u to layer:3, 0.31 = 79 u to the nearest other boundary layer:2
+    (limit 0.5, 10x inside)``. Undefined (one boundary, no neighbour; a non-finite error) is ``n/a`` with why."""
+    best, other = att.rel_err, att.runner_up_rel_err
+    if att.runner_up is None or math.isnan(other):
+        return "separation n/a: no other boundary to tell it from"
+    if not math.isfinite(best):
+        return "separation n/a: the chunk's relative error is not finite"
+    limit = tol.max_separation
+    return (f"separation {fmt(att.separation)}: rel err {fmt(best)} = {_units(tol, best)} ({tol.dtype}) to "
+            f"{att.best}, {fmt(other)} = {_units(tol, other)} to the nearest other boundary {att.runner_up} "
+            f"(limit {fmt(limit)}, {room_text(limit, att.separation)})")
 
 
 def drift_findings(sources: Sequence[str], table: AttributionTable, matched: Sequence[int],
@@ -64,9 +83,9 @@ def drift_findings(sources: Sequence[str], table: AttributionTable, matched: Seq
         out.append(Finding(
             FindingKind.NUMERIC_DRIFT, Severity.INFO if ok else Severity.WARNING,
             f"chunk {c}: {sources[c]} {word} drift limits ({tol.dtype}, u = {fmt(u)}): per-token rel err vs "
-            f"recorded p99 {fmt(p99)} = {_units(tol, p99)} (limit {_units(tol, tol.drift_p99)}, room "
-            f"{fmt(room(tol.drift_p99, p99))}x), max {fmt(peak)} = {_units(tol, peak)} (limit "
-            f"{_units(tol, tol.drift_max)}, room {fmt(room(tol.drift_max, peak))}x); identity "
+            f"recorded p99 {fmt(p99)} = {_units(tol, p99)} (limit {_units(tol, tol.drift_p99)}, "
+            f"{room_text(tol.drift_p99, p99)}), max {fmt(peak)} = {_units(tol, peak)} (limit "
+            f"{_units(tol, tol.drift_max)}, {room_text(tol.drift_max, peak)}); identity "
             f"{separation_text(att, identity_tols[c])}",
             chunk=c,
             details={"rel_err_p99": p99, "rel_err_max": peak, "rel_err_mean": ev.token_rel_err_mean,

@@ -154,7 +154,7 @@ def loop_summary(acceptance: LoopAcceptance | None) -> dict[str, Any] | None:
     }
 
 
-def _error(message: str, kind: FindingKind = FindingKind.SGLANG_ERROR) -> Finding:
+def _error(message: str, kind: FindingKind = FindingKind.ENGINE_ERROR) -> Finding:
     return Finding(kind, Severity.ERROR, message, details={"check": "outcome"})
 
 

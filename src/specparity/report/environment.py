@@ -39,8 +39,8 @@ def environment(verdict: Verdict) -> dict[str, Any]:
     out = dict(env) if isinstance(env, Mapping) else {}
     if out and "stand_ins" in d and "stand_ins" not in out:  # "none" only when the child reported at all
         out["stand_ins"] = d["stand_ins"]
-    if not out.get("engine") and (verdict.sglang_version or out.get("sglang")):
-        out["engine"] = "sglang"
+    if not out.get("engine") and (verdict.sglang_version or out.get("sglang") or out.get("vllm")):
+        out["engine"] = verdict.engine  # the verdict's own engine, never assumed to be SGLang
     if verdict.sglang_version and not (out.get("engine_version") or out.get("sglang")):
         out["engine_version"] = verdict.sglang_version
     return out

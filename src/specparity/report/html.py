@@ -104,7 +104,8 @@ def report_context(verdict: Verdict) -> dict[str, Any]:
         fix = {"summary": fix_text(verdict), "file": verdict.fix.file if verdict.fix is not None else None,
                "patch": json.dumps([dict(op) for op in patch], indent=2) if patch else ""}
     chunks: list[Row] = [
-        ([str(c.index), c.served or "unknown", c.expected or "(none)", c.recorded or "", fmt_cosine(c.cosine),
+        ([str(c.index), c.served or ("unknown" if c.captured else "not captured"), c.expected or "(none)",
+          c.recorded or "", fmt_cosine(c.cosine),
           fmt_num(c.max_abs_err), fmt_num(c.min_passing_atol) if c.min_passing_atol is not None else ""],
          c.served != c.expected)
         for c in verdict.chunks

@@ -13,7 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, engine_label
 from specparity.report.terminal import (
     chunk_lines,
     finding_lines,
@@ -49,16 +49,17 @@ def _clean(text: str) -> str:
 
 
 def check_of(finding: Finding, verdict: Verdict) -> str:
-    """Which testcase a finding belongs to: ``sglang``, ``static``, ``capture`` or ``outcome``.
+    """Which testcase a finding belongs to: ``engine`` (every check: the testcase is named after the verdict's
+    engine), ``static``, ``capture`` or ``outcome``.
 
-    The gate tags each finding with the check that produced it (``details["check"]``); findings built
-    elsewhere fall back to a guess from their kind.
+    The gate tags each finding with the check that produced it (``details["check"]``; ``sglang`` in reports
+    written before ``engine``); findings built elsewhere fall back to a guess from their kind.
     """
     check = finding.details.get("check")
-    if check in ("sglang", "static", "capture", "outcome"):
+    if check in ("static", "capture", "outcome"):
         return str(check)
-    if finding.kind in ENVIRONMENT_KINDS:
-        return "sglang"
+    if check in ("engine", "sglang") or finding.kind in ENVIRONMENT_KINDS:
+        return "engine"
     if verdict.level == "static":
         return "static"
     if finding.kind in CAPTURE_KINDS or finding.chunk is not None:
@@ -95,7 +96,9 @@ def build_junit(verdict: Verdict) -> ET.Element:
         ("contract", verdict.contract_name),
         ("contract_hash", verdict.contract_hash or ""),
         ("level", verdict.level),
-        ("sglang_version", verdict.sglang_version or ""),
+        ("sglang_version", verdict.sglang_version or ""),  # the engine's version, whichever engine (kept name)
+        ("engine", verdict.engine),
+        ("engine_version", verdict.sglang_version or ""),
         ("target_architecture", verdict.target_architecture or ""),
         ("expected_layout", ", ".join(verdict.expected_layout)),
     ]
@@ -105,15 +108,15 @@ def build_junit(verdict: Verdict) -> ET.Element:
     for name, value in prop_values:
         ET.SubElement(props, "property", {"name": name, "value": _clean(value)})
 
-    by_check: dict[str, list[Finding]] = {"sglang": [], "static": [], "capture": [], "outcome": []}
+    by_check: dict[str, list[Finding]] = {"engine": [], "static": [], "capture": [], "outcome": []}
     for f in verdict.findings:
         by_check[check_of(f, verdict)].append(f)
 
-    if verdict.status == "error" or any(f.is_failure for f in by_check["sglang"]):
-        case = _case(suite, "sglang", verdict=verdict)
-        env = by_check["sglang"]
-        _fail(case, "error", message=env[0].message if env else "SGLang could not run the check",
-              kind=env[0].kind.value if env else "sglang_error",
+    if verdict.status == "error" or any(f.is_failure for f in by_check["engine"]):
+        case = _case(suite, verdict.engine, verdict=verdict)
+        env = by_check["engine"]
+        _fail(case, "error", message=env[0].message if env else f"{engine_label(verdict.engine)} could not run the check",
+              kind=env[0].kind.value if env else FindingKind.ENGINE_ERROR.value,
               lines=_header(verdict) + finding_lines(verdict.findings))
 
     static_errors = [f for f in by_check["static"] if f.is_failure]

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, engine_label
 from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
 
 # Kinds that mean "the tensors fc receives are not the promised ones"; other failures (vocab map,
@@ -94,12 +94,15 @@ def summary_line(verdict: Verdict) -> str:
         if verdict.level == "static":
             facts.append("static check only, no tensors captured")
         return f"PASS  fc input matches {ctx}: {layout}" + (f"; {', '.join(facts)}" if facts else "")
+    label = engine_label(verdict.engine)
     if verdict.status == "error":
         env = [f for f in verdict.findings if f.kind in ENVIRONMENT_KINDS]
-        what = "SGLang timed out" if env and env[0].kind is FindingKind.TIMEOUT else "SGLang failed"
-        return f"ERROR  could not check fc input against {ctx}: {what}"
+        what = f"{label} timed out" if env and env[0].kind is FindingKind.TIMEOUT else f"{label} failed"
+        return f"ERROR  could not check fc input against {ctx} on this machine: {what}"
     if any(f.kind in FC_INPUT_KINDS for f in verdict.errors) or not verdict.errors:
         return f"FAIL  fc input does not match {ctx}"
+    if all(f.kind in ENVIRONMENT_KINDS for f in verdict.errors):
+        return f"FAIL  {label} refuses the deployment of {ctx}"
     return f"FAIL  deployment does not match {ctx}"
 
 
@@ -113,19 +116,25 @@ def fix_text(verdict: Verdict) -> str:
             fixes.append(f.fix)
     if fixes:
         return "; ".join(fixes)
+    label = engine_label(verdict.engine)
     if verdict.status == "error":
-        return "see the SGLang error below; rerun with SPECPARITY_DEBUG=1 for the full traceback"
+        return f"nothing here says the deployment is wrong: run the check where {label} can serve it (cause below)"
+    if verdict.errors and all(f.kind in ENVIRONMENT_KINDS for f in verdict.errors):
+        return f"change what {label} names in its error below (engine arguments, draft config or target)"
     return "no automatic fix is known; see the findings below"
 
 
 def chunk_lines(chunks: Sequence[ChunkReport]) -> list[str]:
     """``chunk 0: served embedding      expected layer:1   cosine 0.02  max|d| 3.1`` per chunk."""
-    served_w = max([14, *(len(c.served or "unknown") + 1 for c in chunks)])
+    def served(c: ChunkReport) -> str:  # "unknown" is a diagnosis of a captured chunk; without one, say so
+        return c.served or ("unknown" if c.captured else "not captured")
+
+    served_w = max([14, *(len(served(c)) + 1 for c in chunks)])
     expected_w = max([9, *(len(c.expected or "(none)") + 1 for c in chunks)])
     lines = []
     for c in chunks:
         line = (
-            f"chunk {c.index}: served {(c.served or 'unknown').ljust(served_w)} "
+            f"chunk {c.index}: served {served(c).ljust(served_w)} "
             f"expected {(c.expected or '(none)').ljust(expected_w)} "
             f"cosine {fmt_cosine(c.cosine)}  max|d| {fmt_num(c.max_abs_err)}"
         )
@@ -212,7 +221,7 @@ def note_lines(verdict: Verdict) -> list[str]:
                 notes.append(f"chunk {c.index} would need atol >= {atol} to pass, but it serves "
                              f"{c.served or 'an unknown source'} instead of {c.expected}: "
                              "fix the layout, not the tolerance")
-        if c.served is None and c.expected is not None:
+        if c.captured and c.served is None and c.expected is not None:  # a diagnosis of captured evidence only
             notes.append(f"chunk {c.index} matches no residual-stream boundary of the target; "
                          "check norm flags (norm_before_fc, fc_norm) and the capture point")
     if verdict.fix is not None and verdict.fix.json_patch and verdict.fix.file:

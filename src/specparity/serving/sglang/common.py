@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specparity.serving.exception_text import exception_text
 from specparity.serving.results import (
     CAPTURE_COUNT_SHORT,
     CAPTURE_SHAPE,
@@ -164,12 +165,9 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
         if "/sglang/" in fname and "/specparity/" not in fname:  # specparity's own serving/sglang/ is not SGLang
             where = f" at {fname[fname.rindex('/sglang/') + 1 :]}:{frame.lineno}"
             break
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    # a first line that only announces the reason ("Class validation error for validator ...:", transformers'
-    # strict config classes) is followed by it: keep both
-    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
-    text = text if len(text) <= 300 else text[:297] + "..."
-    return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
+    # every line of the reason (a first line may only announce it: transformers' strict config classes,
+    # pydantic's "1 validation error for ..."), shortened by serving/exception_text.py
+    return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{exception_text(exc)}{where}")
 
 
 def harness_gap_failure(exc: BaseException, *, module_file: str | Sequence[str], sglang_version: str,

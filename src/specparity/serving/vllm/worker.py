@@ -47,13 +47,10 @@ def innermost_vllm_frame(exc: BaseException) -> str:
 
 def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
     """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``."""
+    from specparity.serving.exception_text import exception_text
     from specparity.serving.results import VLLM_EXCEPTION, ServingFailure
 
-    where = innermost_vllm_frame(exc)
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    text = lines[0] if lines else ""
-    text = text if len(text) <= 300 else text[:297] + "..."
-    return ServingFailure(VLLM_EXCEPTION, f"{prefix}{type(exc).__name__}: {text}{where}")
+    return ServingFailure(VLLM_EXCEPTION, f"{prefix}{exception_text(exc)}{innermost_vllm_frame(exc)}")
 
 
 def child_environment(device: str) -> dict[str, str]:
