@@ -1,11 +1,17 @@
 """The deployed target against the one training recorded: the contract's fingerprints, field by field.
 
 The contract stores (training/builder.py) a sha256 over the target config fields that matter
-(``fingerprint_fields``), one over ``tokenizer.json`` (or ``tokenizer.model``) and one over the chat
-template. Each difference is its own named failure: ``target_mismatch`` naming the config field(s),
-``tokenizer_mismatch`` and ``chat_template_mismatch``. A hash cannot say which field changed, so the
-fields the contract also stores in clear (architecture, layers, hidden size, vocab) are compared by
-value and named; otherwise the message lists the deployed values of every fingerprinted field.
+(``fingerprint_fields``), one over the tokenizer and one over the chat template. Each difference is its
+own named failure: ``target_mismatch`` naming the config field(s), ``tokenizer_mismatch`` and
+``chat_template_mismatch``. A hash cannot say which field changed, so the fields the contract also stores
+in clear (architecture, layers, hidden size, vocab) are compared by value and named; otherwise the message
+lists the deployed values of every fingerprinted field.
+
+The tokenizer fingerprint is semantic (training/tokenizer_fingerprint.py: vocabulary, merges, special
+tokens, normalization, not the file's layout). Contracts written before recorded a sha256 of the file's
+bytes; the recorded value matches when it equals either the deployed tokenizer's semantic fingerprint or
+its byte hash, so an unchanged file never fails. When an old byte hash matches neither, a re-serialized
+file cannot be told from another tokenizer: the message says so and asks to re-record the contract.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.training.hfdir import TargetInfo, sha256_bytes
+from specparity.training.tokenizer_fingerprint import is_semantic
 
 _FIX = "deploy the target the drafter was trained against, or retrain the drafter (and its contract) on this one"
 
@@ -61,19 +68,50 @@ def target_findings(expected: Any, deployed: TargetInfo) -> list[Finding]:
             details={"check": "static", "reason": "config", "fields": sorted(named) or fields,
                      "expected": expected.config_fingerprint, "deployed": got},
             fix=_FIX))
-    for kind, name, want, have in (
-        (FindingKind.TOKENIZER_MISMATCH, "tokenizer", expected.tokenizer_fingerprint, deployed.tokenizer_fingerprint),
-        (FindingKind.CHAT_TEMPLATE_MISMATCH, "chat template", expected.chat_template_fingerprint,
-         deployed.chat_template_fingerprint),
-    ):
-        if want is None or want == have:
-            continue  # training recorded none: nothing to compare against
+    tok = tokenizer_finding(expected.tokenizer_fingerprint, deployed)
+    if tok is not None:
+        out.append(tok)
+    want, have = expected.chat_template_fingerprint, deployed.chat_template_fingerprint
+    if want is not None and want != have:  # training recorded none: nothing to compare against
         found = "has none" if have is None else f"has fingerprint {_short(have)}"
         out.append(Finding(
-            kind, Severity.ERROR,
-            f"{where}: the {name} differs from the one training used: the deployed target {found}, the "
+            FindingKind.CHAT_TEMPLATE_MISMATCH, Severity.ERROR,
+            f"{where}: the chat template differs from the one training used: the deployed target {found}, the "
             f"contract's is {_short(want)}; token ids (and so every hidden state) change with it",
-            details={"check": "static", "field": "target." + name.replace(" ", "_") + "_fingerprint",
+            details={"check": "static", "field": "target.chat_template_fingerprint",
                      "expected": want, "deployed": have},
-            fix=f"deploy the {name} the drafter was trained with"))
+            fix="deploy the chat template the drafter was trained with"))
     return out
+
+
+def tokenizer_finding(want: str | None, deployed: TargetInfo) -> Finding | None:
+    """``tokenizer_mismatch`` unless the contract's ``tokenizer_fingerprint`` (``want``) is the deployed
+    tokenizer's semantic fingerprint or its file's byte hash (what older contracts recorded)."""
+    have, raw = deployed.tokenizer_fingerprint, deployed.tokenizer_byte_hash
+    if want is None or want in (have, raw):
+        return None  # training recorded none, or the same tokenizer
+    where = f"deployed target {deployed.path}"
+    details = {"check": "static", "field": "target.tokenizer_fingerprint", "expected": want, "deployed": have,
+               "deployed_byte_hash": raw, "recorded": "semantic" if is_semantic(want) else "byte_hash"}
+    if have is None:
+        return Finding(
+            FindingKind.TOKENIZER_MISMATCH, Severity.ERROR,
+            f"{where}: the tokenizer differs from the one training used: the deployed target has none "
+            f"(no tokenizer.json or tokenizer.model), the contract's fingerprint is {_short(want)}",
+            details=details, fix="deploy the tokenizer the drafter was trained with")
+    if is_semantic(want):
+        return Finding(
+            FindingKind.TOKENIZER_MISMATCH, Severity.ERROR,
+            f"{where}: the tokenizer differs from the one training used (vocabulary, merges, special tokens "
+            f"or normalization, not only the file's layout): fingerprint {_short(have)}, the contract's is "
+            f"{_short(want)}; token ids (and so every hidden state) change with it",
+            details=details, fix="deploy the tokenizer the drafter was trained with")
+    return Finding(
+        FindingKind.TOKENIZER_MISMATCH, Severity.ERROR,
+        f"{where}: the contract recorded a byte hash of the tokenizer file ({_short(want)}; specparity before "
+        f"semantic tokenizer fingerprints), and the deployed file's bytes differ ({_short(raw)}). A byte hash "
+        "cannot tell a re-serialized file (other key order or indentation, a re-save by another transformers "
+        "version) from another tokenizer, so this is not proof that the tokenizer changed",
+        details=details,
+        fix="re-record the contract with this specparity against the tokenizer training used (it then records a "
+            "semantic fingerprint); if the tokenizer did change, deploy the one the drafter was trained with")

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from specparity.errors import InputError
+from specparity.training.tokenizer_fingerprint import tokenizer_fingerprint
 
 # Config fields whose change changes the hidden states a target produces (or how they are indexed).
 FINGERPRINT_FIELDS = (
@@ -97,6 +98,9 @@ class TargetInfo:
     tokenizer_fingerprint: str | None
     chat_template_fingerprint: str | None
     pad_token_id: int
+    # sha256 of the tokenizer file's bytes: what contracts recorded before tokenizer_fingerprint was semantic
+    # (training/tokenizer_fingerprint.py); the gate accepts either
+    tokenizer_byte_hash: str | None = None
 
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +117,8 @@ def _int_field(cfg: dict[str, Any], key: str, path: Path) -> int:
 
 
 def read_target(target: str | Path) -> TargetInfo:
-    """Read a target model directory's config.json and tokenizer files."""
+    """Read a target model directory's config.json and tokenizer files (the tokenizer's fingerprint is
+    semantic: training/tokenizer_fingerprint.py)."""
     d = Path(target)
     cfg_path = d / "config.json"
     if not d.is_dir():
@@ -128,14 +133,10 @@ def read_target(target: str | Path) -> TargetInfo:
     if dtype is None:
         raise InputError(f"unsupported dtype {dtype_raw!r}", path=cfg_path, field="torch_dtype")
     fp = {k: cfg.get(k) for k in FINGERPRINT_FIELDS}
-    tok_fp = None
-    for name in ("tokenizer.json", "tokenizer.model"):
-        if (d / name).is_file():
-            tok_fp = sha256_bytes((d / name).read_bytes())
-            break
     tmpl: str | None = None
     tc_path = d / "tokenizer_config.json"
     tok_cfg = read_json(tc_path) if tc_path.is_file() else {}
+    tok = tokenizer_fingerprint(d, tok_cfg)
     if isinstance(tok_cfg.get("chat_template"), str):
         tmpl = tok_cfg["chat_template"]
     elif (d / "chat_template.jinja").is_file():
@@ -151,9 +152,10 @@ def read_target(target: str | Path) -> TargetInfo:
         vocab_size=_int_field(cfg, "vocab_size", cfg_path),
         dtype=dtype,
         config_fingerprint=sha256_bytes(json.dumps(fp, sort_keys=True).encode()),
-        tokenizer_fingerprint=tok_fp,
+        tokenizer_fingerprint=tok.semantic if tok else None,
         chat_template_fingerprint=sha256_bytes(tmpl.encode()) if tmpl is not None else None,
         pad_token_id=pad if isinstance(pad, int) else 0,
+        tokenizer_byte_hash=tok.byte_hash if tok else None,
     )
 
 
