@@ -11,14 +11,20 @@ arguments, the level and the interpreter. They come from (first match wins):
 
 Relative paths are relative to the file that names them (pyproject.toml, or the ini file's rootdir).
 This module reads only TOML and JSON: collection never imports torch or an engine.
+
+Engine arguments keep the types they were written with: a TOML ``engine_args`` table reaches the engine
+as it was written (``3`` an int, ``"3"`` a string, ``true`` a bool, an array a list, a table a dict), never
+through text. Only text (command-line options, ini lines, a TOML list of ``"KEY=VALUE"`` strings) is typed,
+once, by :func:`specparity.gate.parse_sglang_args` when the gate runs.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,23 +45,36 @@ _BAD_NAME_CHARS = ("::", "[", "]", "/", " ", "\t")
 
 @dataclass(frozen=True)
 class Deployment:
-    """One deployment to check: ``engine_args`` are ``KEY=VALUE`` strings, typed when the gate runs."""
+    """One deployment to check.
+
+    ``engine_args`` are ``(key, value)`` pairs with the values as written in TOML (passed on unchanged);
+    ``engine_arg_text`` are ``KEY=VALUE`` strings the user typed as text, typed once when the gate runs
+    (:func:`specparity.gate.parse_sglang_args`). A pair overrides a text argument of the same key.
+    """
 
     name: str
     contract: str
     target: str | None
     draft: str | None
     engine: str = DEFAULT_ENGINE
-    engine_args: tuple[str, ...] = ()
+    engine_args: tuple[tuple[str, Any], ...] = ()
     level: str = "all"
     python: str | None = None
     source: str = "command line"  # where it was declared, for error messages
+    engine_arg_text: tuple[str, ...] = ()
+
+    def __hash__(self) -> int:  # the values may be lists or dicts: hash what identifies the run
+        return hash(json.dumps(self.to_dict(), sort_keys=True, default=repr))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings that identify a gate run (what a shared xdist verdict is keyed by)."""
         return {"name": self.name, "contract": self.contract, "target": self.target, "draft": self.draft,
-                "engine": self.engine, "engine_args": list(self.engine_args), "level": self.level,
-                "python": self.python}
+                "engine": self.engine, "engine_args": [list(p) for p in self.engine_args],
+                "engine_arg_text": list(self.engine_arg_text), "level": self.level, "python": self.python}
+
+    def gate_args(self, parse: Callable[[Sequence[str]], dict[str, object]]) -> dict[str, object]:
+        """The engine arguments for the gate: the text typed once by ``parse``, the TOML values as written."""
+        return {**parse(self.engine_arg_text), **dict(self.engine_args)}
 
     @property
     def num_probes(self) -> int:
@@ -102,19 +121,35 @@ def _check_level(level: object, *, where: str, field: str) -> str:
     return str(level)
 
 
-def _arg_text(key: str, value: object) -> str:
-    if isinstance(value, bool):
-        return f"{key}={'true' if value else 'false'}"
-    if isinstance(value, (int, float, str)):
-        return f"{key}={value}"
-    return f"{key}={json.dumps(value)}"
-
-
-def _engine_args(value: object, *, where: str, field: str) -> tuple[str, ...]:
+def _check_value(value: object, *, where: str, field: str) -> object:
+    """``value`` unchanged; a TOML date or time (no JSON value, so the engine's child cannot receive it) is refused."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        raise InputError(f"expected a string, number, boolean, array or table, got {value!r}", path=where,
+                         field=field)
     if isinstance(value, Mapping):
-        return tuple(_arg_text(str(k), v) for k, v in value.items())
+        for k, v in value.items():
+            _check_value(v, where=where, field=f"{field}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_value(v, where=where, field=f"{field}[{i}]")
+    return value
+
+
+def _key(key: object, *, where: str, field: str) -> str:
+    """``--speculative-num-steps`` -> ``speculative_num_steps``, the spelling text arguments get (gate.parse_sglang_args)."""
+    out = str(key).strip().lstrip("-").replace("-", "_")
+    if not out.isidentifier():
+        raise InputError(f"expected an argument name, got {key!r}", path=where, field=f"{field}.{key}")
+    return out
+
+
+def _engine_args(value: object, *, where: str, field: str) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """(typed pairs, text arguments): a table's values as written; a list's ``KEY=VALUE`` strings as text."""
+    if isinstance(value, Mapping):
+        return tuple((_key(k, where=where, field=field), _check_value(v, where=where, field=f"{field}.{k}"))
+                     for k, v in value.items()), ()
     if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
-        return tuple(value)
+        return (), tuple(value)
     raise InputError("expected a table of engine arguments or a list of 'KEY=VALUE' strings, "
                      f"got {value!r}", path=where, field=field)
 
@@ -143,13 +178,15 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
     if not isinstance(engine, str) or not engine:
         raise InputError(f"expected an engine name, got {engine!r}", path=where, field=f"{prefix}.engine")
     python = table.get("python")
+    typed, text = _engine_args(table.get("engine_args", {}), where=where, field=f"{prefix}.engine_args")
     return Deployment(
         name=name,
         contract=_path(table["contract"], base, where=where, field=f"{prefix}.contract"),
         target=_path(table["target"], base, where=where, field=f"{prefix}.target"),
         draft=_path(table["draft"], base, where=where, field=f"{prefix}.draft"),
         engine=engine,
-        engine_args=_engine_args(table.get("engine_args", {}), where=where, field=f"{prefix}.engine_args"),
+        engine_args=typed,
+        engine_arg_text=text,
         level=_check_level(table.get("level", "all"), where=where, field=f"{prefix}.level"),
         python=None if python is None else _path(python, base, where=where, field=f"{prefix}.python"),
         source=where,

@@ -127,7 +127,7 @@ def parity_settings(config: pytest.Config) -> dict[str, Any]:
 
 def _single(config: pytest.Config, s: dict[str, Any]) -> Deployment:
     return Deployment(name=contract_name(s["contract"]), contract=s["contract"], target=s["target"],
-                      draft=s["draft"], engine=s["engine"], engine_args=tuple(s["sglang_args"]),
+                      draft=s["draft"], engine=s["engine"], engine_arg_text=tuple(s["sglang_args"]),
                       level=s["level"] or "all", python=s["python"])
 
 
@@ -314,7 +314,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
     try:
         return run_gate(
             deployment.contract, deployment.target or "", deployment.draft or "",
-            sglang_args=parse_sglang_args(deployment.engine_args), level=deployment.level, python=deployment.python,
+            sglang_args=deployment.gate_args(parse_sglang_args), level=deployment.level, python=deployment.python,
             **kwargs,
         )
     except SpecparityError as e:

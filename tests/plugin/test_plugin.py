@@ -41,8 +41,8 @@ def fake(contract, target, draft, *, sglang_args=None, level="all", python=None,
                             chunk=0, details={"check": "capture"})]
     if KIND == "error":
         status = "error"
-        findings = [Finding(FindingKind.SGLANG_ERROR, Severity.ERROR,
-                            "TypeError: unsupported operand at sglang/srt/models/llama.py:340", details={"check": "sglang"})]
+        findings = [Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
+                            "TypeError: unsupported operand at sglang/srt/models/llama.py:340", details={"check": "engine"})]
     return Verdict(contract_name="tiny", contract_hash="ab" * 32, level=level, status=status, sglang_version="0.5.23",
                    target_architecture="LlamaForCausalLM", draft_path=str(draft), expected_layout=exp,
                    served_layout=served, chunks=[ChunkReport(i, e, s, 1.0 if e == s else 0.5, 0.0 if e == s else 0.1)
@@ -218,7 +218,7 @@ addopts = "-p no:cacheprovider"
 contract = "c.json"
 target = "models/target"
 draft = "models/draft-a"
-engine_args = { speculative_num_steps = 3, speculative_eagle_topk = 1 }
+engine_args = { speculative_num_steps = 3, speculative_eagle_topk = 1, a = "3", b = "True", e = "none", f = [1] }
 
 [tool.specparity.deployments.llama-b]
 contract = "c.json"
@@ -275,7 +275,8 @@ def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, 
     got = [json.loads(x) for x in calls.read_text().splitlines()]
     assert len(got) == 2  # one gate run (one engine start) per deployment
     by_draft = {Path(c["draft"]).name: c for c in got}
-    assert by_draft["draft-a"]["args"] == {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    assert by_draft["draft-a"]["args"] == {"speculative_num_steps": 3, "speculative_eagle_topk": 1,  # as written
+                                           "a": "3", "b": "True", "e": "none", "f": [1]}
     assert by_draft["draft-a"]["level"] == "all" and by_draft["draft-b"]["level"] == "capture"
     assert by_draft["draft-b"]["target"] == str(pytester.path / "models" / "target")  # relative to pyproject.toml
     for name in ("llama-a", "llama-b"):

@@ -94,6 +94,7 @@ def sweep() -> dict[str, dict[str, Any]]:
                          "served_sources": list(r.served_sources), "capture_owner": r.capture_owner}
         else:
             out[arch] = {"kind": r.kind, "message": r.message}
+        out[arch]["stand_ins"] = static_configs.stand_ins(arch)  # files written here in place of a checkpoint's
     return out
 
 

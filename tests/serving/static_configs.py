@@ -4,8 +4,9 @@ Where a public full-size config.json of the architecture was collected (configs/
 SOURCES.json) the test uses it verbatim; otherwise the architecture's own transformers/SGLang config class with
 its defaults (the real field names and the published model's sizes), plus the hub config.json fields SGLang's
 model file reads that the class does not default. Remote-code architectures (Ling/Bailing, Sarvam) name their
-config class through ``auto_map`` the way their hub checkpoints do; the class the module provides is SGLang's own
-(sglang/srt/configs/bailing_moe_v2.py). On the meta device size costs no memory.
+config class through ``auto_map`` the way their hub checkpoints do; the module written here in place of the hub's
+remote code provides SGLang's own class (sglang/srt/configs/bailing_moe_v2.py): a stand-in, named with the fields
+it assumes by :func:`stand_ins` (the sweep and the tests report it). On the meta device size costs no memory.
 """
 
 from __future__ import annotations
@@ -123,9 +124,10 @@ TARGETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 # Remote code a hub checkpoint ships next to its config.json (auto_map), here providing SGLang's own class
+BAILING_MODULE = "sglang.srt.configs.bailing_moe_v2"
 REMOTE_CODE: dict[str, tuple[str, str, str]] = {  # model_type -> (module file, class, module source)
     "bailing_moe": ("configuration_bailing_moe_v2.py", "BailingMoeV2Config",
-                    "from sglang.srt.configs.bailing_moe_v2 import BailingMoeV2Config  # noqa: F401\n"),
+                    f"from {BAILING_MODULE} import BailingMoeV2Config  # noqa: F401\n"),
 }
 
 
@@ -211,6 +213,34 @@ def target_files(architecture: str) -> dict[str, str]:
     return {module: source}
 
 
+# Stand-ins written here (issue 24 item 5). SGLang 0.5.23 ships BailingMoeV2Config but registers no AutoConfig for
+# it: it is not in _CONFIG_REGISTRY (utils/hf_transformers/common.py:117-190, registered at :282-284), only
+# BailingMM2Config's nested llm_config (configs/bailing_moe_v2.py:158), and transformers has no bailing_moe. So a Ling
+# config.json reaches a config class only through its checkpoint's remote code, of which these tests have no copy:
+# the module above stands in for it. Sarvam-MoE has no config class in SGLang at all (its model subclasses Bailing's,
+# models/sarvam_moe.py:1407), so its config.json is Ling's under the Sarvam architecture.
+REMOTE_STAND_IN = ("the hub checkpoint's remote code (auto_map AutoConfig), with model_type bailing_moe "
+                   "(SGLang's class says bailing_moe_v2)")
+SARVAM_STAND_IN = "a Sarvam-MoE checkpoint's own config.json (no Sarvam config class in SGLang or transformers)"
+
+
+def stand_ins(architecture: str) -> list[dict[str, Any]]:
+    """What the target directory of ``architecture`` holds in place of a published checkpoint's files: per stand-in
+    the file, what it stands in for, what it provides, and the config fields whose values it assumes."""
+    source = TARGETS[architecture][0]
+    if not source.startswith("remote:"):
+        return []
+    module, cls, _ = REMOTE_CODE[source.removeprefix("remote:")]
+    # config.json is written from the class's defaults: Ling-mini-2.0's published config.json gave none of these
+    out = [{"file": module, "stands_in_for": REMOTE_STAND_IN, "provides": f"{BAILING_MODULE}.{cls}",
+            "fields_assumed": _class_default_fields()}]
+    if architecture == "SarvamMoEForCausalLM":
+        out.append({"file": "config.json", "stands_in_for": SARVAM_STAND_IN,
+                    "provides": "the Ling-mini-2.0 config above with architectures [SarvamMoEForCausalLM]",
+                    "fields_assumed": sorted({*_LING_MINI_2, *_class_default_fields(), "model_type"})})
+    return out
+
+
 def server_args_for(architecture: str) -> dict[str, Any]:
     """The server args a deployment of ``architecture`` needs: remote code needs ``trust_remote_code``."""
     return {"trust_remote_code": True} if target_files(architecture) else {}
@@ -227,11 +257,27 @@ _LING_MINI_2 = {"num_hidden_layers": 20, "hidden_size": 2048, "intermediate_size
                 "tie_word_embeddings": False, "vocab_size": 157184, "max_position_embeddings": 32768}
 
 
-def _remote_class_defaults(model_type: str) -> dict[str, Any]:
-    from sglang.srt.configs.bailing_moe_v2 import BailingMoeV2Config
+def _bailing_class() -> Any:
+    try:
+        from sglang.srt.configs.bailing_moe_v2 import BailingMoeV2Config
+    except ImportError as e:  # pinned per release: version_facts._NO_BAILING_CONFIG
+        raise LookupError(f"this SGLang ships no Bailing config class ({e}); a Ling/Sarvam config.json is read only "
+                          "by its hub checkpoint's remote code, which these tests have no copy of, and no stand-in "
+                          "is written: the architecture is not checked on this release") from None
+    return BailingMoeV2Config
 
+
+def _class_default_fields() -> list[str]:
+    """Bailing fields whose config.json values are SGLang's class defaults, not Ling-mini-2.0's published ones."""
+    from transformers import PretrainedConfig
+
+    cls = _bailing_class()
+    return sorted(set(cls().to_dict()) - set(_LING_MINI_2) - set(PretrainedConfig().to_dict()))
+
+
+def _remote_class_defaults(model_type: str) -> dict[str, Any]:
     assert model_type == "bailing_moe", model_type
-    out: dict[str, Any] = {**BailingMoeV2Config().to_dict(), **_LING_MINI_2}
+    out: dict[str, Any] = {**_bailing_class()().to_dict(), **_LING_MINI_2}
     return out
 
 

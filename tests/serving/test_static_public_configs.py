@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +144,13 @@ DRAFT_REFUSED = {"qwen2.5-vl-32b-eagle3.json": "The hidden size (5120) is not a 
 
 
 @pytest.mark.parametrize("draft_file", sorted(SOURCES["unpaired_drafts"]), ids=lambda d: d.removesuffix(".json"))
-def test_unpaired_specforge_drafter_on_its_architecture(draft_file: str, tmp_path: Path) -> None:
-    from static_configs import SGLANG_REFUSES, server_args_for, target_config, target_files
+def test_unpaired_specforge_drafter_on_its_architecture(draft_file: str, tmp_path: Path,
+                                                        record_property: Callable[[str, object], None]) -> None:
+    from static_configs import SGLANG_REFUSES, server_args_for, stand_ins, target_config, target_files
 
     arch, sizes = UNPAIRED_TARGETS[draft_file]
     cfg = target_config(arch)
+    record_property("stand_ins", json.dumps(stand_ins(arch)))  # Ling: the remote-code module written here
     text = _text(cfg)
     if "num_hidden_layers" in sizes:
         text.pop("layer_types", None)  # sized for the class's default depth; the config class derives it again

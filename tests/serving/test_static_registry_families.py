@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from packaging.version import Version
+from static_configs import TARGETS
 from version_facts import SGLANG_VERSION, installed_facts, require_sglang
 
 from specparity.contract.sglang_capture import sglang_capture_plan
@@ -94,3 +95,17 @@ def test_wrappers_that_delegate_are_resolved_through_their_own_setter() -> None:
     r = results.get("Llama4ForConditionalGeneration")
     assert r is not None, f"sglang {SGLANG_VERSION}: Llama4ForConditionalGeneration is not in the registry sweep"
     assert r["kind"] == "resolved" and r["capture_owner"] == "language_model.model", r
+
+
+def test_stand_ins_written_here_are_named_with_their_fields() -> None:
+    # issue 24 item 5: a result that rests on a file written in place of a checkpoint's (the Ling/Sarvam remote-code
+    # module, static_configs.stand_ins) names it and the config fields it assumes; a release without SGLang's class
+    # says that no stand-in is written and the architecture goes unchecked
+    for arch, r in sorted(sweep().items()):
+        remote = TARGETS.get(arch, ("", {}))[0].startswith("remote:")
+        if r["kind"] == "no_config":
+            assert not remote or "no stand-in is written" in r["message"], (arch, r)
+            continue
+        named = r["stand_ins"]
+        assert bool(named) is remote, (arch, named)
+        assert all(n["file"] and n["stands_in_for"] and n["provides"] and n["fields_assumed"] for n in named), named

@@ -49,7 +49,9 @@ class VersionFacts:
 # line, exit 3; resolves on a GPU machine), unsupported_version (the constructor reads a tensor value, which the
 # meta device has none of: a gap of the static level, exit 3), sglang_exception (SGLang's own code raises on the
 # architecture's config, exit 1, as 0.5.23's static_configs.SGLANG_REFUSES), no_config (the test table cannot write
-# a config this release's transformers reads: Ling/Sarvam's hub remote code is stood in by 0.5.23's config class).
+# a config this release's transformers reads). Ling/Sarvam: where SGLang ships its BailingMoeV2Config (0.5.23), a
+# module written here in place of the hub's remote code provides it, a stand-in named with the fields it assumes
+# (static_configs.stand_ins); a release without the class gets no stand-in and these architectures go unchecked.
 _NO_BAILING_CONFIG = {arch: ("no_config", "sglang.srt.configs.bailing_moe_v2") for arch in (
     "BailingMoEForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM")}
 
