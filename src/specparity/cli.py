@@ -297,7 +297,8 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
          names the file and field.
       3  the check could not run here: SGLang missing or unsupported, out of memory, timeout.
     """
-    from specparity.gate import parse_sglang_args, run_gate
+    from specparity.engine_args import parse_sglang_args
+    from specparity.gate import run_gate
     from specparity.progress import Progress
     from specparity.report import render_text, use_color, write_reports
 
@@ -334,8 +335,8 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine:
     """
     import json
 
+    from specparity.engine_args import parse_sglang_args
     from specparity.explain import explain
-    from specparity.gate import parse_sglang_args
 
     extra = parse_sglang_args(engine_args, field="--engine-arg")
     if engine == "vllm":

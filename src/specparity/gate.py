@@ -53,32 +53,6 @@ _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTA
                             FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 
 
-def parse_sglang_args(pairs: Sequence[str], *, field: str = "--sglang-arg") -> dict[str, object]:
-    """``["speculative_num_steps=3", "--dtype=bfloat16"]`` -> ServerArgs keywords with typed values."""
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key.isidentifier():
-            raise InputError(f"expected KEY=VALUE, got {pair!r}", field=field)
-        out[key] = _typed(raw.strip())
-    return out
-
-
-def _typed(raw: str) -> object:
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
     """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
     return engine_args_for(get_engine("sglang"), contract, user)

@@ -302,8 +302,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def _run_gate(deployment: Deployment) -> Verdict:
     import inspect
 
+    from specparity.engine_args import parse_sglang_args
     from specparity.errors import SpecparityError
-    from specparity.gate import parse_sglang_args, run_gate
+    from specparity.gate import run_gate
 
     kwargs: dict[str, Any] = {}
     if deployment.engine != DEFAULT_ENGINE:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from specparity import gate
+from specparity import engine_args, gate
 from specparity.contract import load_contract, read_contract_probes
 from specparity.errors import InputError
 from specparity.serving import ResolvedDeployment
@@ -19,12 +19,12 @@ BUNDLE = ROOT / "fixtures" / "default"
 
 
 def test_parse_sglang_args_types_values_and_normalises_keys() -> None:
-    assert gate.parse_sglang_args(["--speculative-num-steps=3", "dtype=bfloat16", "disable_cuda_graph=true",
+    assert engine_args.parse_sglang_args(["--speculative-num-steps=3", "dtype=bfloat16", "disable_cuda_graph=true",
                                    "mem_fraction_static=0.5", "x=none"]) == {
         "speculative_num_steps": 3, "dtype": "bfloat16", "disable_cuda_graph": True, "mem_fraction_static": 0.5,
         "x": None}
     with pytest.raises(InputError) as e:
-        gate.parse_sglang_args(["speculative_num_steps"])
+        engine_args.parse_sglang_args(["speculative_num_steps"])
     assert e.value.field == "--sglang-arg"
 
 
