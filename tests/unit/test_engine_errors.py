@@ -150,3 +150,21 @@ def test_margins_are_numbers_in_dtype_units_and_n_a_when_undefined() -> None:
     assert lone == "separation n/a: no other boundary to tell it from"
     assert room_text(24.0, 16.0) == "1.5x inside" and room_text(24.0, 48.0) == "2x over"
     assert room_text(24.0, 0.0) == "exact" and room_text(24.0, math.inf).startswith("n/a")
+
+
+def test_static_findings_on_vllm_quote_vllm_never_sglang() -> None:
+    """Issue 24 item 1's rule for every message: a vLLM deployment whose fc never ran, whose speculative settings were
+    rewritten or whose norm flags differ is told in vLLM's terms and code, not SGLang's."""
+    from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose
+    from specparity.compare.tolerances import default_tolerance
+
+    exp = ExpectedFacts(name="t", sources=EXPECTED, hidden_size=64,
+                        norm_flags={"norm_before_fc": True, "fc_norm": False, "norm_output": False})
+    for engine, version in (("vllm", "0.32.0"), ("sglang", "0.5.23")):
+        dep = DeploymentFacts(sglang_version=version, engine=engine, fc_calls=0,
+                              requested_spec={"num_steps": 3}, resolved_spec={"num_steps": 2},
+                              norm_flags={"norm_before_fc": False, "fc_norm": False, "norm_output": False})
+        text = "\n".join(f.message for f in diagnose(exp, dep, table=None, tolerance=default_tolerance("float32")))
+        other = "sglang" if engine == "vllm" else "vllm"
+        assert other not in text.lower(), text
+        assert f"{engine} {version}" in text

@@ -77,6 +77,18 @@ EMBEDDING_CAUSE = {
 }
 
 
+# Why an engine never ran the drafter's fc, and where it applies the norm flags: each engine's own code.
+FC_SKIPPED = {
+    "sglang": "SGLang applies fc only when the hidden-state width differs from the draft hidden size (sglang 0.5.23 "
+              "models/llama_eagle3.py:238); {k} x {h} may equal it",
+    "vllm": "vLLM runs fc only in its EAGLE-3 proposer's combine_hidden_states, and only when the drafter uses aux "
+            "hidden states (vllm 0.32 v1/spec_decode/llm_base_proposer.py:550, models/llama_eagle3.py:401-402): "
+            "check that speculative_config names the drafter with method eagle3",
+}
+NORM_CITE = {"sglang": "sglang 0.5.23 models/llama_eagle3.py:169-207",
+             "vllm": "vllm 0.32 models/llama_eagle3.py:405-415"}
+
+
 def _fmt(x: float) -> str:
     if not math.isfinite(x):
         return str(x)
@@ -109,9 +121,8 @@ def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
     if dep.fc_calls == 0:
         out.append(Finding(
             FindingKind.FC_NOT_CALLED, Severity.ERROR,
-            f"the drafter's fc never ran{_where(dep)}: SGLang applies fc only when the hidden-state width "
-            f"differs from the draft hidden size (sglang 0.5.23 models/llama_eagle3.py:238); "
-            f"{k} x {exp.hidden_size} may equal it",
+            f"the drafter's fc never ran{_where(dep)}: "
+            + FC_SKIPPED.get(dep.engine, FC_SKIPPED["sglang"]).format(k=k, h=exp.hidden_size),
             details={"fc_calls": 0, "expected_width": k * exp.hidden_size}))
     if dep.captured_states is not None and dep.captured_states < k:
         out.append(Finding(
@@ -129,7 +140,8 @@ def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
     if dep.ids_fallback_reason is not None:
         out.append(Finding(
             FindingKind.DEFAULT_IDS_FALLBACK, Severity.ERROR,
-            f"SGLang served its default aux layer ids{_where(dep)}: {dep.ids_fallback_reason}; a default is "
+            f"{engine_label(dep.engine)} served its default aux layer ids{_where(dep)}: {dep.ids_fallback_reason}; "
+            f"a default is "
             f"never a pass, even when it happens to match",
             details={"reason": dep.ids_fallback_reason},
             fix="write eagle_config.eagle_aux_hidden_state_layer_ids (nested) into the draft config.json"))
@@ -138,7 +150,7 @@ def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
         if req is not None and got is not None and req != got:
             out.append(Finding(
                 FindingKind.SPEC_CONFIG_REWRITTEN, Severity.ERROR,
-                f"SGLang rewrote speculative {key} from {req} to {got}{_where(dep)}",
+                f"{engine_label(dep.engine)} rewrote speculative {key} from {req} to {got}{_where(dep)}",
                 details={"setting": key, "requested": req, "resolved": got},
                 fix=spec_fix(dep.requested_spec, dep.resolved_spec)))
     if exp.vocab_map_hash is not None and dep.vocab_map_observed and dep.vocab_map_hash != exp.vocab_map_hash:
@@ -154,7 +166,7 @@ def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
                 out.append(Finding(
                     FindingKind.NORM_MISMATCH, Severity.ERROR,
                     f"the served drafter has {flag}={got_flag}, training used {flag}={want} "
-                    f"(sglang 0.5.23 models/llama_eagle3.py:169-207)",
+                    f"({NORM_CITE.get(dep.engine, NORM_CITE['sglang'])})",
                     details={"flag": flag, "expected": want, "served": got_flag}))
     return out
 
