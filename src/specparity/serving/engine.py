@@ -86,7 +86,11 @@ class SglangEngine:
                 timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:
         from specparity.serving import resolve_deployment
 
-        return resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
+        dep = resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
+        if isinstance(dep, ResolvedDeployment):
+            return dep
+        told = _why_sglang_cannot_read(CaptureResult(None, None, None, (dep,)), Path(draft)).failures
+        return told[0]
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
