@@ -331,7 +331,8 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine:
                 python: str | None, timeout_s: float, json_path: Path | None) -> None:
     """Which target layers SGLang will feed the drafter's fc, and why. No contract needed.
 
-    Exit 0 resolved, 1 SGLang refuses the deployment, 2 bad input, 3 environment.
+    Exit 0 resolved; 1 the engine refuses the deployment or would not serve what its draft config says (an error
+    note); 2 bad input; 3 the answer could not be computed here (environment, or a fallback without a reason).
     """
     import json
 

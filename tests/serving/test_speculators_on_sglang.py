@@ -35,6 +35,6 @@ def test_a_speculators_drafter_on_sglang_is_refused_with_why_on_every_level(tmp_
     assert first["fix"] and "--engine vllm" in first["fix"]
     # the outcome item fails with the same reason, never silently absent
     outcome = [f for f in errors if f["details"].get("check") == "outcome"]
-    assert level == "static" or outcome and "draft_unreadable" not in outcome[0]["message"] and "could not run" in outcome[0]["message"]
+    assert level == "static" or (outcome and "draft_unreadable" not in outcome[0]["message"] and "could not run" in outcome[0]["message"])
     # nothing was captured: no chunk is diagnosed
     assert "residual-stream boundary" not in r.output and "served not captured" in r.output

@@ -147,6 +147,14 @@ class ResolvedDeployment:
     # ones the draft config sets that it therefore ignores
     unsupported_norms: tuple[str, ...] = ()
     ignored_norm_config: tuple[str, ...] = ()
+    # the setter code that stored layers_to_capture, cited from the installed release while it ran
+    # (serving/sglang/setter_source.py): (function, file under the sglang package, first line, last line, source
+    # text), outermost first (a delegating wrapper, then the language model's setter); empty where not recorded
+    capture_rule_source: tuple[tuple[str, str, int, int, str], ...] = ()
+    # False where the release reads no draft ids at all (family A, D1: its setter takes none); the ids the draft
+    # config sets are then ``ignored_config_ids`` (None: it sets none), and ``draft_config_ids`` stays None
+    ids_read: bool = True
+    ignored_config_ids: tuple[int, ...] | None = None
 
     @property
     def engine_version(self) -> str:
@@ -176,8 +184,10 @@ class ResolvedDeployment:
             v = d[f.name]
             if f.name in ("requested_spec", "resolved_spec"):
                 v = SpecSettings.from_dict(v)
-            elif f.name == "draft_config_ids":
+            elif f.name in ("draft_config_ids", "ignored_config_ids"):
                 v = None if v is None else tuple(int(x) for x in v)
+            elif f.name == "capture_rule_source":
+                v = tuple((str(a), str(b), int(c), int(d), str(e)) for a, b, c, d, e in v)
             elif f.name in ("layers_to_capture", "unreachable_boundaries"):
                 v = tuple(int(x) for x in v)
             elif f.name in ("spec_warnings", "served_sources", "notes", "stand_ins", "unsupported_norms",

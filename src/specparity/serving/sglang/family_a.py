@@ -21,6 +21,7 @@ from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, Resol
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import fc_shape_from_checkpoint
 from specparity.serving.sglang.family_b import FamilyBAdapter
+from specparity.serving.sglang.setter_source import Citation, citation_text
 from specparity.sources import layer
 
 BIAS_CITE = ("sglang 0.4.8 models/llama_eagle3.py:109-112 builds fc = torch.nn.Linear(3*H_t, H_d) with torch's default "
@@ -41,9 +42,13 @@ def configured_ids(draft_hf_config: Any) -> tuple[int, ...] | None:
         return None
 
 
-def ids_ignored_note(*, version: str, configured: tuple[int, ...] | None,
-                     num_layers: int) -> tuple[str, str, str, str]:
-    """The ``draft_ids_ignored`` finding: an error when the configured ids are not the defaults SGLang serves."""
+def ids_ignored_note(*, version: str, configured: tuple[int, ...] | None, num_layers: int,
+                     setter: tuple[Citation, ...] = ()) -> tuple[str, str, str, str]:
+    """The ``draft_ids_ignored`` finding: an error when the configured ids are not the defaults SGLang serves.
+
+    ``setter``: the setters that ran (:mod:`.setter_source`); the cite then names the installed release's own
+    setter, else 0.4.8's lines (:data:`IGNORED_CITE`).
+    """
     default = (1, num_layers // 2 - 1, num_layers - 4)
     served = ", ".join(layer(i) for i in sorted(set(default)) if 0 <= i < num_layers)
     asked = "no ids" if configured is None else f"ids {list(configured)}"
@@ -52,7 +57,10 @@ def ids_ignored_note(*, version: str, configured: tuple[int, ...] | None,
                f"captures SGLang's defaults [1, L//2-1, L-4] = {list(default)} ({served}) for L={num_layers}")
     if severity == "error":
         message += "; upgrade to sglang >= 0.4.9 (ids honoured) or train on the defaults"
-    return ("draft_ids_ignored", severity, message, IGNORED_CITE)
+    cite = IGNORED_CITE if not setter else (
+        f"sglang {version} {citation_text(setter[-1])} takes no ids; ModelRunner calls it with none "
+        "(0.4.8 model_executor/model_runner.py:307); domain.md D1")
+    return ("draft_ids_ignored", severity, message, cite)
 
 
 def fc_bias_note(*, version: str, checkpoint_has_bias: bool | None) -> tuple[str, str, str, str] | None:
@@ -82,11 +90,16 @@ class FamilyAAdapter(FamilyBAdapter):
 
         sa, _ = self._server_args(request, static=True)
         draft = ModelConfig.from_server_args(sa, model_path=sa.speculative_draft_model_path, is_draft_model=True)
-        note = ids_ignored_note(version=self.sglang_version, configured=configured_ids(draft.hf_config),
-                                num_layers=result.num_layers)
+        configured = configured_ids(draft.hf_config)
+        note = ids_ignored_note(version=self.sglang_version, configured=configured, num_layers=result.num_layers,
+                                setter=result.capture_rule_source)
         ckpt = fc_shape_from_checkpoint(Path(request.draft))
         bias = fc_bias_note(version=self.sglang_version, checkpoint_has_bias=None if ckpt is None else ckpt.bias)
+        # no ids reach the target, so there is no fallback to explain (ids_fallback_reason stays None: the
+        # default_ids_fallback finding's fix, a nested eagle_config, would change nothing here); the configured
+        # ids travel as ignored_config_ids
         return dataclasses.replace(result, draft_config_ids=None, ids_fallback_reason=None, fc_bias=True,
+                                   ids_read=False, ignored_config_ids=configured,
                                    adapter_notes=(*result.adapter_notes, note, *([bias] if bias else [])))
 
     def capture(self, request: WorkerRequest, *, progress: Progress) -> CaptureResult:

@@ -30,6 +30,7 @@ from specparity.serving.sglang.common import (
     unknown_architecture_failure,
 )
 from specparity.serving.sglang.meta_build import build_meta_model, init_single_rank, meta_gap_failure
+from specparity.serving.sglang.setter_source import SetterTrace
 
 IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
 STATIC_NOTE = ("static level on a pre-0.5.16 layout: the draft ids were read by a re-typed copy of "
@@ -134,8 +135,8 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         init_single_rank(build_sa, build_mc)
         target = build_meta_model(build_mc, build_sa)
         # ModelRunner.init_aux_hidden_state_capture (0.5.14 model_runner.py:1002-1011)
-        setting = read_capture(target, setter_call(None if ids is None else [int(x) for x in ids])) if use_aux \
-            else None
+        rule = SetterTrace(setter_call(None if ids is None else [int(x) for x in ids]))  # cited as it runs
+        setting = read_capture(target, rule) if use_aux else None
         layers = setting.layers_to_capture if setting is not None else ()
         draft = draft_shape(build_meta_model(ModelConfig.from_server_args(
             build_sa, model_path=build_sa.speculative_draft_model_path, is_draft_model=True), build_sa))
@@ -163,4 +164,5 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         dep, fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
         capture_owner=setting.owner if setting is not None else "", draft_model_class=draft.architecture,
         draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
-        if draft.fc_in_features is not None else None, notes=(*dep.notes, *notes))
+        if draft.fc_in_features is not None else None, notes=(*dep.notes, *notes),
+        capture_rule_source=rule.citations)

@@ -29,6 +29,7 @@ from specparity.serving.sglang.common import (
     unknown_architecture_failure,
 )
 from specparity.serving.sglang.meta_build import build_meta_models, meta_gap_failure
+from specparity.serving.sglang.setter_source import SetterTrace
 from specparity.serving.sglang.v0_5_23_static import HARDWARE_FALLBACKS, one_rank_build_kw, read_capture
 
 # SGLang picks the attention backend from the GPU it runs on (None on a machine without one), and some
@@ -107,8 +108,10 @@ def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         # Family A (<= 0.4.8) setters take no ids at all (0.4.8 models/llama.py:700): detected by signature.
         takes_ids = len(inspect.signature(cls.set_eagle3_layers_to_capture).parameters) > 1
         args = [None if ids is None else list(ids)] if takes_ids else []
-        # As ModelRunner.initialize calls it (0.5.3 model_runner.py:458-470; 0.4.8 :307, no ids)
-        setting = read_capture(target, lambda model: getattr(model, "set_eagle3_layers_to_capture")(*args))  # noqa: B009
+        # As ModelRunner.initialize calls it (0.5.3 model_runner.py:458-470; 0.4.8 :307, no ids); the setters that
+        # ran are cited from this release (setter_source.py)
+        rule = SetterTrace(lambda model: getattr(model, "set_eagle3_layers_to_capture")(*args))  # noqa: B009
+        setting = read_capture(target, rule)
         layers = list(setting.layers_to_capture) if setting.flag_owners else []
         crash = adapter._boundary0_crash(ids, layers, model_config=model_config, model_class=cls.__name__)
         if crash is not None:
@@ -132,6 +135,7 @@ def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             timings={"server_args_s": t1 - t0, "resolve_s": t2 - t1, "total_s": t2 - t0})
         dep = dataclasses.replace(
             dep, capture_owner=setting.owner, draft_model_class=draft.architecture, notes=(*dep.notes, *notes),
+            capture_rule_source=rule.citations,
             draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
             if draft.fc_in_features is not None else None)
         # no fc.weight: the loader leaves fc randomly initialised; the shape is the config's

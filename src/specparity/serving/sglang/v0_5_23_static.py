@@ -35,6 +35,7 @@ from specparity.serving.sglang.common import (
     unknown_architecture_failure,
     with_applied_norms,
 )
+from specparity.serving.sglang.setter_source import SetterTrace
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
 # sglang 0.5.23 models/gpt_oss.py:730-737 and models/minimax_m3.py:1955-1963 capture when end_layer is
@@ -251,13 +252,9 @@ def static_server_args_kwargs(request: Any) -> dict[str, Any]:
     for gpt-oss) depend on device, backend and dtype. ``device`` defaults to ``cuda``, where SGLang
     deployments run; SGLang's own auto-detection would describe this machine instead.
     """
-    kw: dict[str, Any] = {"log_level": "warning", "device": "cuda"}
-    kw.update(request.server_args)
-    kw.update(
-        model_path=request.target,
-        speculative_draft_model_path=request.draft,
-        speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"),
-    )
+    kw: dict[str, Any] = {"log_level": "warning", "device": "cuda", **request.server_args}
+    kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
+              speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
     return kw
 
 
@@ -345,14 +342,14 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         )
         target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
         # as TpModelWorker.init_attention_backends calls it (attention_backend_setup.py:40-61)
-        setting = read_capture(target, lambda m: configure_aux_hidden_state_capture(
+        setting = read_capture(target, rule := SetterTrace(lambda m: configure_aux_hidden_state_capture(
             model=m,
             eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
             eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
             dflash_use_aux_hidden_state=False,
             dflash_target_layer_ids=None,
             is_dspark=False,
-        ))
+        )))
         draft_mc = spec.draft_model_config
         draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
         draft = draft_shape(draft_model)
@@ -380,7 +377,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
         # (models/llama_eagle3.py:338-353); the shape is then the constructed module's.
         fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
-        capture_owner=setting.owner,
+        capture_owner=setting.owner, capture_rule_source=rule.citations,  # the setters that ran, cited
         draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
         if draft.fc_in_features is not None else None,
         draft_model_class=draft.architecture,
