@@ -10,7 +10,8 @@ exit code, the JSON/HTML/JUnit reports and every pytest item are views of the sa
   malformed (raised as :class:`~specparity.errors.InputError` before a verdict exists); 3 the check
   could not run here (SGLang missing or unsupported, out of memory, timeout).
 - a pytest item (``static``, ``capture[probe-i]``, ``outcome``) fails iff an error finding is on its
-  check (``details["check"]``; ``engine`` means every check, ``sglang`` in reports before 0.x) and, for a probe item, on no other probe
+  check (``details["check"]``; ``engine`` means every check, ``sglang`` in older reports: docs/report-format.md,
+  changelog) and, for a probe item, on no other probe
   (``details["sample"]`` absent or equal to the probe).
 """
 
