@@ -257,7 +257,7 @@ def _failing_items(v: Verdict, probes: int, name: str) -> dict[str, bool]:
         items |= {f"parity::{name}::capture[probe-{i}]": ("capture", i) for i in range(probes)}
     out = {}
     for node, (check, probe) in items.items():
-        out[node] = any(f.severity.value == "error" and f.details.get("check", "sglang") in (check, "sglang")
+        out[node] = any(f.severity.value == "error" and f.details.get("check", "engine") in (check, "engine")
                         and f.details.get("sample") in (None, probe) for f in v.findings)
     return out
 

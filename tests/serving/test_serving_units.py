@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -35,7 +36,7 @@ from specparity.serving.sglang.common import (
     split_rows,
     unknown_architecture_failure,
 )
-from specparity.serving.transport import read_result, write_result
+from specparity.serving.transport import read_result, running_engine_version, write_result
 from specparity.serving.warm import WARM_START_ENV
 from specparity.sources import boundary_to_source, order_key
 
@@ -124,7 +125,9 @@ def test_transport_round_trip(tmp_path: Path) -> None:
     failure = ServingFailure("nonfinite", "x", sample=1)
     write_result(tmp_path, CaptureResult(_deployment(), fc, atlas, (failure,)))
     back = read_result(tmp_path)
-    assert back is not None and back.deployment == _deployment() and back.failures == (failure,)
+    assert back is not None and back.deployment == _deployment()
+    # each failure comes back naming the engine release the child ran (running_engine_version: None without one)
+    assert back.failures == (dataclasses.replace(failure, engine_version=running_engine_version()),)
     assert back.fc is not None and back.fc.meta_dict() == fc.meta_dict()
     assert all(torch.equal(a, b) for a, b in zip(back.fc.per_sample, per, strict=True))
     assert all(torch.equal(a, b * 2) for a, b in zip(back.fc.aux_per_sample, per, strict=True))
