@@ -137,6 +137,14 @@ _FAILURE_FINDING: dict[str, FindingKind] = {
 }
 
 
+def adapter_findings(dep: Any) -> list[Finding]:
+    """What the engine's version family knows about a resolved deployment (``ResolvedDeployment.adapter_notes``)
+    as findings: the gate reports them, and ``specparity explain`` exits by the same decision."""
+    return [Finding(FindingKind(kind), Severity(severity), message,
+                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
+            for kind, severity, message, cite in dep.adapter_notes]
+
+
 def serving_findings(failures: Iterable[Any], *, engine: str, version: str | None = None) -> list[Finding]:
     """ServingFailures as findings: deployment faults keep their own kind, the rest is an ``engine_error`` naming
     ``engine`` and ``version``, whose ``details["cause"]`` (:func:`failure_cause`) decides exit 1 or 3;

@@ -11,7 +11,7 @@ installed SGLang (``ResolvedDeployment.capture_rule_source``, serving/sglang/set
 remembered lines are a last resort, labelled as 0.5.23's.
 
 Exit codes follow what is printed (and agree with ``specparity gate``, which renders the same adapter notes as
-findings, gate._adapter_findings): 0 resolved and nothing wrong; 1 SGLang refuses the deployment, would serve fewer
+findings, decision.adapter_findings): 0 resolved and nothing wrong; 1 SGLang refuses the deployment, would serve fewer
 states than fc takes, or an ``error`` adapter note says it does not serve what the draft config says (e.g. family
 A's draft_ids_ignored, config_mismatch); 2 malformed input; 3 environment (SGLang missing, unsupported, crashed,
 timed out) or an answer specparity could not compute (a default taken for no recorded reason).
@@ -158,12 +158,11 @@ def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | Non
 
 
 def _note_status(dep: ResolvedDeployment) -> str:
-    """``pass``, ``fail`` or ``error``: what the gate makes of the same adapter notes (gate._adapter_findings,
+    """``pass``, ``fail`` or ``error``: what the gate makes of the same adapter notes (decision.adapter_findings,
     decision.status_of), so that explain and gate never disagree on them."""
     from specparity import decision
-    from specparity.gate import _adapter_findings
 
-    return decision.status_of(_adapter_findings(dep))
+    return decision.status_of(decision.adapter_findings(dep))
 
 
 def explain_resolved(dep: ResolvedDeployment) -> Explanation:

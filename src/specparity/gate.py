@@ -219,13 +219,6 @@ def _explain_unsupported_norms(findings: list[Finding], dep: ResolvedDeployment 
     return out
 
 
-def _adapter_findings(dep: ResolvedDeployment) -> list[Finding]:
-    """What the SGLang version family knows about this deployment (``ResolvedDeployment.adapter_notes``)."""
-    return [Finding(FindingKind(kind), Severity(severity), message,
-                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
-            for kind, severity, message, cite in dep.adapter_notes]
-
-
 def _check_of(f: Finding) -> str:
     if f.kind in _OUTCOME_KINDS:
         return "outcome"
@@ -338,7 +331,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                                     engine=run.engine)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
-        findings += _adapter_findings(dep)
+        findings += decision.adapter_findings(dep)
     findings += run.outcome_findings
     findings += _missing_evidence(run, level)
     if c.layout_assumed is not None:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-_CHILD = textwrap.dedent("""
-    import importlib, inspect, json, os, sys
+# A child's first lines: the CPU shims this release's adapter installs before sglang is imported
+CPU_SGLANG_PREAMBLE = textwrap.dedent("""
+    import importlib, inspect, json, os, sys, types
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     from importlib import metadata
     from specparity.serving.sglang import legacy_shims
@@ -28,6 +29,9 @@ _CHILD = textwrap.dedent("""
     install_kernel_stub_if_needed("cpu")
     if entry.family in ("A", "B"):  # the pre-worker-v2 families' CPU shims (family_b.FamilyBAdapter)
         legacy_shims.install(device="cpu", torch_drift=True)
+""")
+
+_CHILD = CPU_SGLANG_PREAMBLE + textwrap.dedent("""
     import sglang
     root = os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__)))
     out = []

@@ -4,12 +4,11 @@ One explain run per module (the fixture); each test reads one property of it. Wh
 installed SGLang: its adapter notes (an ``error`` one is exit 1, as the gate fails on it), its conventions plan,
 and its own setter's file, lines and text read with ``inspect`` (setter_sources.py), so the same tests hold on
 0.4.8 (family A: ids ignored, D1), 0.4.10.post2-0.5.10 (B), 0.5.14 (C), 0.5.20 (D) and 0.5.23 (E).
-The unit tests at the end need no SGLang.
+Their SGLang-free halves (explain_resolved on a built record) are in tests/unit/test_explain_unit.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from version_facts import SGLANG_VERSION
 
 from specparity.cli import main
 from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
-from specparity.explain import explain_resolved
-from specparity.serving import ResolvedDeployment, SpecSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "fixtures" / "default"
@@ -121,51 +118,3 @@ def test_json_carries_the_rules_file_lines_and_code(bundled: Run, llama_setter: 
     assert isinstance(convention, dict) and convention["cited_release"] == SGLANG_VERSION, convention
     assert convention["sources"] == [{**llama_setter, "role": "rule"}], convention["sources"]
     assert "def set_eagle3_layers_to_capture" in str(llama_setter["code"])
-
-
-# ------------------------------------------------------------------------------ no SGLang: explain_resolved itself
-def _dep(**kw: object) -> ResolvedDeployment:
-    base = ResolvedDeployment(
-        sglang_version="0.4.8", adapter="sglang-family-A", target_path="/t", draft_path="/d", device="cpu",
-        target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64, target_vocab_size=512,
-        target_dtype="float16", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64,
-        draft_vocab_size=512, requested_spec=SpecSettings(None, None, None), resolved_spec=SpecSettings(5, 4, 8),
-        spec_warnings=(), draft_config_ids=None, ids_fallback_reason=None, layers_to_capture=(2, 4, 5),
-        served_sources=("layer:1", "layer:3", "layer:4"), fc_in_features=192, fc_out_features=64, fc_bias=True,
-        num_aux_hidden_states=3, fc_applied=True, norm_before_fc=False, fc_norm=False, norm_output=False,
-        fc_bias_in_config=False, server_args={}, timings={}, capture_owner="model",
-        draft_model_class="LlamaForCausalLMEagle3", draft_fc_module=(192, 64, True), ids_read=False,
-        ignored_config_ids=(1, 3, 5),
-        adapter_notes=(("draft_ids_ignored", "error", "sglang 0.4.8 ignores the draft's ids", "cite"),),
-        capture_rule_source=(("LlamaForCausalLM.set_eagle3_layers_to_capture", "sglang/srt/models/llama.py", 700,
-                              706, "    def set_eagle3_layers_to_capture(self):\n"),))
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
-
-
-def test_an_error_note_is_exit_1_and_a_warning_is_not() -> None:
-    assert explain_resolved(_dep()).exit_code == 1
-    warned = _dep(adapter_notes=(("draft_ids_ignored", "warning", "defaults configured", "cite"),))
-    assert explain_resolved(warned).exit_code == 0
-
-
-def test_a_default_with_no_recorded_reason_is_exit_3_and_says_so() -> None:
-    e = explain_resolved(_dep(sglang_version="0.5.10", ids_read=True, ignored_config_ids=None, adapter_notes=()))
-    assert e.exit_code == 3 and "recorded no reason" in e.summary, e.summary
-    assert any(line.startswith("unknown") for line in e.lines) and e.data["unknown"]
-
-
-def test_an_environmental_error_note_is_exit_3_as_in_the_gate() -> None:
-    e = explain_resolved(_dep(adapter_notes=(("engine_error", "error", "the engine died", "cite"),)))
-    assert e.exit_code == 3, e.summary
-
-
-def test_without_a_recorded_setter_the_rule_is_labelled_as_0_5_23s() -> None:
-    e = explain_resolved(_dep(capture_rule_source=()))
-    rule = next(line for line in e.lines if line.startswith("rule"))
-    assert "as read in sglang 0.5.23: models/llama.py:929-941" in rule and "not sglang 0.4.8's own lines" in rule
-    assert e.data["convention"]["cited_release"] == "0.5.23"  # type: ignore[index]
-
-
-def test_the_citation_survives_the_child_to_parent_json() -> None:
-    d = _dep()
-    assert ResolvedDeployment.from_dict(json.loads(json.dumps(d.to_dict()))) == d

@@ -35,6 +35,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from serving_probes import PROBES
+from setter_sources import CPU_SGLANG_PREAMBLE
 from version_facts import FACTS, SGLANG_VERSION, VersionFacts, facts_for
 
 from specparity.contract.sglang_capture import TYPE_ERROR_HS_NONE, sglang_capture_plan
@@ -285,7 +286,7 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
 def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         checkpoint_has_bias: bool | None, noted: bool) -> None:
     """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
-    from specparity import gate
+    from specparity import decision
     from specparity.serving.sglang.family_a import fc_bias_note
 
     note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
@@ -294,7 +295,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         return
     assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
     assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
-    [f] = gate._adapter_findings(_static_deployment(sglang_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    [f] = decision.adapter_findings(_static_deployment(sglang_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
     assert f.kind.value == "config_mismatch" and f.severity.value == "error"
 
 
@@ -692,17 +693,7 @@ def test_one_aux_state_checkpoint_loads_only_where_fc_width_follows_the_config(
 
 
 # ------------------------------------------------------------------ conventions vs this version's setters
-_SETTER_CHILD = textwrap.dedent("""
-    import importlib, inspect, json, os, sys, types
-    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    from importlib import metadata
-    from specparity.serving.sglang import legacy_shims
-    from specparity.serving.sglang.adapter import select_adapter
-    from specparity.serving.sglang.worker import install_kernel_stub_if_needed
-    entry = select_adapter(metadata.version("sglang"))
-    install_kernel_stub_if_needed("cpu")
-    if entry.family in ("A", "B"):  # the pre-worker-v2 families' CPU shims (family_b.FamilyBAdapter)
-        legacy_shims.install(device="cpu", torch_drift=True)
+_SETTER_CHILD = CPU_SGLANG_PREAMBLE + textwrap.dedent("""
     cases = json.loads(sys.stdin.read())
     out = {}
     for arch, module, layers in [("LlamaForCausalLM", "llama", 8), ("LlamaForCausalLM", "llama", 61),

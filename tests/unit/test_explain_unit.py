@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -92,3 +93,44 @@ def test_a_cuda_query_without_a_gpu_is_needs_hardware_and_other_errors_are_not()
         raise ValueError("not about hardware")
     except ValueError as exc:
         assert gpu_query_failure(exc, stage="while testing") is None
+
+
+# ------------------------------------------------- issue 24 item 4: exit codes follow what explain prints
+def _family_a(**kw: object) -> ResolvedDeployment:
+    """What family A (0.4.8) resolves for the bundled default: ids [1, 3, 5] ignored, defaults served."""
+    base = dep(sglang_version="0.4.8", adapter="sglang-family-A", target_dtype="float16", draft_vocab_size=512,
+               draft_config_ids=None, layers_to_capture=(2, 4, 5), served_sources=("layer:1", "layer:3", "layer:4"),
+               fc_bias=True, draft_fc_module=(192, 64, True), ids_read=False, ignored_config_ids=(1, 3, 5),
+               adapter_notes=(("draft_ids_ignored", "error", "sglang 0.4.8 ignores the draft's ids", "cite"),),
+               capture_rule_source=(("LlamaForCausalLM.set_eagle3_layers_to_capture", "sglang/srt/models/llama.py",
+                                     700, 706, "    def set_eagle3_layers_to_capture(self):\n"),))
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_an_error_note_is_exit_1_and_a_warning_is_not() -> None:
+    assert explain_resolved(_family_a()).exit_code == 1
+    warned = _family_a(adapter_notes=(("draft_ids_ignored", "warning", "defaults configured", "cite"),))
+    assert explain_resolved(warned).exit_code == 0
+
+
+def test_a_default_with_no_recorded_reason_is_exit_3_and_says_so() -> None:
+    e = explain_resolved(_family_a(sglang_version="0.5.10", ids_read=True, ignored_config_ids=None, adapter_notes=()))
+    assert e.exit_code == 3 and "recorded no reason" in e.summary, e.summary
+    assert any(line.startswith("unknown") for line in e.lines) and e.data["unknown"]
+
+
+def test_an_environmental_error_note_is_exit_3_as_in_the_gate() -> None:
+    e = explain_resolved(_family_a(adapter_notes=(("engine_error", "error", "the engine died", "cite"),)))
+    assert e.exit_code == 3, e.summary
+
+
+def test_without_a_recorded_setter_the_rule_is_labelled_as_0_5_23s() -> None:
+    e = explain_resolved(_family_a(capture_rule_source=()))
+    rule = next(line for line in e.lines if line.startswith("rule"))
+    assert "as read in sglang 0.5.23: models/llama.py:929-941" in rule and "not sglang 0.4.8's own lines" in rule
+    assert e.data["convention"]["cited_release"] == "0.5.23"  # type: ignore[index]
+
+
+def test_the_citation_survives_the_child_to_parent_json() -> None:
+    d = _family_a()
+    assert ResolvedDeployment.from_dict(json.loads(json.dumps(d.to_dict()))) == d

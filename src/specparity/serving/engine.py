@@ -89,8 +89,7 @@ class SglangEngine:
         dep = resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
         if isinstance(dep, ResolvedDeployment):
             return dep
-        told = _why_sglang_cannot_read(CaptureResult(None, None, None, (dep,)), Path(draft)).failures
-        return told[0]
+        return _why_sglang_cannot_read((dep,), Path(draft))[0]
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
@@ -102,7 +101,9 @@ class SglangEngine:
         result = capture_deployment(target, draft, probes=probes, server_args=args, device=device, atlas=True,
                                     timeout_s=timeout_s, python=python, progress=progress,
                                     recorded_fc=outcome.recorded_fc if outcome is not None else None)
-        return _why_sglang_cannot_read(result, Path(draft))
+        if result.deployment is not None:
+            return result
+        return dataclasses.replace(result, failures=_why_sglang_cannot_read(result.failures, Path(draft)))
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:
@@ -116,25 +117,22 @@ class SglangEngine:
                           draft_path=draft_path)
 
 
-def _why_sglang_cannot_read(result: CaptureResult, draft: Path) -> CaptureResult:
+def _why_sglang_cannot_read(failures: Sequence[ServingFailure], draft: Path) -> tuple[ServingFailure, ...]:
     """SGLang's own start-up failure on a draft config it cannot read (a speculators-format draft: transformers'
-    AutoConfig wants a model_type), told as ``draft_unreadable`` with the conversion and SGLang's own message kept.
-    SGLang is always asked first: a release that learns the format is never refused here."""
+    AutoConfig wants a model_type), told as ``draft_unreadable`` with the conversion and SGLang's own message kept;
+    other failures unchanged. SGLang is always asked first: a release that learns the format is never refused here."""
     from specparity.serving.results import DRAFT_UNREADABLE, SGLANG_EXCEPTION
     from specparity.serving.sglang.draft_format import unreadable_draft
 
-    if result.deployment is not None or not any(f.kind == SGLANG_EXCEPTION for f in result.failures):
-        return result
-    why = unreadable_draft(draft)
+    why = unreadable_draft(draft) if any(f.kind == SGLANG_EXCEPTION for f in failures) else None
     if why is None:
-        return result
-    raised = "; ".join(f.message for f in result.failures)
-    version = next((f.engine_version for f in result.failures if f.engine_version), None)
+        return tuple(failures)
+    raised = "; ".join(f.message for f in failures)
+    version = next((f.engine_version for f in failures if f.engine_version), None)
     vllm = (". To gate this draft as it is, serve it with vLLM (--engine vllm), which reads the speculators "
             "format: capture and outcome levels both" if "speculators" in why.message else "")
-    told = ServingFailure(DRAFT_UNREADABLE, f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
-                          engine_version=version)
-    return dataclasses.replace(result, failures=(told,))
+    return (ServingFailure(DRAFT_UNREADABLE, f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
+                           engine_version=version),)
 
 
 class VllmEngine:

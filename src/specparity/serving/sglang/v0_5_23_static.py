@@ -382,7 +382,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         if draft.fc_in_features is not None else None,
         draft_model_class=draft.architecture,
         notes=tuple(notes),
-        # the same notes for every report (gate._adapter_findings renders adapter_notes as findings)
+        # the same notes for every report (decision.adapter_findings renders adapter_notes as findings)
         adapter_notes=(*dep.adapter_notes,
                        *(("resolution_note", "info", n, "serving/sglang/v0_5_23_static.py") for n in notes)),
     )
