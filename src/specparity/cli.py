@@ -290,12 +290,13 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
     \b
     Exit codes:
       0  pass: the engine (SGLang or vLLM) feeds the drafter's fc what the contract promises.
-      1  the deployment does not match the contract, including a deployment SGLang refuses to load
-         or crashes on because of the draft or target as deployed, and a wrong target (config,
-         tokenizer, chat template or weights).
+      1  the deployment does not match the contract, including a deployment the engine refuses or
+         crashes on because of the draft, target or engine arguments as deployed, and a wrong target
+         (config, tokenizer, chat template or weights).
       2  your own files are malformed (contract, probe pack, model dirs, arguments): the message
          names the file and field.
-      3  the check could not run here: SGLang missing or unsupported, out of memory, timeout.
+      3  the check could not run here: the engine missing or unsupported, out of memory, timeout,
+         this machine's limits (e.g. one NUMA node for vLLM's CPU workers, no Ray), a dead engine.
     """
     from specparity.engine_args import parse_sglang_args
     from specparity.gate import run_gate
