@@ -19,11 +19,17 @@ from specparity.serving.process import child_env
 
 DATA = Path(__file__).parent / "data" / "warm"
 MODULE = "warm_probe_worker"
+# The production wait for a zygote's first line. The fixture below lifts it to just under the tests' 120 s job
+# deadline: on a loaded machine (CI builds five engine venvs and runs lint and mypy beside these tests on 2 cores)
+# an interpreter start has been measured silent for over 30 s, and production's answer to that (start the job
+# cold) is right there but is not what these tests check. The wrapper test keeps this bound for its own answer.
+PRODUCTION_HELLO_S = warm.HELLO_S
 
 
 @pytest.fixture
 def zygote_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(DATA), os.environ.get("PYTHONPATH", "")) if p))
+    monkeypatch.setattr(warm, "HELLO_S", 110.0)
     yield
     warm.shutdown()
 
@@ -172,6 +178,6 @@ def test_an_interpreter_that_is_not_a_zygote_starts_its_jobs_cold_at_once(tmp_pa
         child = warm.start_job(str(fake), MODULE, "cpu", ["r.json", "out"], work, on_stdout=lambda _line: None,
                                env_for=lambda w: child_env(w, python=None), deadline=time.monotonic() + 120)
         assert child is None
-        assert time.monotonic() - t0 < warm.HELLO_S  # decided by the first line, not by a timeout
+        assert time.monotonic() - t0 < PRODUCTION_HELLO_S  # decided by the first line, not by a timeout
     z = warm.zygote_for(str(fake), MODULE, "cpu", lambda w: child_env(w, python=None))
     assert z is None  # remembered: no second start of the wrapper
