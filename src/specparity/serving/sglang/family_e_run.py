@@ -42,7 +42,7 @@ import torch
 
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
-from specparity.serving.sglang.common import split_rows
+from specparity.serving.sglang.common import aux_capture, split_rows
 from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu, tree_cache_namespace
 from specparity.serving.sglang.v0_5_23_run import Workers, init_draft_attention
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
@@ -264,20 +264,17 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
 
     target = workers.target_model
     num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)
-    saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
     first = 0 if embedding_capturable else 1
     emb = None if embedding_capturable else EmbeddingTap(target.model.layers[0])
     try:
-        target.model.layers_to_capture = list(range(first, num_layers))
-        target.capture_aux_hidden_states = True
-        stream = target_extend(workers, probes)
-        target.model.layers_to_capture = []
-        target.capture_aux_hidden_states = False
-        normed = target_extend(workers, probes)
+        with aux_capture(target) as capture:
+            capture(range(first, num_layers), True)
+            stream = target_extend(workers, probes)
+            capture([], False)
+            normed = target_extend(workers, probes)
     finally:
         if emb is not None:
             emb.remove()
-        target.model.layers_to_capture, target.capture_aux_hidden_states = saved
     h = int(normed.shape[-1])
     if stream.shape[-1] != (num_layers - first) * h:
         raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers - first}*{h}")

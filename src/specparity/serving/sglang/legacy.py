@@ -41,6 +41,7 @@ from specparity.serving.sglang import legacy_shims
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     NORM_FLAGS,
+    aux_capture,
     collect_sglang_warnings,
     cpu_mem_fraction,
     exception_failure,
@@ -313,18 +314,15 @@ class LegacyAdapter:
         """
         target = runners.target_model
         num_layers = int(runners.target_runner.model_config.hf_config.num_hidden_layers)
-        saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
         emb = run.EmbeddingTap(target.model.layers[0])
         try:
-            target.model.layers_to_capture = list(range(1, num_layers))
-            target.capture_aux_hidden_states = True
-            stream = run.target_extend(runners, probes, self.glue)
-            target.model.layers_to_capture = []
-            target.capture_aux_hidden_states = False
-            normed = run.target_extend(runners, probes, self.glue)
+            with aux_capture(target) as capture:
+                capture(range(1, num_layers), True)
+                stream = run.target_extend(runners, probes, self.glue)
+                capture([], False)
+                normed = run.target_extend(runners, probes, self.glue)
         finally:
             emb.remove()
-            target.model.layers_to_capture, target.capture_aux_hidden_states = saved
         h = int(normed.shape[-1])
         if stream.shape[-1] != (num_layers - 1) * h:
             raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {num_layers - 1}*{h}")

@@ -15,7 +15,7 @@ import torch
 
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
-from specparity.serving.sglang.common import split_rows
+from specparity.serving.sglang.common import aux_capture, split_rows
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 
@@ -226,16 +226,11 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
     target = workers.target_model
     num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)
     reach = max_reachable_boundary(type(target).__name__, num_layers)
-    saved = (list(target.model.layers_to_capture), target.capture_aux_hidden_states)
-    try:
-        target.model.layers_to_capture = list(range(reach + 1))
-        target.capture_aux_hidden_states = True
+    with aux_capture(target) as capture:
+        capture(range(reach + 1), True)
         stream = target_extend(workers, probes)
-        target.model.layers_to_capture = []
-        target.capture_aux_hidden_states = False
+        capture([], False)
         normed = target_extend(workers, probes)
-    finally:
-        target.model.layers_to_capture, target.capture_aux_hidden_states = saved
     h = int(normed.shape[-1])
     if stream.shape[-1] != (reach + 1) * h:
         raise RuntimeError(f"atlas capture is {stream.shape[-1]} wide, expected {reach + 1}*{h}")

@@ -1,0 +1,97 @@
+"""Reduced real-class targets (issue 23 item 1): a public config with only depth, width and expert count reduced.
+
+Each target starts from a verbatim public config.json in configs/public/targets (SOURCES.json names where each
+came from) and changes only the size fields below; every structural field (q/k norms, MoE routing and
+normalisation, sparse step, dense-only layers, shared experts, rope) is the public model's. The weights are a
+seeded random init of transformers' own class, written by its own ``save_pretrained`` (the hub layout, one
+tensor per expert: transformers 5 keeps experts fused in memory, and SGLang 0.5.23 silently ignores fused
+expert tensors on load, leaving those weights uninitialised). Vocabulary, tokenizer and special ids are the
+bundled example's (fixtures/default), so the bundled drafter (hidden 64, vocab 512) fits every target.
+Nothing here is committed: the targets are generated into the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PUBLIC = Path(__file__).resolve().parent / "configs" / "public" / "targets"
+BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+AUX_IDS = (1, 3, 5)  # the bundled drafter's ids (SpecForge's convention: layer:1, layer:3, layer:5)
+
+# Size fields only: depth, width, heads, experts, vocabulary (the bundled tokenizer's), positions.
+COMMON = {
+    "num_hidden_layers": 8, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "max_position_embeddings": 512,
+    "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
+    # the bundle's scale (fixtures/bundle_target.py): at HF's 0.02 the residual stream barely moves between layers
+    "initializer_range": 0.12,
+}
+REDUCED: dict[str, dict[str, Any]] = {
+    # Qwen3-MoE: 48 layers, hidden 2048, 128 experts top-8 -> 8 layers, hidden 64, 8 experts top-2
+    "Qwen--Qwen3-30B-A3B": {**COMMON, "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2,
+                            "max_window_layers": 8},
+    # Qwen3 dense: 36 layers, hidden 4096 -> 8 layers, hidden 64
+    "Qwen--Qwen3-8B": {**COMMON, "max_window_layers": 8},
+}
+SEED = 0
+
+
+def reduced_config(name: str) -> dict[str, Any]:
+    """The public config of ``name`` with only the size fields of :data:`REDUCED` replaced."""
+    cfg: dict[str, Any] = json.loads((PUBLIC / f"{name}.json").read_text())
+    missing = sorted(k for k in REDUCED[name] if k not in cfg and k not in ("torch_dtype", "initializer_range"))
+    assert not missing, f"{name}: the public config has no {missing}; a reduction may only change existing fields"
+    cfg.update(REDUCED[name])
+    cfg.pop("dtype", None)  # transformers 5 spells it dtype; torch_dtype above is read by 4.x and 5.x
+    return cfg
+
+
+def write_target(name: str, out: Path) -> Any:
+    """Write the reduced ``name`` target into ``out`` (config, safetensors, bundled tokenizer); return the HF model
+    reloaded from disk, as a user's training-time capture would load it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = reduced_config(name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(out)), torch_dtype=torch.float32)
+    model.save_pretrained(str(out))
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))  # the public spelling, not the re-serialised one
+    for f in TOKENIZER_FILES:
+        shutil.copy(BUNDLE / "target" / f, out / f)
+    loaded = AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32, attn_implementation="sdpa")
+    return loaded.eval()
+
+
+def hidden_states(model: Any, ids: list[int]) -> tuple[torch.Tensor, ...]:
+    """HF's residual stream of one sample: entry b is boundary b (0 = embedding), the last one final-normed."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    return tuple(h[0] for h in out)
+
+
+def write_specforge_records(model: Any, out: Path) -> Path:
+    """SpecForge offline records of the bundled conversations, recomputed on ``model`` at :data:`AUX_IDS`.
+
+    Same files and keys as SpecForge's offline generation (domain.md section 4): ``input_ids``, ``loss_mask``,
+    ``aux_hidden_state`` (layer:1, 3, 5 side by side) and ``hidden_state`` (final-normed)."""
+    layers = int(model.config.num_hidden_layers)
+    src = BUNDLE / "hidden_states"
+    for path in sorted(src.rglob("data_*.ckpt")):
+        rec = torch.load(path, map_location="cpu", weights_only=True)
+        hs = hidden_states(model, rec["input_ids"].tolist())
+        dest = out / path.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({
+            "input_ids": rec["input_ids"], "loss_mask": rec["loss_mask"],
+            "hidden_state": hs[layers][None].contiguous(),
+            "aux_hidden_state": torch.cat([hs[j + 1] for j in AUX_IDS], dim=-1)[None].contiguous(),
+        }, dest)
+    return out
