@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specparity import decision
+from specparity.compare.agreement import static_capture_findings
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity, engine_label
@@ -329,6 +330,9 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     if static_layout and dep is not None:
         findings += layout_findings(c.fc_input.sources, dep.served_sources, layout_fix=layout_fix_text,
                                     engine=run.engine)
+    if run.table is not None and dep is not None and not run.failures:
+        findings += static_capture_findings(dep.served_sources, run.table.served_sources(), engine=run.engine,
+                                            version=dep.sglang_version, architecture=dep.target_architecture)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
         findings += decision.adapter_findings(dep)

@@ -127,3 +127,33 @@ def test_static_resolve_reports_the_norms_the_built_drafter_applies(tmp_path: Pa
         # only from 0.5.17; before 0.5.12 the drafter builds no norm around fc at all
         unsupported = ("norm_before_fc",) if installed >= (0, 5, 12) else NORM_FLAGS
         assert dep.unsupported_norms == unsupported and dep.ignored_norm_config == ("norm_before_fc",)
+
+
+def test_atlas_sets_and_restores_the_layer_marks_of_marking_classes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Qwen3-MoE's loop captures the layers SGLang's setter marked (_is_layer_to_capture, 0.5.23
+    models/qwen2_moe.py:1153-1156, 1196-1202), not the capture list: the atlas marks every boundary for its stream
+    forward, none for its final-norm forward, and leaves the deployment's own marks as they were."""
+    import specparity.serving.sglang.v0_5_23_run as run
+    from specparity.serving.sglang.common import CAPTURE_MARK
+
+    workers = _fake_workers("Qwen3MoeForCausalLM", 4, 2)
+    layers = [SimpleNamespace() for _ in range(4)]
+    for i in (2,):  # what SGLang's setter did for the deployment's ids
+        setattr(layers[i], CAPTURE_MARK, True)
+    workers.target_model.model.layers = layers
+    seen: list[list[int]] = []
+
+    def fake_extend(w, probes):  # type: ignore[no-untyped-def]
+        marked = [i for i, m in enumerate(layers) if getattr(m, CAPTURE_MARK, False)]
+        seen.append(marked)
+        rows = sum(len(p) for p in probes)
+        if not marked:
+            return torch.full((rows, 2), -1.0)
+        return torch.cat([torch.full((rows, 2), float(b)) for b in marked], dim=-1)
+
+    monkeypatch.setattr(run, "target_extend", fake_extend)
+    atlas = run.layer_atlas(workers, ((1, 2, 3),), [3])
+    assert seen == [[0, 1, 2, 3], []]
+    assert list(atlas.per_sample[0]) == ["embedding", "layer:0", "layer:1", "layer:2", "final_norm"]
+    assert [vars(m).get(CAPTURE_MARK) for m in layers] == [None, None, True, None]  # restored, absent stays absent
+    assert workers.target_model.model.layers_to_capture == [2, 4]

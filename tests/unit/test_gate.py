@@ -161,3 +161,29 @@ def test_healthy_evidence_with_the_engines_own_replay_passes(monkeypatch: pytest
     v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="outcome")
     assert v.status == "pass", [str(f) for f in v.errors]
     assert v.outcome is not None and v.outcome.diagnosis == "healthy"
+
+
+def test_static_and_capture_that_disagree_fail_the_static_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 item 2: the engine resolved layer:2, 4, 6 but fc really got layer:1, 3, 5 (what the contract wants):
+    the capture item passes, and the static answer (what explain and --level static say) fails as its own finding."""
+    import dataclasses
+
+    from specparity.compare.findings import FindingKind
+
+    def wrong_static(kw: dict[str, Any]) -> Any:
+        r = _fed_back(kw, replay=None)
+        dep = dataclasses.replace(r.deployment, layers_to_capture=(3, 5, 7),
+                                  served_sources=("layer:2", "layer:4", "layer:6"))
+        return dataclasses.replace(r, deployment=dep)
+
+    monkeypatch.setattr(gate, "get_engine", lambda name: _RecordingEngine(wrong_static))
+    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="capture")
+    [f] = [f for f in v.errors if f.kind is FindingKind.STATIC_CAPTURE_DISAGREEMENT]
+    assert f.details["static"] == ["layer:2", "layer:4", "layer:6"] and f.details["chunks"] == [0, 1, 2]
+    assert f.details["captured"] == ["layer:1", "layer:3", "layer:5"] and "sglang 0.5.23" in f.message.lower()
+    assert v.status == "fail" and v.exit_code == 1
+    assert gate.check_failures(v, "static") is not None and gate.check_failures(v, "capture") is None
+    monkeypatch.setattr(gate, "get_engine", lambda name: _RecordingEngine(lambda kw: _fed_back(kw, replay=None)))
+    agreed = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="capture")
+    assert agreed.status == "pass" and not [f for f in agreed.findings
+                                            if f.kind is FindingKind.STATIC_CAPTURE_DISAGREEMENT]

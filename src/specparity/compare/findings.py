@@ -24,6 +24,8 @@ class FindingKind(str, enum.Enum):
     ENGINE_CONVENTION_MISMATCH = "engine_convention_mismatch"
     ORDER_MISMATCH = "order_mismatch"
     LAYOUT_MISMATCH = "layout_mismatch"
+    # the layers the engine resolved (static, explain) are not the layers its captured fc input is
+    STATIC_CAPTURE_DISAGREEMENT = "static_capture_disagreement"
     # how SGLang resolved the deployment
     DEFAULT_IDS_FALLBACK = "default_ids_fallback"
     WIDTH_MISMATCH = "width_mismatch"

@@ -350,7 +350,7 @@ def aux_capture(target: Any) -> Iterator[Any]:
     model handed the logits processor a (hidden, aux) pair (a false "TypeError ... index" on Qwen3-MoE).
     """
     model = target.model
-    layers = list(model.layers)
+    layers = list(getattr(model, "layers", ()))  # every SGLang model has them; a unit test's fake may not
     marked = any(CAPTURE_MARK in vars(m) for m in layers)
     saved = (list(model.layers_to_capture), target.capture_aux_hidden_states,
              [vars(m).get(CAPTURE_MARK, _ABSENT) for m in layers])
