@@ -6,8 +6,10 @@ normalisation, sparse step, dense-only layers, shared experts, rope) is the publ
 seeded random init of transformers' own class, written by its own ``save_pretrained`` (the hub layout, one
 tensor per expert: transformers 5 keeps experts fused in memory, and SGLang 0.5.23 silently ignores fused
 expert tensors on load, leaving those weights uninitialised). Vocabulary, tokenizer and special ids are the
-bundled example's (fixtures/default), so the bundled drafter (hidden 64, vocab 512) fits every target.
-Nothing here is committed: the targets are generated into the test's temporary directory.
+bundled examples' (fixtures/default for SGLang, fixtures/vllm for vLLM: the same byte-level tokenizer), so each
+engine's bundled drafter (hidden 64, vocab 512) fits every target. Two heads of 32 (vLLM's CPU attention takes
+head sizes in multiples of 32; SGLang's takes any). Nothing here is committed: the targets are generated into
+the test's temporary directory.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from typing import Any
 import torch
 
 PUBLIC = Path(__file__).resolve().parent / "configs" / "public" / "targets"
-BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "default"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+BUNDLE = FIXTURES / "default"  # SGLang's bundle; fixtures/vllm is vLLM's
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 AUX_IDS = (1, 3, 5)  # the bundled drafter's ids (SpecForge's convention: layer:1, layer:3, layer:5)
 
 # Size fields only: depth, width, heads, experts, vocabulary (the bundled tokenizer's), positions.
 COMMON = {
-    "num_hidden_layers": 8, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "max_position_embeddings": 512,
+    "num_hidden_layers": 8, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 512, "max_position_embeddings": 512,
     "bos_token_id": 256, "eos_token_id": 257, "torch_dtype": "float32",
     # the bundle's scale (fixtures/bundle_target.py): at HF's 0.02 the residual stream barely moves between layers
     "initializer_range": 0.12,
@@ -52,7 +55,7 @@ def reduced_config(name: str) -> dict[str, Any]:
     return cfg
 
 
-def write_target(name: str, out: Path) -> Any:
+def write_target(name: str, out: Path, bundle: Path = BUNDLE) -> Any:
     """Write the reduced ``name`` target into ``out`` (config, safetensors, bundled tokenizer); return the HF model
     reloaded from disk, as a user's training-time capture would load it."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -65,7 +68,7 @@ def write_target(name: str, out: Path) -> Any:
     model.save_pretrained(str(out))
     (out / "config.json").write_text(json.dumps(cfg, indent=1))  # the public spelling, not the re-serialised one
     for f in TOKENIZER_FILES:
-        shutil.copy(BUNDLE / "target" / f, out / f)
+        shutil.copy(bundle / "target" / f, out / f)
     loaded = AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32, attn_implementation="sdpa")
     return loaded.eval()
 
@@ -77,13 +80,13 @@ def hidden_states(model: Any, ids: list[int]) -> tuple[torch.Tensor, ...]:
     return tuple(h[0] for h in out)
 
 
-def write_specforge_records(model: Any, out: Path) -> Path:
-    """SpecForge offline records of the bundled conversations, recomputed on ``model`` at :data:`AUX_IDS`.
+def write_specforge_records(model: Any, out: Path, bundle: Path = BUNDLE) -> Path:
+    """SpecForge offline records of ``bundle``'s conversations, recomputed on ``model`` at :data:`AUX_IDS`.
 
     Same files and keys as SpecForge's offline generation (domain.md section 4): ``input_ids``, ``loss_mask``,
     ``aux_hidden_state`` (layer:1, 3, 5 side by side) and ``hidden_state`` (final-normed)."""
     layers = int(model.config.num_hidden_layers)
-    src = BUNDLE / "hidden_states"
+    src = bundle / "hidden_states"
     for path in sorted(src.rglob("data_*.ckpt")):
         rec = torch.load(path, map_location="cpu", weights_only=True)
         hs = hidden_states(model, rec["input_ids"].tolist())

@@ -29,6 +29,7 @@ from version_facts import needs_capture_level
 
 from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
+from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.serving.cache import SessionCache
 from specparity.sources import EMBEDDING, layer
 from specparity.training.specforge import contract_from_specforge
@@ -43,6 +44,10 @@ H, L = 64, 8
 # differ by more than 0.5, so the tolerance cannot let a wrong layer through
 TOL = 1e-4
 DRAFTS = {"healthy": list(AUX_IDS), "seed_wiring": [-1, 1, 3], "off_by_one": [2, 4, 6]}
+# Family B (0.4.9-0.5.10, D3): the static level resolves the deployment as served on its GPU, where CUDA graphs
+# capture the default ids: the healthy [1, 3, 5] fails there with cuda_graph_ids_hazard (test_catalog.py)
+_ENTRY = select_adapter(SGLANG)
+STATIC_HAZARD = {"cuda_graph_ids_hazard"} if isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "B" else set()
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +114,8 @@ def test_healthy_passes_and_static_serves_what_capture_found(deployments: dict[s
     assert (v.status, v.exit_code) == ("pass", 0), [str(f) for f in v.errors]
     assert list(v.served_layout or []) == ["layer:1", "layer:3", "layer:5"]
     static = _gate(dep, name, "healthy", "static")
-    assert (static.status, list(static.served_layout or [])) == ("pass", list(v.served_layout or []))
+    assert list(static.served_layout or []) == list(v.served_layout or [])
+    assert _kinds(static) == STATIC_HAZARD and static.status == ("fail" if STATIC_HAZARD else "pass")
 
 
 @CAPTURE

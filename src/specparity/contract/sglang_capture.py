@@ -125,8 +125,11 @@ _CUDA_GRAPH_ORDER_FIXED = _v("0.5.11")  # D3
 _EMBEDDING_FROM_ARCH = {
     "Qwen2ForCausalLM": _IDS_HONOURED,  # qwen2.py/qwen3.py pass residual=None safely since 0.4.9 (D9)
     "Qwen3ForCausalLM": _IDS_HONOURED,
-    "Qwen2MoeForCausalLM": _v("0.5.6"),  # communicator path (D9)
-    "Qwen3MoeForCausalLM": _v("0.5.6"),
+    # qwen2_moe's loop adds the residual only when it is not None wherever it captures: 0.4.10.post2
+    # models/qwen2_moe.py:478-482, 0.5.3 :590-594, then the communicator path (0.5.10 :631, :688); measured: the
+    # seed's ids [-1, 1, 3] serve embedding on Qwen3-MoE on 0.4.10.post2 (tests/serving/test_real_class_capture.py)
+    "Qwen2MoeForCausalLM": _IDS_HONOURED,
+    "Qwen3MoeForCausalLM": _IDS_HONOURED,
     "Glm4MoeForCausalLM": _v("0.5.21"),  # glm4_moe <=0.5.20 crashes (D9)
 }
 _EMBEDDING_FROM_FAMILY = {

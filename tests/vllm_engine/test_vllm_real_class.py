@@ -1,0 +1,85 @@
+"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE and Qwen3 dense, TP=1.
+
+The same targets as tests/serving/test_real_class_capture.py (public configs, only sizes reduced; SpecForge records
+recomputed on each at ids [1, 3, 5]; the contract written by ``contract_from_specforge``), served by vLLM's real
+engine in a child process with the vLLM bundle's drafter. vLLM's id convention differs from SpecForge's (id i is
+boundary i, domain.md section 2): the drafter that serves the contract's layer:1, 3, 5 has ids [2, 4, 6]; the
+SpecForge export as it is ([1, 3, 5]) is one layer early; ids [0, 2, 4] are the seed's wiring (the embedding in
+chunk 0, the rest shifted).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_helpers import BUNDLE, REPO
+
+from specparity.gate import run_gate
+from specparity.sources import EMBEDDING
+from specparity.training.specforge import contract_from_specforge
+from specparity.verdict import Verdict
+
+sys.path.append(str(REPO / "tests" / "serving"))  # the shared builder, after everything else on the path
+from real_class_targets import REDUCED, write_specforge_records, write_target  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+CLASSES = sorted(REDUCED)
+DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 5]}
+
+
+@pytest.fixture(scope="module")
+def deployments(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name in CLASSES:
+        root = tmp_path_factory.mktemp(name.split("--")[1])
+        model = write_target(name, root / "target", bundle=BUNDLE)
+        records = write_specforge_records(model, root / "hidden_states", bundle=BUNDLE)
+        _, path = contract_from_specforge(
+            records, BUNDLE / "draft", root / "target", out=root / "contract.json",
+            vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=3, max_probe_tokens=64)
+        drafts = {}
+        for label, ids in DRAFTS.items():
+            d = root / f"draft-{label}"
+            shutil.copytree(BUNDLE / "draft", d)
+            cfg = json.loads((d / "config.json").read_text())
+            cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+            (d / "config.json").write_text(json.dumps(cfg, indent=1))
+            drafts[label] = d
+        out[name] = {"target": root / "target", "contract": path, "drafts": drafts}
+    return out
+
+
+def _gate(dep: dict[str, Any], label: str, python: str, *, level: str = "capture", **engine_args: object) -> Verdict:
+    return run_gate(dep["contract"], dep["target"], dep["drafts"][label], level=level, engine="vllm", python=python,
+                    engine_args=engine_args, timeout_s=600)
+
+
+def _kinds(v: Verdict) -> set[str]:
+    return {f.kind.value for f in v.errors}
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_healthy_passes_and_static_serves_what_capture_found(deployments: dict[str, dict[str, Any]], name: str,
+                                                             vllm_python: str) -> None:
+    v = _gate(deployments[name], "healthy", vllm_python)
+    assert (v.status, v.exit_code) == ("pass", 0), [str(f) for f in v.errors]
+    assert list(v.served_layout or []) == ["layer:1", "layer:3", "layer:5"]
+    static = _gate(deployments[name], "healthy", vllm_python, level="static")
+    assert (static.status, list(static.served_layout or [])) == ("pass", list(v.served_layout or []))
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_the_seeds_wiring_and_the_export_as_it_is_are_named(deployments: dict[str, dict[str, Any]], name: str,
+                                                            vllm_python: str) -> None:
+    seed = _gate(deployments[name], "seed_wiring", vllm_python)
+    assert seed.status == "fail" and {"extra_embedding", "missing_source"} <= _kinds(seed), sorted(_kinds(seed))
+    assert list(seed.served_layout or []) == [EMBEDDING, "layer:1", "layer:3"]
+    early = _gate(deployments[name], "as_exported", vllm_python)
+    assert early.status == "fail" and "off_by_one" in _kinds(early), sorted(_kinds(early))
+    assert list(early.served_layout or []) == ["layer:0", "layer:2", "layer:4"]
+    assert "static_capture_disagreement" not in _kinds(seed) | _kinds(early)
