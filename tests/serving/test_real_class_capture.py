@@ -29,8 +29,8 @@ from version_facts import needs_capture_level
 
 from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
-from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.serving.cache import SessionCache
+from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.sources import EMBEDDING, layer
 from specparity.training.specforge import contract_from_specforge
 from specparity.verdict import Verdict

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from specparity.training.specforge import contract_from_specforge
 from specparity.verdict import Verdict
 
 sys.path.append(str(REPO / "tests" / "serving"))  # the shared builder, after everything else on the path
-from real_class_targets import REDUCED, write_specforge_records, write_target  # noqa: E402
+from real_class_targets import REDUCED, write_specforge_records, write_target
 
 pytestmark = pytest.mark.vllm
 CLASSES = sorted(REDUCED)
