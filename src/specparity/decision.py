@@ -47,6 +47,29 @@ _ENVIRONMENT_EXCEPTION = re.compile(
     r"|ray is not installed|install ray|No module named .?ray", re.IGNORECASE)
 
 
+# What this machine's CPU backends cannot run that the deployment's GPU can: named refusals (issue 23). The check
+# cannot run here (exit 3, never a pass); the finding says which call refused and why it is the machine's.
+MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"No common block size .*CPU_MLA", re.IGNORECASE),
+     "vLLM's CPU attention backends share no KV-cache block size for an MLA target and its drafter (CPU_MLA takes "
+     "blocks of 16, CPU_ATTN multiples of 32: vllm 0.32 v1/worker/utils.py, the block-size check of the KV-cache "
+     "groups); on a GPU the MLA and the drafter's backends agree, so the capture needs a GPU here"),
+    (re.compile(r"batch2 tensor.* at sglang/srt/layers/attention/torch_native_backend\.py", re.IGNORECASE),
+     "SGLang's CPU attention backend (torch_native, layers/attention/torch_native_backend.py) attends with the "
+     "query's head size and cannot read MLA's compressed latent cache (kv_lora_rank + qk_rope_head_dim wide); on a "
+     "GPU SGLang serves MLA with its MLA backends, so the capture needs a GPU here"),
+    (re.compile(r"requires one of \[.*\] attention backend, but got .*torch_native", re.IGNORECASE),
+     "SGLang serves this class only with the attention backends it names (its CPU one, intel_amx, needs sgl_kernel's "
+     "CPU build, which this machine lacks), and this machine has only torch_native; on the deployment's GPU one of "
+     "the named backends serves it, so the capture needs a GPU here"),
+)
+
+
+def machine_limit(message: str) -> str | None:
+    """Why this machine cannot run what ``message`` reports, where it is a known CPU-backend limit."""
+    return next((why for pattern, why in MACHINE_LIMITS if pattern.search(message)), None)
+
+
 _WHERE = re.compile(r" at (sglang/[^\s:]+):\d+\s*$")
 
 
@@ -62,7 +85,7 @@ def failure_cause(kind: str, message: str) -> str:
     if kind == "child_crashed":
         return "environment"
     if kind in ("sglang_exception", "vllm_exception"):  # vLLM's own exceptions follow the same rule
-        if _ENVIRONMENT_EXCEPTION.search(message):
+        if _ENVIRONMENT_EXCEPTION.search(message) or machine_limit(message):
             return "environment"
         # raised in specparity's own SGLang adapter (serving/sglang/*.py, quoted "at sglang/<file>.py:N"), not in
         # SGLang's code (sglang/srt/...): the adapter does not fit the installed SGLang, so the check cannot run here
@@ -161,7 +184,12 @@ def serving_findings(failures: Iterable[Any], *, engine: str, version: str | Non
         if f.kind == "draft_unreadable":
             fix = "convert the draft config as the finding says" + (
                 ", or serve it as it is with vLLM (--engine vllm)" if "speculators" in f.message else "")
-        out.append(Finding(kind, Severity.ERROR, f"{f.message}{where}", details=details, fix=fix))
+        limit = machine_limit(f.message)
+        if limit is not None:
+            details["machine_limit"] = limit
+            fix = fix or "run the capture on a machine with the deployment's GPU; the static level resolves it here"
+        message = f"{f.message}{where}" + (f"; on this machine: {limit}" if limit else "")
+        out.append(Finding(kind, Severity.ERROR, message, details=details, fix=fix))
     return out
 
 

@@ -42,15 +42,32 @@ REDUCED: dict[str, dict[str, Any]] = {
     # Qwen3 dense: 36 layers, hidden 4096 -> 8 layers, hidden 64
     "Qwen--Qwen3-8B": {**COMMON, "max_window_layers": 8},
 }
+# Classes whose reduced target one engine or both refuse on CPU (tests name the refusal): the same reduction rule
+# (sizes only), plus the checkpoint's quantisation dropped (random weights are not fp8 / mxfp4 blocks) and remote code (transformers has the class).
+REDUCED_CPU_LIMITED: dict[str, dict[str, Any]] = {
+    # DeepSeek-V3 / Kimi-K2.5's class: MLA (q/kv LoRA ranks and head dims kept), 3 dense layers first, 1 shared
+    # expert, sigmoid noaux_tc routing in groups, yarn rope; 61 layers, 256 experts top-8 in 8 groups -> 8 layers,
+    # 8 experts top-2 in 4 groups (2 a group: the group score sums each group's top two)
+    "deepseek-ai--DeepSeek-V3": {**{k: v for k, v in COMMON.items() if k not in ("head_dim",)},
+                                 "num_key_value_heads": 2, "moe_intermediate_size": 32, "n_routed_experts": 8,
+                                 "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2},
+    # GPT-OSS: sliding/full attention alternating, sinks, 24 layers, 32 experts top-4 -> 8 layers, 8 experts top-2
+    "openai--gpt-oss-20b": {**COMMON, "pad_token_id": 0, "num_local_experts": 8, "num_experts_per_tok": 2, "experts_per_token": 2,
+                            "layer_types": ["sliding_attention", "full_attention"] * 4},
+}
+DROPPED = ("quantization_config", "auto_map")
 SEED = 0
 
 
 def reduced_config(name: str) -> dict[str, Any]:
     """The public config of ``name`` with only the size fields of :data:`REDUCED` replaced."""
     cfg: dict[str, Any] = json.loads((PUBLIC / f"{name}.json").read_text())
-    missing = sorted(k for k in REDUCED[name] if k not in cfg and k not in ("torch_dtype", "initializer_range"))
+    reduction = REDUCED.get(name) or REDUCED_CPU_LIMITED[name]
+    missing = sorted(k for k in reduction if k not in cfg and k not in ("torch_dtype", "initializer_range", "bos_token_id"))
     assert not missing, f"{name}: the public config has no {missing}; a reduction may only change existing fields"
-    cfg.update(REDUCED[name])
+    cfg.update(reduction)
+    for key in DROPPED:
+        cfg.pop(key, None)
     cfg.pop("dtype", None)  # transformers 5 spells it dtype; torch_dtype above is read by 4.x and 5.x
     return cfg
 
@@ -69,7 +86,10 @@ def write_target(name: str, out: Path, bundle: Path = BUNDLE) -> Any:
     (out / "config.json").write_text(json.dumps(cfg, indent=1))  # the public spelling, not the re-serialised one
     for f in TOKENIZER_FILES:
         shutil.copy(bundle / "target" / f, out / f)
-    loaded = AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32, attn_implementation="sdpa")
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32, attn_implementation="sdpa")
+    except ValueError:  # GPT-OSS (its sinks): transformers has no sdpa path for the class, only eager
+        loaded = AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32, attn_implementation="eager")
     return loaded.eval()
 
 

@@ -73,6 +73,34 @@ def test_vllm_failures_are_the_machines_or_the_deployments(message: str, cause: 
     assert decision.failure_cause("vllm_exception", message) == cause
 
 
+# Measured on reduced DeepSeek-V3 and GPT-OSS targets (issue 23): a CPU backend refuses what a GPU serves
+CPU_BACKEND_REFUSALS = [
+    ("vllm", "vllm_exception", "ValueError: No common block size for 16 (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)]). "
+     "at vllm/v1/worker/utils.py:554", "CPU_MLA takes blocks of 16"),
+    ("sglang", "sglang_exception", "during the prefill forward: RuntimeError: Expected size for first two dimensions of "
+     "batch2 tensor to be: [2, 192] but got: [2, 576]. at sglang/srt/layers/attention/torch_native_backend.py:160",
+     "latent cache"),
+    ("sglang", "sglang_exception", "during start-up: AssertionError: GptOssForCausalLM requires one of ['triton', "
+     "'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following "
+     "backends | - Prefill: torch_native | - Decode: torch_native at sglang/srt/arg_groups/model_hook.py:538",
+     "intel_amx"),
+]
+
+
+@pytest.mark.parametrize(("engine", "kind", "message", "why"), CPU_BACKEND_REFUSALS)
+def test_a_cpu_backends_refusal_is_the_machines_named_limit(engine: str, kind: str, message: str,
+                                                                  why: str) -> None:
+    """Was exit 1, "does not match": the deployment is fine, this machine's attention backend cannot serve it."""
+    assert decision.failure_cause(kind, message) == "environment"
+    [f] = decision.serving_findings([ServingFailure(kind, message)], engine=engine, version="1")
+    assert f.details["cause"] == "environment" and why in str(f.details["machine_limit"]) and why in f.message
+    assert message in f.message and f.fix is not None and "GPU" in f.fix
+    assert decision.status_of([f]) == "error"
+    # a failure in the same file that is not that refusal stays the deployment's
+    assert decision.machine_limit(message.replace("batch2", "batch1").replace("CPU_MLA", "CPU_X")
+                                  .replace("torch_native", "triton")) is None
+
+
 def test_an_engine_failure_is_an_engine_error_naming_engine_and_release() -> None:
     [f] = decision.serving_findings([ServingFailure("vllm_exception", "ValidationError: ... divisible ...",
                                                     engine_version="0.32.0")], engine="vllm", version="0.32.0")

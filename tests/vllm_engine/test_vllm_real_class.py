@@ -1,4 +1,4 @@
-"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE and Qwen3 dense, TP=1.
+"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE, Qwen3 dense, GPT-OSS, TP=1.
 
 The same targets as tests/serving/test_real_class_capture.py (public configs, only sizes reduced; SpecForge records
 recomputed on each at ids [1, 3, 5]; the contract written by ``contract_from_specforge``), served by vLLM's real
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +25,11 @@ from specparity.training.specforge import contract_from_specforge
 from specparity.verdict import Verdict
 
 sys.path.append(str(REPO / "tests" / "serving"))  # the shared builder, after everything else on the path
-from real_class_targets import REDUCED, write_specforge_records, write_target
+from real_class_targets import REDUCED, REDUCED_CPU_LIMITED, write_specforge_records, write_target
 
 pytestmark = pytest.mark.vllm
-CLASSES = sorted(REDUCED)
+CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b"]  # vLLM serves GPT-OSS on CPU, SGLang does not
+assert set(CLASSES) - set(REDUCED) <= set(REDUCED_CPU_LIMITED)
 DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 5]}
 
 
@@ -82,3 +84,29 @@ def test_the_seeds_wiring_and_the_export_as_it_is_are_named(deployments: dict[st
     assert early.status == "fail" and "off_by_one" in _kinds(early), sorted(_kinds(early))
     assert list(early.served_layout or []) == ["layer:0", "layer:2", "layer:4"]
     assert "static_capture_disagreement" not in _kinds(seed) | _kinds(early)
+
+
+def test_deepseek_v3_resolves_statically_and_its_capture_is_this_machines_named_limit(
+        tmp_path: Path, vllm_python: str) -> None:
+    """The seed's class on vLLM: its own config reader resolves the drafter's layers (layer:1, 3, 5 for ids
+    [2, 4, 6]); the capture cannot start on this CPU (CPU_MLA and CPU_ATTN share no block size): exit 3 naming
+    that (it was exit 1, "deployment does not match"), never a pass."""
+    model = write_target("deepseek-ai--DeepSeek-V3", tmp_path / "target", bundle=BUNDLE)
+    records = write_specforge_records(model, tmp_path / "hidden_states", bundle=BUNDLE)
+    _, contract = contract_from_specforge(records, BUNDLE / "draft", tmp_path / "target", out=tmp_path / "c.json",
+                                          vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=2,
+                                          max_probe_tokens=32)
+    dep = {"target": tmp_path / "target", "contract": contract, "drafts": {}}
+    draft = tmp_path / "draft"
+    shutil.copytree(BUNDLE / "draft", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = DRAFTS["healthy"]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    dep["drafts"]["healthy"] = draft
+    static = _gate(dep, "healthy", vllm_python, level="static")
+    assert static.status == "pass" and list(static.served_layout or []) == ["layer:1", "layer:3", "layer:5"], [
+        str(f) for f in static.errors]
+    v = _gate(dep, "healthy", vllm_python)
+    assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]
+    [f] = [f for f in v.errors if f.details.get("machine_limit")]
+    assert "CPU_MLA" in f.message and f.details["engine"] == "vllm"
