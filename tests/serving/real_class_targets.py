@@ -118,3 +118,27 @@ def write_specforge_records(model: Any, out: Path, bundle: Path = BUNDLE) -> Pat
             "aux_hidden_state": torch.cat([hs[j + 1] for j in AUX_IDS], dim=-1)[None].contiguous(),
         }, dest)
     return out
+
+
+def write_deployment(name: str, root: Path, drafts: dict[str, list[int]], *, bundle: Path = BUNDLE,
+                     probes: int = 3, max_probe_tokens: int = 64) -> dict[str, Any]:
+    """The reduced ``name`` target, its SpecForge records and the contract ``contract_from_specforge`` writes from
+    them, and one copy of ``bundle``'s drafter per ``drafts`` label with those ids: keys ``target``, ``model``,
+    ``contract``, ``drafts``, ``arch``."""
+    from specparity.training.specforge import contract_from_specforge
+
+    model = write_target(name, root / "target", bundle=bundle)
+    records = write_specforge_records(model, root / "hidden_states", bundle=bundle)
+    _, contract = contract_from_specforge(
+        records, bundle / "draft", root / "target", out=root / "contract.json",
+        vocab_mapping=bundle / "vocab_mapping" / "vocab_mapping.pt", probes=probes, max_probe_tokens=max_probe_tokens)
+    out = {}
+    for label, ids in drafts.items():
+        d = root / f"draft-{label}"
+        shutil.copytree(bundle / "draft", d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
+        (d / "config.json").write_text(json.dumps(cfg, indent=1))
+        out[label] = d
+    arch = json.loads((root / "target" / "config.json").read_text())["architectures"][0]
+    return {"target": root / "target", "model": model, "contract": contract, "drafts": out, "arch": arch}

@@ -17,14 +17,12 @@ processor (serving/sglang/common.py:aux_capture).
 
 from __future__ import annotations
 
-import json
-import shutil
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
-from real_class_targets import AUX_IDS, BUNDLE, REDUCED, hidden_states, write_specforge_records, write_target
+from real_class_targets import AUX_IDS, REDUCED, hidden_states, write_deployment
 from serving_probes import PROBES
 from version_facts import needs_capture_level
 
@@ -33,7 +31,6 @@ from specparity.gate import run_gate
 from specparity.serving.cache import SessionCache
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.sources import EMBEDDING, layer
-from specparity.training.specforge import contract_from_specforge
 from specparity.verdict import Verdict
 
 pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
@@ -56,25 +53,7 @@ STATIC_HAZARD = {"cuda_graph_ids_hazard"} if isinstance(_ENTRY, AdapterEntry) an
 @pytest.fixture(scope="module")
 def deployments(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Per class: target dir, HF model, contract, and the three drafts (bundled drafter, ids edited in a copy)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in CLASSES:
-        root = tmp_path_factory.mktemp(name.split("--")[1])
-        model = write_target(name, root / "target")
-        records = write_specforge_records(model, root / "hidden_states")
-        _, path = contract_from_specforge(
-            records, BUNDLE / "draft", root / "target", out=root / "contract.json",
-            vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=3, max_probe_tokens=64)
-        drafts = {}
-        for label, ids in DRAFTS.items():
-            d = root / f"draft-{label}"
-            shutil.copytree(BUNDLE / "draft", d)
-            cfg = json.loads((d / "config.json").read_text())
-            cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
-            (d / "config.json").write_text(json.dumps(cfg, indent=1))
-            drafts[label] = d
-        arch = json.loads((root / "target" / "config.json").read_text())["architectures"][0]
-        out[name] = {"target": root / "target", "model": model, "contract": path, "drafts": drafts, "arch": arch}
-    return out
+    return {name: write_deployment(name, tmp_path_factory.mktemp(name.split("--")[1]), DRAFTS) for name in CLASSES}
 
 
 _verdicts: dict[tuple[str, str, str], Verdict] = {}
@@ -163,16 +142,12 @@ CPU_REFUSED = {
 def test_resolved_statically_and_the_capture_is_this_machines_named_limit(tmp_path: Path, name: str) -> None:
     """SGLang's own setter on the meta-built target serves layer:1, 3, 5; the capture cannot run on this CPU: exit 3
     naming why (it was exit 1, "does not match"), never a pass."""
-    root = tmp_path
-    model = write_target(name, root / "target")
-    records = write_specforge_records(model, root / "hidden_states")
-    _, contract = contract_from_specforge(records, BUNDLE / "draft", root / "target", out=root / "contract.json",
-                                          vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=2,
-                                          max_probe_tokens=32)
-    static = run_gate(contract, root / "target", BUNDLE / "draft", level="static", timeout_s=600)
+    dep = write_deployment(name, tmp_path, {"healthy": list(AUX_IDS)}, probes=2, max_probe_tokens=32)
+    contract, target, draft = dep["contract"], dep["target"], dep["drafts"]["healthy"]
+    static = run_gate(contract, target, draft, level="static", timeout_s=600)
     assert static.status == "pass" and list(static.served_layout or []) == ["layer:1", "layer:3", "layer:5"], [
         str(f) for f in static.errors]
-    v = run_gate(contract, root / "target", BUNDLE / "draft", level="capture", timeout_s=600)
+    v = run_gate(contract, target, draft, level="capture", timeout_s=600)
     assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]
     limits = [f for f in v.errors if f.details.get("machine_limit")]
     assert limits and all(CPU_REFUSED[name] in str(f.details["machine_limit"]) for f in limits)

@@ -10,8 +10,6 @@ chunk 0, the rest shifted).
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,10 @@ from vllm_helpers import BUNDLE, REPO
 
 from specparity.gate import run_gate
 from specparity.sources import EMBEDDING
-from specparity.training.specforge import contract_from_specforge
 from specparity.verdict import Verdict
 
 sys.path.append(str(REPO / "tests" / "serving"))  # the shared builder, after everything else on the path
-from real_class_targets import REDUCED, REDUCED_CPU_LIMITED, write_specforge_records, write_target
+from real_class_targets import REDUCED, REDUCED_CPU_LIMITED, write_deployment
 
 pytestmark = pytest.mark.vllm
 CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b"]  # vLLM serves GPT-OSS on CPU, SGLang does not
@@ -35,24 +32,8 @@ DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 
 
 @pytest.fixture(scope="module")
 def deployments(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name in CLASSES:
-        root = tmp_path_factory.mktemp(name.split("--")[1])
-        model = write_target(name, root / "target", bundle=BUNDLE)
-        records = write_specforge_records(model, root / "hidden_states", bundle=BUNDLE)
-        _, path = contract_from_specforge(
-            records, BUNDLE / "draft", root / "target", out=root / "contract.json",
-            vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=3, max_probe_tokens=64)
-        drafts = {}
-        for label, ids in DRAFTS.items():
-            d = root / f"draft-{label}"
-            shutil.copytree(BUNDLE / "draft", d)
-            cfg = json.loads((d / "config.json").read_text())
-            cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ids
-            (d / "config.json").write_text(json.dumps(cfg, indent=1))
-            drafts[label] = d
-        out[name] = {"target": root / "target", "contract": path, "drafts": drafts}
-    return out
+    return {name: write_deployment(name, tmp_path_factory.mktemp(name.split("--")[1]), DRAFTS, bundle=BUNDLE)
+            for name in CLASSES}
 
 
 def _gate(dep: dict[str, Any], label: str, python: str, *, level: str = "capture", **engine_args: object) -> Verdict:
@@ -91,18 +72,8 @@ def test_deepseek_v3_resolves_statically_and_its_capture_is_this_machines_named_
     """The seed's class on vLLM: its own config reader resolves the drafter's layers (layer:1, 3, 5 for ids
     [2, 4, 6]); the capture cannot start on this CPU (CPU_MLA and CPU_ATTN share no block size): exit 3 naming
     that (it was exit 1, "deployment does not match"), never a pass."""
-    model = write_target("deepseek-ai--DeepSeek-V3", tmp_path / "target", bundle=BUNDLE)
-    records = write_specforge_records(model, tmp_path / "hidden_states", bundle=BUNDLE)
-    _, contract = contract_from_specforge(records, BUNDLE / "draft", tmp_path / "target", out=tmp_path / "c.json",
-                                          vocab_mapping=BUNDLE / "vocab_mapping" / "vocab_mapping.pt", probes=2,
-                                          max_probe_tokens=32)
-    dep = {"target": tmp_path / "target", "contract": contract, "drafts": {}}
-    draft = tmp_path / "draft"
-    shutil.copytree(BUNDLE / "draft", draft)
-    cfg = json.loads((draft / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = DRAFTS["healthy"]
-    (draft / "config.json").write_text(json.dumps(cfg))
-    dep["drafts"]["healthy"] = draft
+    dep = write_deployment("deepseek-ai--DeepSeek-V3", tmp_path, {"healthy": DRAFTS["healthy"]}, bundle=BUNDLE,
+                           probes=2, max_probe_tokens=32)
     static = _gate(dep, "healthy", vllm_python, level="static")
     assert static.status == "pass" and list(static.served_layout or []) == ["layer:1", "layer:3", "layer:5"], [
         str(f) for f in static.errors]
