@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.compare.findings import ENGINE_THEN, ENVIRONMENT_KINDS, Finding, FindingKind, Severity
 
 CHECKS = ("static", "capture", "outcome")
 ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve the deployment at all)
@@ -84,6 +84,8 @@ def failure_cause(kind: str, message: str) -> str:
         return "environment"
     if kind == "child_crashed":
         return "environment"
+    # a worker's own exception leads a generic "engine core failed" (serving/vllm/root_cause.py): judged alone
+    message = message.split(ENGINE_THEN)[0]
     if kind in ("sglang_exception", "vllm_exception"):  # vLLM's own exceptions follow the same rule
         if _ENVIRONMENT_EXCEPTION.search(message) or machine_limit(message):
             return "environment"

@@ -200,13 +200,13 @@ def test_a_tp_the_heads_do_not_divide_is_vllms_refusal_with_its_reason(vllm_pyth
 
 
 def test_what_this_machine_lacks_is_exit_3_never_a_deployment_failure(vllm_python: str) -> None:
-    """The vLLM env has no Ray (ParallelConfig refuses the Ray executor), and this machine one NUMA node (vLLM's CPU
-    thread binding refuses two pipeline stages): the check could not run here, exit 3 with the cause. Where the
-    machine can (Ray installed, NUMA nodes enough), the verdict must be the TP=1 one (this drafter's off-by-one)."""
+    """The vLLM env has no Ray (ParallelConfig refuses the Ray executor): the check could not run here, exit 3 with
+    the cause. Where the machine can (Ray installed), the verdict must be the TP=1 one (this drafter's off-by-one).
+    (Two pipeline stages no longer meet vLLM's one-NUMA-node refusal: the gate binds a core per local worker;
+    test_pp2_meets_vllms_own_crash_named_from_its_worker below.)"""
     from specparity.report import render_text
 
-    for args, cause in (({"distributed_executor_backend": "ray"}, "Ray"),
-                        ({"pipeline_parallel_size": 2}, "NUMA")):
+    for args, cause in (({"distributed_executor_backend": "ray"}, "Ray"),):
         v = _gate(BUNDLE / "draft", vllm_python, level="capture", **args)
         engine_errors = [f for f in v.errors if f.kind is FindingKind.ENGINE_ERROR]
         if not engine_errors:  # this machine could serve it: then the verdict is the TP=1 one (the off-by-one)
@@ -216,3 +216,16 @@ def test_what_this_machine_lacks_is_exit_3_never_a_deployment_failure(vllm_pytho
         assert cause in engine_errors[0].message and engine_errors[0].details["engine"] == "vllm"
         text = render_text(v)
         assert "on this machine: vLLM failed" in text and "residual-stream boundary" not in text, text
+
+
+def test_pp2_meets_vllms_own_crash_named_from_its_worker(vllm_python: str) -> None:
+    """Issue 23 item 3: PP=2 on vLLM 0.32 (a core bound per stage). vLLM builds the drafter only on the last pipeline
+    stage (v1/worker/gpu_model_runner.py:590) and then asserts it on every stage while it sets up attention
+    (:6866-6880): the first stage's worker raises AttributeError and the front end says only "Engine core
+    initialization failed". The report leads with the worker's own exception (serving/vllm/root_cause.py) and, since
+    vLLM's code raised on this deployment, it is exit 1, not a machine's failure."""
+    v = _gate(BUNDLE / "draft", vllm_python, level="capture", pipeline_parallel_size=2)
+    assert (v.status, v.exit_code) == ("fail", 1), [str(f) for f in v.errors]
+    [f] = [f for f in v.errors if f.kind is FindingKind.ENGINE_ERROR]
+    assert f.message.startswith("'CPUModelRunner' object has no attribute 'drafter'"), f.message
+    assert "Engine core initialization failed" in f.message and f.details["cause"] == "deployment"

@@ -66,6 +66,11 @@ class FindingKind(str, enum.Enum):
     CHECK_SKIPPED = "check_skipped"
 
 
+# Separates an engine worker's own exception, put first in a failure's message, from the engine's generic report
+# after it (serving/vllm/root_cause.py); the exit code is decided on the text before it (decision.failure_cause).
+ENGINE_THEN = "; vLLM's engine then reported: "
+
+
 class Severity(str, enum.Enum):
     """``error`` fails the gate, ``warning`` is shown and may be promoted, ``info`` is context."""
 

@@ -129,12 +129,15 @@ def run_child(
     progress: Callable[[int, int], None] | None = None,
     module: str = WORKER_MODULE,
     engine: str = "SGLang",
+    annotate: Callable[[ChildOutcome, list[str]], ChildOutcome] | None = None,
 ) -> ChildOutcome | ServingFailure:
     """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs.
 
     With ``SPECPARITY_WARM_START=1`` an SGLang job is forked from a zygote of the same interpreter that has
     already imported SGLang (:mod:`specparity.serving.warm`); otherwise, or when no zygote can serve, it
-    starts a new interpreter. Both run the worker's same code in a fresh process of its own session."""
+    starts a new interpreter. Both run the worker's same code in a fresh process of its own session.
+    ``annotate(outcome, stderr_lines)`` may rewrite a result with what the child's stderr says (vLLM's workers log
+    their own exception there: :mod:`specparity.serving.vllm.root_cause`)."""
     interpreter = python or sys.executable
     work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
     deadline = time.monotonic() + timeout_s
@@ -186,6 +189,6 @@ def run_child(
                 f"the {engine} child exited with code {child.poll()} "
                 f"without a result; stderr tail:\n{_tail(child.stderr_lines())}",
             )
-        return outcome
+        return outcome if annotate is None else annotate(outcome, child.stderr_lines())
     finally:
         shutil.rmtree(work, ignore_errors=True)

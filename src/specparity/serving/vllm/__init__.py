@@ -25,6 +25,7 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
+from specparity.serving.vllm.root_cause import with_worker_root_cause
 
 WORKER_MODULE = "specparity.serving.vllm.worker"
 
@@ -82,7 +83,7 @@ def capture_deployment(
             FC_NOT_CALLED, "no probe samples were given, so no forward reached the drafter's fc"),))
     t0 = time.perf_counter()
     outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress, module=WORKER_MODULE,
-                        engine="vLLM")
+                        engine="vLLM", annotate=with_worker_root_cause)
     if isinstance(outcome, ServingFailure):
         return CaptureResult(None, None, None, (outcome,))
     return CaptureResult(deployment=_with_wall(outcome.deployment, time.perf_counter() - t0), fc=outcome.fc,

