@@ -41,7 +41,7 @@ _ENVIRONMENT_EXCEPTION = re.compile(
     r"|NUMA node"
     # the engine's worker processes died under it (vllm 0.32 v1/engine/exceptions.py EngineDeadError; "Engine core
     # initialization failed" is what the front end raises when the core process exited, v1/engine/core_client.py)
-    r"|\bEngineDeadError\b|Engine core initialization failed"
+    r"|\bEngineDeadError\b|Engine core initialization failed|^Segfault in "
     # a distributed backend this env lacks: vLLM's ParallelConfig refuses the Ray executor without Ray installed
     # (vllm 0.32 config/parallel.py) - the machine's install, not the deployment
     r"|ray is not installed|install ray|No module named .?ray", re.IGNORECASE)
@@ -58,6 +58,10 @@ MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
      "SGLang's CPU attention backend (torch_native, layers/attention/torch_native_backend.py) attends with the "
      "query's head size and cannot read MLA's compressed latent cache (kv_lora_rank + qk_rope_head_dim wide); on a "
      "GPU SGLang serves MLA with its MLA backends, so the capture needs a GPU here"),
+    (re.compile(r"Segfault in vllm/csrc/cpu/cpu_fused_moe\.cpp", re.IGNORECASE),
+     "vLLM's CPU fused-MoE kernel (csrc/cpu/cpu_fused_moe.cpp) crashes when the experts are split across ranks "
+     "(enable_expert_parallel; the same target at TP=2 without it serves); on a GPU vLLM's fused-MoE kernels serve "
+     "expert parallelism, so the capture needs a GPU here"),
     (re.compile(r"requires one of \[.*\] attention backend, but got .*torch_native", re.IGNORECASE),
      "SGLang serves this class only with the attention backends it names (its CPU one, intel_amx, needs sgl_kernel's "
      "CPU build, which this machine lacks), and this machine has only torch_native; on the deployment's GPU one of "

