@@ -134,7 +134,7 @@ def test_atlas_sets_and_restores_the_layer_marks_of_marking_classes(monkeypatch)
     models/qwen2_moe.py:1153-1156, 1196-1202), not the capture list: the atlas marks every boundary for its stream
     forward, none for its final-norm forward, and leaves the deployment's own marks as they were."""
     import specparity.serving.sglang.v0_5_23_run as run
-    from specparity.serving.sglang.common import CAPTURE_MARK
+    from specparity.serving.sglang.capture_marks import CAPTURE_MARK
 
     workers = _fake_workers("Qwen3MoeForCausalLM", 4, 2)
     layers = [SimpleNamespace() for _ in range(4)]

@@ -12,7 +12,7 @@ and vocabulary). Checked, on SGLang's real workers:
 
 Qwen3-MoE was a false alarm before this (FAIL, exit 1): its layer loop captures the layers SGLang's setter marks
 (``_is_layer_to_capture``), not the capture list the atlas set, so the atlas forward raised inside SGLang's logits
-processor (serving/sglang/common.py:aux_capture).
+processor (serving/sglang/capture_marks.py:aux_capture).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ import torch
 
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
-from specparity.serving.sglang.common import aux_capture, split_rows
+from specparity.serving.sglang.capture_marks import aux_capture
+from specparity.serving.sglang.common import split_rows
 from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu, tree_cache_namespace
 from specparity.serving.sglang.v0_5_23_run import Workers, init_draft_attention
 from specparity.sources import EMBEDDING, FINAL_NORM, layer

@@ -39,9 +39,9 @@ from specparity.serving.results import (
 from specparity.serving.sglang import legacy_run as run
 from specparity.serving.sglang import legacy_shims
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import (
     NORM_FLAGS,
-    aux_capture,
     collect_sglang_warnings,
     cpu_mem_fraction,
     exception_failure,

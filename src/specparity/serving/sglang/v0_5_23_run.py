@@ -15,7 +15,8 @@ import torch
 
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
-from specparity.serving.sglang.common import aux_capture, split_rows
+from specparity.serving.sglang.capture_marks import aux_capture
+from specparity.serving.sglang.common import split_rows
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 
