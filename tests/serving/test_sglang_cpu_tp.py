@@ -32,10 +32,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.skipif(SGLANG != "0.5.23", reason="runtime_context.publish, which places a rank, is 0.5.23's API")
-def test_sglang_tp2_on_cpu_is_refused_by_pynccl_at_group_init() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(_free_port()), str(TARGET)], capture_output=True,
-                          text=True, timeout=300)
-    ranks = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+def test_sglang_tp2_on_cpu_is_refused_by_pynccl_at_group_init(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(_free_port()), str(TARGET), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert sorted(r["rank"] for r in ranks) == [0, 1], (proc.stdout, proc.stderr[-2000:])
     if all(r["ok"] for r in ranks):
         pytest.fail(f"sglang {SGLANG} now builds a TP=2 group on CPU: wire SGLang's capture at TP>1 "

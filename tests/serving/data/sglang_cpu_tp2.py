@@ -3,8 +3,9 @@
 Each rank runs as SGLang's scheduler would on the CPU platform: ``SGLANG_USE_CPU_ENGINE=1``, the sgl_kernel import
 stand-in where the real one is missing (as the capture child installs it), ServerArgs with ``tp_size=2`` and
 ``device=cpu`` published with this rank's placement, then SGLang's ``init_distributed_environment`` (gloo, on
-loopback) and ``initialize_model_parallel``. Each prints one JSON line: ok, or the exception and where it was raised.
-Usage: python sglang_cpu_tp2.py PORT TARGET_DIR
+loopback) and ``initialize_model_parallel``. Each writes ``rank<R>.json`` in OUT_DIR (its own file: two ranks
+printing to one pipe can interleave): ok, or the exception and where it was raised.
+Usage: python sglang_cpu_tp2.py PORT TARGET_DIR OUT_DIR
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ import sys
 import traceback
 
 
-def rank(r: int, port: int, target: str) -> None:
+def _report(out: str, r: int, result: dict[str, object]) -> None:
+    with open(os.path.join(out, f"rank{r}.json"), "w") as f:
+        json.dump({"rank": r, **result}, f)
+
+
+def rank(r: int, port: int, target: str, out: str) -> None:
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     try:
         from specparity.serving.sglang.worker import install_kernel_stub_if_needed
@@ -31,17 +37,16 @@ def rank(r: int, port: int, target: str) -> None:
         ps.init_distributed_environment(world_size=2, rank=r, local_rank=r, backend="gloo",
                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
         ps.initialize_model_parallel(backend="gloo")
-        print(json.dumps({"rank": r, "ok": True}), flush=True)
+        _report(out, r, {"ok": True})
     except BaseException as e:  # reported, never raised: the parent asserts on it
         frames = traceback.extract_tb(e.__traceback__)
-        print(json.dumps({"rank": r, "ok": False, "error": f"{type(e).__name__}: {e}"[:400],
-                          "where": [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames]}),
-              flush=True)
+        _report(out, r, {"ok": False, "error": f"{type(e).__name__}: {e}"[:400],
+                         "where": [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in frames]})
 
 
 if __name__ == "__main__":
-    port, target = int(sys.argv[1]), sys.argv[2]
-    procs = [mp.get_context("spawn").Process(target=rank, args=(r, port, target)) for r in range(2)]
+    port, target, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    procs = [mp.get_context("spawn").Process(target=rank, args=(r, port, target, out)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
