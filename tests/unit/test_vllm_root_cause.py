@@ -68,3 +68,23 @@ def test_a_workers_segfault_in_the_cpu_moe_kernel_is_named_and_the_machines() ->
     assert led.message.startswith("Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242")
     [f] = decision.serving_findings([led], engine="vllm", version="0.32.0")
     assert f.details["cause"] == "environment" and "expert" in str(f.details["machine_limit"])
+
+
+def test_whichever_generic_error_the_front_end_raises_the_worker_leads() -> None:
+    """vLLM's front end says a worker failed in several ways, by timing (seen on the clean-clone CI run)."""
+    segfault = ["!!!!!!! Segfault encountered !!!!!!!",
+                '  File "/tmp/vllm/csrc/cpu/cpu_fused_moe.cpp", line 242, in fused_moe_impl<float, float, X>']
+    for generic in ("RuntimeError: Executor failed. at vllm/v1/executor/multiproc_executor.py:399",
+                    "RuntimeError: Worker proc VllmWorker-1 died unexpectedly (exit code: -11)",
+                    "RuntimeError: some other front-end text"):
+        led = with_worker_root_cause(ServingFailure("vllm_exception", generic), segfault)
+        assert led.message.startswith("Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242"), led.message
+        assert decision.failure_cause(led.kind, led.message) == "environment"
+    worker = ServingFailure("vllm_exception", "RuntimeError: Worker failed with error ''CPUModelRunner' object has no "
+                            "attribute 'drafter'', please check the stack trace above for the root cause")
+    led = with_worker_root_cause(worker, LOGGED)
+    assert led.message.startswith("AttributeError: 'CPUModelRunner'") and "gpu_model_runner.py:6873" in led.message
+    assert decision.failure_cause(led.kind, led.message) == "deployment"
+    # no worker evidence, not a generic report: an engine's own refusal is never rewritten
+    refusal = ServingFailure("vllm_exception", "ValidationError: ... divisible by tensor parallel size (3).")
+    assert with_worker_root_cause(refusal, LOGGED) == refusal

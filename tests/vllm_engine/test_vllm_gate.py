@@ -227,5 +227,7 @@ def test_pp2_meets_vllms_own_crash_named_from_its_worker(vllm_python: str) -> No
     v = _gate(BUNDLE / "draft", vllm_python, level="capture", pipeline_parallel_size=2)
     assert (v.status, v.exit_code) == ("fail", 1), [str(f) for f in v.errors]
     [f] = [f for f in v.errors if f.kind is FindingKind.ENGINE_ERROR]
-    assert f.message.startswith("'CPUModelRunner' object has no attribute 'drafter'"), f.message
-    assert "Engine core initialization failed" in f.message and f.details["cause"] == "deployment"
+    # which generic error vLLM's front end raises first varies with timing ("Engine core initialization failed", or
+    # "Worker failed with error '...'"); either way the worker's exception is in the finding and decides the exit
+    assert "'CPUModelRunner' object has no attribute 'drafter'" in f.message, f.message
+    assert f.details["cause"] == "deployment"

@@ -19,7 +19,10 @@ from typing import Any
 
 from specparity.compare.findings import ENGINE_THEN
 
-_GENERIC = re.compile(r"Engine core initialization failed|EngineDeadError")
+# what vLLM's front end raises when a worker failed, in whichever order its monitors notice (vllm 0.32
+# v1/engine/utils.py, v1/engine/core_client.py, v1/executor/multiproc_executor.py:399 and :444)
+_GENERIC = re.compile(r"Engine core initialization failed|EngineDeadError|Worker failed with error|Executor failed"
+                      r"|died unexpectedly")
 _LOG = re.compile(r"^\((?P<proc>[\w.-]+) pid=\d+\) ERROR [^\]]*\] (?P<text>.*)$")
 _FILE = re.compile(r'^\s*File "(?:.*/site-packages/)?(?P<path>[^"]+)", line (?P<line>\d+)')
 _EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
@@ -91,8 +94,10 @@ def with_worker_root_cause(outcome: Any, stderr: Sequence[str]) -> Any:
     """``outcome`` with each generic start-up failure's message led by the worker's own exception."""
     from specparity.serving.results import ServingFailure
 
+    crashed = _segfault(stderr)  # a worker's segfault is the root of whatever the front end said after it
+
     def fix(f: ServingFailure) -> ServingFailure:
-        if not _GENERIC.search(f.message) or ENGINE_THEN in f.message:
+        if ENGINE_THEN in f.message or f.kind != "vllm_exception" or not (_GENERIC.search(f.message) or crashed):
             return f
         root = worker_root_cause(stderr)
         return f if root is None else dataclasses.replace(f, message=f"{root}{ENGINE_THEN}{f.message}")
