@@ -76,7 +76,7 @@ def child_environment(device: str) -> dict[str, str]:
     return env
 
 
-def _setup_env(tp: int, tap_dir: Path, atlas: bool) -> None:
+def _setup_env(workers: int, tap_dir: Path, atlas: bool) -> None:
     from specparity.serving.vllm.tap import ENV_ATLAS, ENV_DIR
 
     os.environ[ENV_DIR] = str(tap_dir)
@@ -84,13 +84,13 @@ def _setup_env(tp: int, tap_dir: Path, atlas: bool) -> None:
         os.environ[ENV_ATLAS] = "1"
     # measured on CPU (issue 14): the default KV space gets a worker killed for memory
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    if tp == 1:
+    if workers == 1:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
     else:
         # vLLM's CPU autobind refuses two local workers on one NUMA node (vllm 0.32 utils/ompmultiprocessing.py:217),
         # at TP as at PP; one core each, round robin over the local workers (tp x pp of them)
         n = os.cpu_count() or 1
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % n) for r in range(tp)))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % n) for r in range(workers)))
 
 
 def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
@@ -346,9 +346,10 @@ def main(argv: list[str]) -> int:
 
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
     # the local workers: one per rank of the TP x PP world (one node)
-    tp = int(request.server_args.get("tensor_parallel_size", 1)) * int(request.server_args.get("pipeline_parallel_size", 1))
+    args = request.server_args
+    workers = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
     tap_dir = Path(tempfile.mkdtemp(prefix="tap-", dir=out_dir.parent))
-    _setup_env(tp, tap_dir, request.atlas)
+    _setup_env(workers, tap_dir, request.atlas)
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
