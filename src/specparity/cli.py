@@ -296,7 +296,8 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
       2  your own files are malformed (contract, probe pack, model dirs, arguments): the message
          names the file and field.
       3  the check could not run here: the engine missing or unsupported, out of memory, timeout,
-         this machine's limits (e.g. one NUMA node for vLLM's CPU workers, no Ray), a dead engine.
+         this machine's limits (e.g. no Ray, a CPU attention backend that cannot run MLA: the
+         finding names the call), a dead engine. A vLLM worker's own exception decides it.
     """
     from specparity.engine_args import parse_sglang_args
     from specparity.gate import run_gate
