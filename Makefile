@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real test test-real lint type fixtures clean-venv
+.PHONY: install vllm-env demo demo-real test test-real test-topology lint type fixtures clean-venv
 
 install:
 	@scripts/venv.sh
@@ -31,6 +31,12 @@ test-real: install vllm-env
 	@$(PY) -m specparity.realmodel fetch >/dev/null
 	@$(PY) -m pytest -p no:cacheprovider -q -m real_model tests/real_model
 	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m real_model tests/real_model
+
+# The topology tier on vLLM's real engine (tests/vllm_engine/test_vllm_topology.py): two Ray nodes started and
+# stopped by the test on loopback, PP=2, TP=2 x PP=2. The dense TP=2 and the MoE class at TP=2 with expert parallelism
+# run in the default CI; these do not (about 4 minutes on 2 cores).
+test-topology: vllm-env
+	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m topology tests/vllm_engine
 
 lint: install
 	@$(VENV)/bin/ruff check src tests fixtures benchmarks conftest.py

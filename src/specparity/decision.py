@@ -62,6 +62,11 @@ MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
      "vLLM's CPU fused-MoE kernel (csrc/cpu/cpu_fused_moe.cpp) crashes when the experts are split across ranks "
      "(enable_expert_parallel; the same target at TP=2 without it serves); on a GPU vLLM's fused-MoE kernels serve "
      "expert parallelism, so the capture needs a GPU here"),
+    (re.compile(r"current platform cpu does not support ray", re.IGNORECASE),
+     "vLLM's CPU platform names no Ray device (platforms/interface.py:150 ray_device_key is empty; only the CUDA, ROCm "
+     "and XPU platforms set one), so its Ray executor refuses to place workers (vllm 0.32 v1/executor/ray_utils.py:"
+     "572-576, initialize_ray_cluster); on GPUs the Ray executor places one worker per GPU across the nodes, so the "
+     "capture needs the deployment's GPUs here"),
     (re.compile(r"requires one of \[.*\] attention backend, but got .*torch_native", re.IGNORECASE),
      "SGLang serves this class only with the attention backends it names (its CPU one, intel_amx, needs sgl_kernel's "
      "CPU build, which this machine lacks), and this machine has only torch_native; on the deployment's GPU one of "
@@ -157,6 +162,7 @@ def not_run(check: str, blockers: Sequence[Finding]) -> Finding:
 
 _FAILURE_FINDING: dict[str, FindingKind] = {
     "fc_not_called": FindingKind.FC_NOT_CALLED,
+    "rank_missing": FindingKind.RANK_MISSING,
     "capture_count_short": FindingKind.CAPTURE_COUNT_SHORT,
     "capture_shape": FindingKind.WIDTH_MISMATCH,
     "nonfinite": FindingKind.NONFINITE,

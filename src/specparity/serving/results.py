@@ -33,6 +33,9 @@ VLLM_EXCEPTION = "vllm_exception"  # vLLM raised: type, message and the innermos
 VLLM_MISSING = "vllm_missing"
 # SGLang asked this machine's GPU (a CUDA query through torch) and there is none: the check cannot run here
 NEEDS_HARDWARE = "needs_hardware"
+# a rank of the served world that should have reported evidence (vLLM collective_rpc) and did not: never a pass
+# on partial evidence
+RANK_MISSING = "rank_missing"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -48,6 +51,7 @@ FAILURE_KINDS = (
     VLLM_EXCEPTION,
     VLLM_MISSING,
     NEEDS_HARDWARE,
+    RANK_MISSING,
 )
 ENGINES = ("sglang", "vllm")
 
@@ -155,6 +159,9 @@ class ResolvedDeployment:
     # config sets are then ``ignored_config_ids`` (None: it sets none), and ``draft_config_ids`` stays None
     ids_read: bool = True
     ignored_config_ids: tuple[int, ...] | None = None
+    # the served layout as the engine resolved it: engine, executor, TP/PP/DP/EP sizes, the ranks expected, and after
+    # a capture which ranks reported, from which nodes (serving/vllm/ranks.py layout; report/layout.py renders it)
+    layout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def engine_version(self) -> str:
@@ -195,7 +202,7 @@ class ResolvedDeployment:
                 v = tuple(str(x) for x in v)
             elif f.name == "draft_fc_module":
                 v = None if v is None else tuple(v)
-            elif f.name in ("server_args", "timings", "environment"):
+            elif f.name in ("server_args", "timings", "environment", "layout"):
                 v = dict(v)
             elif f.name == "adapter_notes":
                 v = tuple((str(a), str(b), str(c), str(d)) for a, b, c, d in v)

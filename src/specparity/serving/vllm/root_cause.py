@@ -57,17 +57,20 @@ def worker_root_cause(stderr: Sequence[str]) -> str | None:
     """``"<Exception>: <message> at <file>:<line> (in <process>)"`` of the first worker traceback; a worker's
     segfault with its first native frame; where only the engine core's account is there,
     ``"<message> (a worker's exception, ...)"``; else None."""
-    logged = _logged_worker_exception(stderr) or _segfault(stderr)
+    # a worker's traceback first; the engine core's own where no worker logged one (an executor that raised before
+    # any worker started: the Ray executor's initialize_ray_cluster, v1/executor/ray_utils.py:574)
+    logged = (_logged_worker_exception(stderr) or _segfault(stderr)
+              or _logged_worker_exception(stderr, process="EngineCore"))
     if logged is not None:
         return logged
     for raw in stderr:
         m = _WORKER_FAILED.search(raw)
         if m is not None:
             return f"{m.group('msg')} (a vLLM worker's exception, as its engine core reports it)"
-    return None
+    return _process_traceback(stderr)
 
 
-def _logged_worker_exception(stderr: Sequence[str]) -> str | None:
+def _logged_worker_exception(stderr: Sequence[str], *, process: str = "Worker") -> str | None:
     where: str | None = None
     in_traceback: str | None = None
     for raw in stderr:
@@ -75,7 +78,7 @@ def _logged_worker_exception(stderr: Sequence[str]) -> str | None:
         if m is None:
             continue
         proc, text = m.group("proc"), m.group("text")
-        if not proc.startswith("Worker"):
+        if not proc.startswith(process):
             continue
         if text.startswith("Traceback (most recent call last)"):
             in_traceback, where = proc, None
@@ -87,6 +90,30 @@ def _logged_worker_exception(stderr: Sequence[str]) -> str | None:
             where = f"{f.group('path')}:{f.group('line')}"
         elif _EXC.match(text.strip()):
             return f"{text.strip()}" + (f" at {where}" if where else "") + f" (in {proc})"
+    return None
+
+
+_PROCESS = re.compile(r"^Process (?P<proc>[\w.-]+):$")
+
+
+def _process_traceback(stderr: Sequence[str]) -> str | None:
+    """The exception of a vLLM process that Python's multiprocessing printed bare on stderr (``Process EngineCore:``
+    then the traceback: the engine core's start-up failing before vLLM's logger reports it)."""
+    proc: str | None = None
+    where: str | None = None
+    for raw in stderr:
+        line = raw.rstrip("\n")
+        m = _PROCESS.match(line)
+        if m is not None:
+            proc, where = m.group("proc"), None
+            continue
+        if proc is None:
+            continue
+        f = _FILE.match(line)
+        if f is not None:
+            where = f"{f.group('path')}:{f.group('line')}"
+        elif where is not None and _EXC.match(line.strip()) and not line.startswith(" "):
+            return f"{line.strip()} at {where} (in {proc})"
     return None
 
 

@@ -2,32 +2,38 @@
 
 vLLM loads every ``vllm.general_plugins`` entry point in every process it starts, the engine core and
 each tensor-parallel worker included (``vllm/plugins/__init__.py:77``). :func:`register` does nothing
-unless :data:`ENV_DIR` names a directory, so the same plugin can sit in a production server's venv.
+unless :data:`ENV_ON` is set, so the same plugin can sit in a production server's venv.
 When enabled it wraps the model runner's ``load_model`` (``vllm/v1/worker/cpu_model_runner.py:62-78``,
 ``gpu_model_runner.py``), and once the target and the drafter are loaded installs, in that worker:
 
 - a forward pre-hook on the drafter's ``fc`` (called from ``combine_hidden_states``,
   ``vllm/model_executor/models/llama_eagle3.py:397-418``): every call, prefill and every verify step,
-  is written to ``<dir>/rank<r>/<n>.safetensors`` at once (a crash later keeps what was seen);
+  is kept in the worker's memory as one safetensors blob;
 - with :data:`ENV_ATLAS` set, a wrapper on the target's ``_maybe_add_hidden_state``
   (``vllm/model_executor/models/interfaces.py:1601-1611``), the very function that picks the aux states,
   called at every boundary ``0..L`` of the layer loop (``models/llama.py:428-441``) with the values vLLM
   would capture (``hidden_states + residual``), plus a forward hook on the target's final ``norm``
-  (``llama.py:452``). The boundaries of the target forward that preceded an fc call go into that call's file.
+  (``llama.py:452``). The boundaries of the target forward that preceded an fc call go into that call's blob.
 
-``<dir>/rank<r>/meta.json`` says what was installed (or that the worker built no drafter / no fc).
-The tap never changes a tensor: hooks only clone.
+The evidence leaves the worker only through vLLM's own channel: the gate calls :func:`drain` with
+``LLM.collective_rpc`` (``vllm/entrypoints/llm.py:574``), which every executor implements (in-process,
+multiprocessing, Ray across nodes), so no rank's evidence depends on a path only one node can read. Each
+reply names the rank, its place in the TP/PP groups, its host (and Ray node), what was installed, and the
+fc calls seen since the last drain. The tap never changes a tensor: hooks only clone.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
+import socket
+import sys
 from typing import Any
 
-ENV_DIR = "SPECPARITY_VLLM_TAP"
+ENV_ON = "SPECPARITY_VLLM_TAP"
 ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
+# the worker method the gate calls by name through LLM.collective_rpc (a name, not a pickled function: vLLM's
+# front end refuses to serialise functions unless VLLM_ALLOW_INSECURE_SERIALIZATION is set, v1/serial_utils.py:219)
+RPC = "specparity_tap_drain"
 _MARK = "_specparity_tap_wrapped"
 
 
@@ -37,6 +43,32 @@ def _rank() -> int:
     return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
+def _group_ranks() -> dict[str, int]:
+    """This worker's rank in vLLM's TP and PP groups (``vllm/distributed/parallel_state.py``), where initialised."""
+    out: dict[str, int] = {}
+    try:
+        from vllm.distributed import parallel_state as ps
+
+        out["tp_rank"] = int(ps.get_tp_group().rank_in_group)
+        out["pp_rank"] = int(ps.get_pp_group().rank_in_group)
+    except Exception:  # groups not initialised (a process that is not a worker)
+        pass
+    return out
+
+
+def _node() -> dict[str, Any]:
+    """Where this worker runs: host, process, and the Ray node id when Ray started it."""
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "ray_node_id": None}
+    ray = sys.modules.get("ray")  # never imported here: only a worker Ray started has it
+    if ray is not None:
+        try:
+            if ray.is_initialized():
+                out["ray_node_id"] = str(ray.get_runtime_context().get_node_id())
+        except Exception:
+            pass
+    return out
+
+
 def _inner_target(model: Any) -> Any:
     # the EagleModelMixin holder, unwrapped as set_aux_hidden_state_layers does (interfaces.py:1689-1710)
     parent = model.get_language_model() if hasattr(model, "get_language_model") else model
@@ -44,10 +76,11 @@ def _inner_target(model: Any) -> Any:
 
 
 class _Tap:
-    """Per-worker state: counters and the boundaries of the last target forward."""
+    """Per-worker state: the fc calls not yet drained, and the boundaries of the last target forward."""
 
-    def __init__(self, out: Path, atlas: bool) -> None:
-        self.out, self.atlas_on, self.calls = out, atlas, 0
+    def __init__(self, meta: dict[str, Any], atlas: bool) -> None:
+        self.meta, self.atlas_on = meta, atlas
+        self.pending: list[bytes] = []
         self.atlas: dict[str, Any] = {}
 
     def boundary(self, index: int, value: Any) -> None:
@@ -60,25 +93,24 @@ class _Tap:
         self.atlas["final_norm"] = t.detach().to("cpu").clone()
 
     def fc_call(self, x: Any) -> None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         tensors = {"fc": x.detach().to("cpu").contiguous().clone()}
         if self.atlas_on:
             tensors.update({f"atlas/{k}": v.contiguous() for k, v in self.atlas.items()})
         self.atlas = {}
-        self.calls += 1
-        tmp = self.out / f"{self.calls:06d}.tmp"
-        save_file(tensors, str(tmp))
-        tmp.replace(self.out / f"{self.calls:06d}.safetensors")
+        self.pending.append(save(tensors))
 
 
-def install(runner: Any, directory: str, *, atlas: bool) -> dict[str, Any]:
-    """Install the hooks on one loaded model runner; returns (and writes) what was installed."""
-    rank = _rank()
-    out = Path(directory) / f"rank{rank}"
-    out.mkdir(parents=True, exist_ok=True)
-    tap = _Tap(out, atlas)
-    meta: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "drafter": None, "fc": None, "aux_layers": None}
+_ACTIVE: _Tap | None = None  # this process's tap (one model runner per vLLM worker process)
+
+
+def install(runner: Any, *, atlas: bool) -> dict[str, Any]:
+    """Install the hooks on one loaded model runner; returns what was installed."""
+    global _ACTIVE
+    meta: dict[str, Any] = {"rank": _rank(), **_group_ranks(), **_node(), "drafter": None, "fc": None,
+                            "aux_layers": None}
+    tap = _Tap(meta, atlas)
     target = _inner_target(runner.model)
     meta["aux_layers"] = [int(b) for b in getattr(target, "aux_hidden_state_layers", ())]
     meta["num_layers"] = len(getattr(target, "layers", ()))
@@ -103,8 +135,18 @@ def install(runner: Any, directory: str, *, atlas: bool) -> dict[str, Any]:
         norm = getattr(target, "norm", None)
         if norm is not None:
             norm.register_forward_hook(lambda _m, _a, o: tap.final_norm(o))
-    (out / "meta.json").write_text(json.dumps(meta))
+    _ACTIVE = tap
     return meta
+
+
+def drain(_worker: Any = None) -> dict[str, Any]:
+    """Called in every worker as :data:`RPC` by ``LLM.collective_rpc``: this rank's identity, what the tap installed
+    (``meta`` None: no tap in this worker) and the fc calls since the last drain."""
+    tap = _ACTIVE
+    if tap is None:
+        return {"rank": _rank(), **_group_ranks(), **_node(), "meta": None, "calls": []}
+    calls, tap.pending = tap.pending, []
+    return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta), "calls": calls}
 
 
 def _wrap(cls: type) -> None:
@@ -114,9 +156,8 @@ def _wrap(cls: type) -> None:
 
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        directory = os.environ.get(ENV_DIR)
-        if directory:
-            install(self, directory, atlas=bool(os.environ.get(ENV_ATLAS)))
+        if os.environ.get(ENV_ON):
+            install(self, atlas=bool(os.environ.get(ENV_ATLAS)))
         return result
 
     setattr(load_model, _MARK, True)
@@ -126,10 +167,13 @@ def _wrap(cls: type) -> None:
 
 def register() -> None:
     """The entry point (``vllm.general_plugins``): inactive unless ``SPECPARITY_VLLM_TAP`` is set."""
-    if not os.environ.get(ENV_DIR):
+    if not os.environ.get(ENV_ON):
         return
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.worker_base import WorkerBase
 
+    if not hasattr(WorkerBase, RPC):  # every hardware's worker (CPUWorker, Worker) derives from it
+        setattr(WorkerBase, RPC, drain)
     _wrap(GPUModelRunner)
     try:
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -76,10 +75,11 @@ def child_environment(device: str) -> dict[str, str]:
     return env
 
 
-def _setup_env(workers: int, tap_dir: Path, atlas: bool) -> None:
-    from specparity.serving.vllm.tap import ENV_ATLAS, ENV_DIR
+def _setup_env(workers: int, atlas: bool) -> None:
+    from specparity.serving.vllm.tap import ENV_ATLAS, ENV_ON
 
-    os.environ[ENV_DIR] = str(tap_dir)
+    # vLLM hands the driver's whole environment to its workers, Ray's included (v1/executor/ray_env_utils.py:9-19)
+    os.environ[ENV_ON] = "1"
     if atlas:
         os.environ[ENV_ATLAS] = "1"
     # measured on CPU (issue 14): the default KV space gets a worker killed for memory
@@ -120,7 +120,7 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
 
 
 def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int, *, fc_meta: dict[str, Any] | None,
-                timings: dict[str, float]) -> Any:
+                timings: dict[str, float], served_layout: dict[str, Any] | None = None) -> Any:
     """A :class:`ResolvedDeployment` from vLLM's own resolved config (and the live fc when given)."""
     import vllm
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -128,6 +128,7 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
     from specparity.contract.vllm_conventions import drafter_aux_count
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.sglang.common import fc_shape_from_checkpoint
+    from specparity.serving.vllm.ranks import layout
 
     mc, sc = vllm_config.model_config, vllm_config.speculative_config
     tcfg = mc.hf_config
@@ -186,8 +187,22 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
         fc_bias_in_config=bool(dcfg.get("bias", False)),
         server_args={k2: v for k2, v in kw.items() if k2 not in ("model", "speculative_config")},
         timings=timings, unreachable_boundaries=tuple(b for b in boundaries if b not in reachable),
-        fc_source=source, engine="vllm",
+        fc_source=source, engine="vllm", layout=served_layout or layout(vllm_config.parallel_config, None),
     )
+
+
+def requested_layout(request: Any) -> dict[str, Any]:
+    """The layout vLLM resolves for the request (no engine started, none of its ranks reported), or {} where vLLM
+    refuses the arguments themselves: for the report of a capture that failed before its ranks could report."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from specparity.serving.vllm.ranks import layout
+
+    try:
+        kw, _, _ = llm_kwargs(request)
+        return layout(EngineArgs(**kw).create_engine_config().parallel_config, None)
+    except Exception:
+        return {}
 
 
 def resolve(request: Any) -> Any:
@@ -200,15 +215,6 @@ def resolve(request: Any) -> Any:
     return _deployment(request, config, kw, n_spec, fc_meta=None, timings={"resolve_s": time.perf_counter() - t0})
 
 
-def _new_files(tap_dir: Path, seen: set[Path]) -> dict[int, list[Path]]:
-    out: dict[int, list[Path]] = {}
-    for p in sorted(tap_dir.glob("rank*/*.safetensors")):
-        if p not in seen:
-            seen.add(p)
-            out.setdefault(int(p.parent.name.removeprefix("rank")), []).append(p)
-    return out
-
-
 def _metrics(llm: Any) -> dict[str, Any]:
     """vLLM's spec-decode counters (``vllm:spec_decode_*``; ``LLM.get_metrics`` with log stats on)."""
     out: dict[str, Any] = {}
@@ -219,48 +225,50 @@ def _metrics(llm: Any) -> dict[str, Any]:
     return out
 
 
-def capture(request: Any, tap_dir: Path) -> Any:
-    """The real engine on the probes: fc input per sample (rank 0), atlas, per-rank facts, the loop's counters."""
+def capture(request: Any) -> Any:
+    """The real engine on the probes: fc input per sample (the first drafter rank), atlas, per-rank evidence
+    (gathered through vLLM's collective_rpc: serving/vllm/ranks.py), the layout, and the loop's counters."""
     import torch
-    from safetensors.torch import load_file
+    from safetensors.torch import load
     from vllm import LLM, SamplingParams
 
     from specparity.serving.results import (
         CAPTURE_SHAPE,
         FC_NOT_CALLED,
+        RANK_MISSING,
         CaptureResult,
         FcCapture,
         LayerAtlas,
         ServingFailure,
     )
     from specparity.serving.sglang.common import nonfinite_failures
+    from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout, rank_failures
     from specparity.sources import FINAL_NORM, boundary_to_source
 
     kw, n_spec, gen = llm_kwargs(request)
-    tp = int(kw.get("tensor_parallel_size", 1))
     total = len(request.probes) + 2
     t0 = time.perf_counter()
     _progress(0, total)
     llm = LLM(**kw)
     startup = time.perf_counter() - t0
     _progress(1, total)
-    metas = {int(p.parent.name.removeprefix("rank")): json.loads(p.read_text())
-             for p in tap_dir.glob("rank*/meta.json")}
     config = llm.llm_engine.vllm_config
-    fc_meta = next((m["fc"] for m in metas.values() if m.get("fc")), None)
-    seen: set[Path] = set()
-    _new_files(tap_dir, seen)  # anything written at start-up (warm-up) is not a probe
+    pc = config.parallel_config
+    evidence = RankEvidence(llm)
     params = SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True)
-    per_rank: dict[int, list[list[Path]]] = {r: [] for r in range(tp)}
     outputs: list[list[int]] = []
     t1 = time.perf_counter()
-    for i, ids in enumerate(request.probes):
-        out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
-        outputs.append([int(t) for t in out[0].outputs[0].token_ids])
-        files = _new_files(tap_dir, seen)
-        for r in range(tp):
-            per_rank[r].append(files.get(r, []))
-        _progress(2 + i, total)
+    try:
+        evidence.discard()  # what the workers saw at start-up (warm-up) is not a probe
+        for i, ids in enumerate(request.probes):
+            out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
+            outputs.append([int(t) for t in out[0].outputs[0].token_ids])
+            evidence.end_probe()
+            _progress(2 + i, total)
+    except TapMissing as exc:
+        dep = _deployment(request, config, kw, n_spec, fc_meta=None, timings={"startup_s": startup},
+                          served_layout=layout(pc, evidence))
+        return CaptureResult(dep, None, None, (ServingFailure(RANK_MISSING, str(exc)),))
     counters, prompts = _metrics(llm), "after_probe"
     lengths = request.server_args.get("loop_prompt_lengths")
     if isinstance(lengths, list) and len(lengths) == len(request.probes):
@@ -268,40 +276,38 @@ def capture(request: Any, tap_dir: Path) -> Any:
         # writes its own answer, the text the drafter was trained on; counters are the difference
         for ids, n in zip(request.probes, lengths, strict=True):
             llm.generate([{"prompt_token_ids": list(ids[: max(1, int(n))])}], params, use_tqdm=False)
-        _new_files(tap_dir, seen)  # those fc calls are not the probes'
+        evidence.discard()  # those fc calls are not the probes'
         after = _metrics(llm)
         counters = {k: ([a - b for a, b in zip(v, counters.get(k) or [0] * len(v), strict=False)]
                         if isinstance(v, list) else (v or 0) - (counters.get(k) or 0)) for k, v in after.items()}
         prompts = "assistant_start"
     generate_s = time.perf_counter() - t1
+    tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
+    served = layout(pc, evidence)
     loop = {"engine": "vllm", "tensor_parallel_size": tp, "num_speculative_tokens": n_spec, "generate_tokens": gen,
             "counters": counters, "loop_prompts": prompts, "outputs": outputs, "startup_s": startup,
-            "generate_s": generate_s,
-            "ranks": {str(r): {"meta": metas.get(r), "fc_calls": sum(len(f) for f in per_rank[r])} for r in range(tp)}}
-    failures: list[ServingFailure] = []
+            "generate_s": generate_s, "ranks": served["ranks"]}
+    fc_ranks = evidence.fc_ranks()
+    fc_meta = evidence.meta(fc_ranks[0])["fc"] if fc_ranks else None  # type: ignore[index]
     dep = _deployment(request, config, kw, n_spec, fc_meta=fc_meta,
-                      timings={"startup_s": startup, "generate_s": generate_s})
+                      timings={"startup_s": startup, "generate_s": generate_s}, served_layout=served)
+    failures = rank_failures(evidence, world_size=len(served["ranks_expected"]), pp=pp)
+    if failures:
+        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
     if fc_meta is None:
-        why = ("vLLM built no drafter: speculative decoding is off" if not any(m.get("drafter") for m in metas.values())
+        metas = [evidence.meta(r) or {} for r in evidence.identity]
+        why = ("vLLM built no drafter: speculative decoding is off" if not any(m.get("drafter") for m in metas)
                else "the drafter has no fc module (use_aux_hidden_state is off)")
-        if not metas:
-            why = "the specparity tap was not installed in any vLLM worker (vllm.general_plugins entry point missing?)"
-        failures.append(ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"))
-        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
-    missing = [r for r in range(tp) if not all(per_rank[r])]
-    if missing:
-        r = missing[0]
-        i = next(j for j, f in enumerate(per_rank[r]) if not f)
-        failures.append(ServingFailure(FC_NOT_CALLED, f"rank {r}: the drafter's fc was never called while vLLM "
-                                       "generated this probe", sample=i))
-        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
+        return CaptureResult(dep, None, None, (ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"),),
+                             loop=loop)
+    lead = fc_ranks[0]
     fc_rows: list[torch.Tensor] = []
     atlas: list[dict[str, torch.Tensor]] = []
     num_layers = dep.num_layers
     rank_diff = 0.0
     verify_bad: list[int] = []
     for i, ids in enumerate(request.probes):
-        first = load_file(str(per_rank[0][i][0]))
+        first = load(evidence.calls(lead, i)[0])
         fc = first["fc"]
         if fc.shape[0] != len(ids):
             failures.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
@@ -314,23 +320,22 @@ def capture(request: Any, tap_dir: Path) -> Any:
             elif key == "atlas/final_norm":
                 sample[FINAL_NORM] = t
         atlas.append(sample)
-        for r in range(1, tp):
-            other = load_file(str(per_rank[r][i][0]))["fc"]
+        for r in fc_ranks[1:]:
+            other = load(evidence.calls(r, i)[0])["fc"]
             rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
                             else float("inf"))
-        for r in range(tp):
-            for p in per_rank[r][i][1:]:
-                if not bool(torch.isfinite(load_file(str(p))["fc"]).all()):
-                    verify_bad.append(i)
+        for r in fc_ranks:
+            if not all(bool(torch.isfinite(load(b)["fc"]).all()) for b in evidence.calls(r, i)[1:]):
+                verify_bad.append(i)
     loop["rank_max_abs_diff"] = rank_diff
-    loop["verify_calls"] = [len(f) - 1 for f in per_rank[0]]
+    loop["verify_calls"] = [len(evidence.calls(lead, i)) - 1 for i in range(len(request.probes))]
     failures += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
     failures += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
                  for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in failures)]
-    aux_cap = len(metas[0].get("aux_layers") or ())
+    aux_cap = len((evidence.meta(lead) or {}).get("aux_layers") or ())
     fc_capture = FcCapture(
         per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), sglang_version=dep.sglang_version,
-        hook_calls=sum(len(f) for f in per_rank[0]), aux_states_captured=aux_cap,
+        hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])), aux_states_captured=aux_cap,
         aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
         aux_per_sample=[],
     )
@@ -348,8 +353,7 @@ def main(argv: list[str]) -> int:
     # the local workers: one per rank of the TP x PP world (one node)
     args = request.server_args
     workers = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
-    tap_dir = Path(tempfile.mkdtemp(prefix="tap-", dir=out_dir.parent))
-    _setup_env(workers, tap_dir, request.atlas)
+    _setup_env(workers, request.atlas)
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
@@ -366,10 +370,11 @@ def main(argv: list[str]) -> int:
 
     register()  # in-process engine (TP=1): the entry point may not be installed in a deploy venv
     try:
-        result = resolve(request) if request.op == "resolve" else capture(request, tap_dir)
+        result = resolve(request) if request.op == "resolve" else capture(request)
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
         failure = exception_failure(exc)
-        result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,))
+        result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,),
+                                                                         loop={"layout": requested_layout(request)})
     from dataclasses import replace
 
     from specparity.serving.results import ResolvedDeployment
