@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,17 +88,21 @@ class PeakRss:
 
 
 def bare(python: str, args: dict[str, Any], probes: list[list[int]]) -> tuple[float, int, str]:
-    """Wall time, peak RSS and outcome of the bare run; its process group is then killed (as serving/process.py)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", BARE, json.dumps(args), str(BUNDLE / "target"), str(BUNDLE / "draft"),
-                             json.dumps(probes)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    with PeakRss(proc.pid) as rss:
-        _, err = proc.communicate()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    last = [ln for ln in err.decode(errors="replace").splitlines() if "Error" in ln]
-    return time.perf_counter() - t0, rss.peak, "served" if proc.returncode == 0 else f"refused: {last[-1][:120] if last else proc.returncode}"
+    """Wall time, peak RSS and outcome of the bare run, start to the main process's exit; its process group (engine
+    core, workers) is then killed, as the gate's child runner does (serving/process.py). Its stderr goes to a file:
+    the engine core outlives ``os._exit`` and would hold a pipe open."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([python, "-c", BARE, json.dumps(args), str(BUNDLE / "target"), str(BUNDLE / "draft"),
+                                 json.dumps(probes)], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        with PeakRss(proc.pid) as rss:
+            rc = proc.wait()
+        wall = time.perf_counter() - t0
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        err.seek(0)
+        last = [ln for ln in err.read().decode(errors="replace").splitlines() if "Error" in ln]
+    return wall, rss.peak, "served" if rc == 0 else f"refused: {last[-1][:120] if last else rc}"
 
 
 def gate(python: str, args: dict[str, Any]) -> tuple[float, int, str]:

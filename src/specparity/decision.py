@@ -62,6 +62,10 @@ MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
      "vLLM's CPU fused-MoE kernel (csrc/cpu/cpu_fused_moe.cpp) crashes when the experts are split across ranks "
      "(enable_expert_parallel; the same target at TP=2 without it serves); on a GPU vLLM's fused-MoE kernels serve "
      "expert parallelism, so the capture needs a GPU here"),
+    (re.compile(r"NotImplementedError at sglang/srt/layers/moe/fused_moe_native\.py", re.IGNORECASE),
+     "SGLang's torch-native MoE (layers/moe/fused_moe_native.py:68-69, moe_forward_native), its only MoE path on this "
+     "CPU without sgl_kernel's CPU build, does not implement apply_router_weight_on_input, which Llama 4's MoE uses; on "
+     "a GPU SGLang's fused MoE kernels apply it, so the capture needs a GPU here"),
     (re.compile(r"current platform cpu does not support ray", re.IGNORECASE),
      "vLLM's CPU platform names no Ray device (platforms/interface.py:150 ray_device_key is empty; only the CUDA, ROCm "
      "and XPU platforms set one), so its Ray executor refuses to place workers (vllm 0.32 v1/executor/ray_utils.py:"

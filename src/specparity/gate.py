@@ -38,6 +38,7 @@ from specparity.errors import InputError
 from specparity.gate_engines import convention_findings, engine_args_for, outcome_request
 from specparity.replay.outcome import check_outcome
 from specparity.serving.engine import get_engine
+from specparity.serving.layout import served_layout as layout_of
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
@@ -233,24 +234,6 @@ def _check_of(f: Finding) -> str:
     return str(f.details.get("check", "capture"))
 
 
-def served_layout_of(engine: str, dep: ResolvedDeployment | None, *, captured: bool) -> dict[str, Any]:
-    """The layout block: the engine's own (vLLM reports it per rank), or SGLang's sizes from its server arguments
-    (its capture runs in-process: rank 0 is the one rank, and it reported when a capture ran)."""
-    if dep is None:
-        return {}
-    if dep.layout:
-        return dict(dep.layout)
-
-    def size(key: str) -> int:
-        return int(str(dep.server_args.get(key) or 1))
-
-    tp, pp = size("tp_size"), size("pp_size")
-    return {"engine": engine, "executor": "in-process", "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
-            "data_parallel_size": size("dp_size"), "expert_parallel_size": size("ep_size"),
-            "ranks_expected": list(range(tp * pp)), "ranks_reported": [0] if captured else None,
-            "nodes": 1 if captured else None, "ranks": None}
-
-
 def _tag(findings: Sequence[Finding], level: str, static_layout: bool, run: _Run) -> list[Finding]:
     """Each finding with the check (pytest item) it fails; an engine error also names the engine and release."""
     out = []
@@ -400,7 +383,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         probes=probes, timings=dict(timings),
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
         engine=run.engine,
-        layout=served_layout_of(run.engine, dep, captured=run.table is not None) or dict(run.requested_layout),
+        layout=layout_of(run.engine, dep, captured=run.table is not None) or dict(run.requested_layout),
     )
 
 

@@ -61,6 +61,9 @@ REDUCED_CPU_LIMITED: dict[str, dict[str, Any]] = {
 # hidden 5120 -> 8 layers, hidden 64, 8 experts (top-1 kept)
 TEXT_BACKBONE: dict[str, str] = {"meta-llama--Llama-4-Scout-17B-16E-Instruct": "Llama4ForCausalLM"}
 REDUCED_TEXT: dict[str, dict[str, Any]] = {
+    # positions 512 like every target here (the bundled drafter's; SGLang refuses a target longer than its drafter,
+    # model_config.py:1314): transformers then warns that the llama3 rope's original 8192 exceeds it, which changes
+    # nothing below 512 positions
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": {**COMMON, "intermediate_size": 32, "intermediate_size_mlp": 128,
                                                     "num_local_experts": 8},
 }

@@ -128,3 +128,19 @@ def test_a_missing_rank_is_named_in_the_layout_and_no_layout_is_no_line() -> Non
     assert rows["ranks reported"] == "0 of 0, 1; missing: 1"
     assert "none of 0, 1 (no rank started)" in str(layout_line(_verdict(layout(_pc(), None))))
     assert layout_line(_verdict({})) is None and "Layout:" not in render_text(_verdict({}))
+
+
+def test_sglangs_layout_is_its_server_arguments_with_rank_0_reporting_when_a_capture_ran() -> None:
+    from test_explain_unit import (
+        dep,  # the unit tests' ResolvedDeployment builder (tests/unit is on the path)
+    )
+
+    from specparity.serving.layout import served_layout
+
+    lay = served_layout("sglang", dep(server_args={"tp_size": 1, "ep_size": 1}), captured=True)
+    assert (lay["executor"], lay["tensor_parallel_size"], lay["ranks_expected"], lay["ranks_reported"]) == (
+        "in-process", 1, [0], [0])
+    assert served_layout("sglang", dep(), captured=False)["ranks_reported"] is None
+    assert served_layout("sglang", None, captured=False) == {}
+    vllm_own = {"engine": "vllm", "ranks_reported": [0, 1]}
+    assert served_layout("vllm", dep(layout=vllm_own), captured=True) == vllm_own

@@ -1,4 +1,4 @@
-"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE, Qwen3 dense, GPT-OSS, TP=1.
+"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE, Qwen3 dense, GPT-OSS, Llama 4, TP=1.
 
 The same targets as tests/serving/test_real_class_capture.py (public configs, only sizes reduced; SpecForge records
 recomputed on each at ids [1, 3, 5]; the contract written by ``contract_from_specforge``), served by vLLM's real
@@ -22,11 +22,12 @@ from specparity.sources import EMBEDDING
 from specparity.verdict import Verdict
 
 sys.path.append(str(REPO / "tests" / "serving"))  # the shared builder, after everything else on the path
-from real_class_targets import REDUCED, REDUCED_CPU_LIMITED, write_deployment
+from real_class_targets import REDUCED, REDUCED_CPU_LIMITED, REDUCED_TEXT, write_deployment
 
 pytestmark = pytest.mark.vllm
-CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b"]  # vLLM serves GPT-OSS on CPU, SGLang does not
-assert set(CLASSES) - set(REDUCED) <= set(REDUCED_CPU_LIMITED)
+# vLLM serves GPT-OSS and Llama 4 (its text backbone, Llama4ForCausalLM) on CPU, SGLang does not
+CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b", "meta-llama--Llama-4-Scout-17B-16E-Instruct"]
+assert set(CLASSES) - set(REDUCED) <= set(REDUCED_CPU_LIMITED) | set(REDUCED_TEXT)
 DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 5]}
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from specparity.compare.findings import engine_label
 from specparity.report.environment import environment_rows
 from specparity.report.heatmap import expected_layout, heatmap_png, verdict_heatmap
 from specparity.report.layout import layout_rows
@@ -92,7 +93,7 @@ def _probe_cell(value: object) -> str:
 
 def _no_heatmap_reason(verdict: Verdict) -> str:
     if verdict.status == "error":
-        return "SGLang failed before any tensor was captured"
+        return f"{engine_label(verdict.engine)} failed before any tensor was captured"
     return f"no tensors were captured at level {verdict.level}"
 
 
