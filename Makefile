@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real test test-real test-topology lint type fixtures clean-venv
+.PHONY: install vllm-env demo demo-real test test-real test-topology lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -43,6 +43,10 @@ lint: install
 
 type: install
 	@$(VENV)/bin/mypy
+
+# The sdist and wheel (the standard build frontend, `python -m build`) into dist/, both checked by `twine check`
+dist:
+	@scripts/dist.sh dist
 
 fixtures: install
 	@$(PY) fixtures/make_default.py

@@ -1,0 +1,114 @@
+"""The GitHub Actions workflow a user copies (docs/workflows/parity.yml, issue 25 item 6), read as a runner would:
+every command it runs parses with specparity's own CLI (click) and pytest's own option parser with the plugin
+loaded, the cache holds the engine env it builds, and the reports the gate writes are what it uploads."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+import specparity
+from specparity.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / "docs" / "workflows" / "parity.yml"
+
+
+def _load() -> dict[str, Any]:
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(doc, dict), WORKFLOW
+    return doc
+
+
+def _steps() -> list[dict[str, Any]]:
+    (job,) = _load()["jobs"].values()
+    return list(job["steps"])
+
+
+def _commands() -> list[list[str]]:
+    """Every command of every ``run`` block, with the job's env expanded."""
+    (job,) = _load()["jobs"].values()
+    env = job.get("env", {})
+    out = []
+    for step in _steps():
+        for line in step.get("run", "").splitlines():
+            for key, value in env.items():
+                line = line.replace(f"${key}", value).replace(f"${{{key}}}", value)
+            if line.strip():
+                out.append(shlex.split(line))
+    return out
+
+
+def _click_parse(args: list[str]) -> click.Context:
+    """Resolve the subcommand path as click would and parse its options (raises on an unknown one)."""
+    cmd: click.Command = main
+    ctx = None
+    name = "specparity"
+    while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
+        ctx = cmd.make_context(name, [args[0]], resilient_parsing=True, parent=ctx)
+        sub = cmd.get_command(ctx, args[0])
+        assert sub is not None, f"{WORKFLOW.name}: specparity has no command {args[0]!r}"
+        name, cmd, args = args[0], sub, args[1:]
+    return cmd.make_context(name, list(args), parent=ctx)
+
+
+def test_every_command_parses_with_the_cli_and_the_plugin(pytester: pytest.Pytester) -> None:
+    engine_env = _load()["jobs"]["parity"]["env"]["ENGINE_ENV"]
+    seen = set()
+    for cmd in _commands():
+        exe, args = cmd[0], cmd[1:]
+        if exe == "python" and args[:2] == ["-m", "venv"]:
+            seen.add("venv")
+        elif exe == f"{engine_env}/bin/specparity":
+            ctx = _click_parse(args)
+            seen.add(f"specparity {ctx.info_name}")
+        elif exe == f"{engine_env}/bin/python" and args[:2] == ["-m", "pip"]:
+            pins = [a for a in args if a.startswith("specparity")]
+            assert pins in ([], [f"specparity=={specparity.__version__}"]), pins  # the release this checkout is
+            seen.add("pip")
+        elif exe == f"{engine_env}/bin/python" and args[:2] == ["-m", "pytest"]:
+            config = pytester.parseconfig(*args[2:])  # pytest's own parser, specparity's plugin loaded
+            assert config.pluginmanager.has_plugin("specparity"), "the plugin is not loaded"
+            assert config.getoption("markexpr") == "parity"
+            seen.add("pytest")
+        else:
+            pytest.fail(f"{WORKFLOW.name}: a command this test does not know: {shlex.join(cmd)}")
+    assert {"venv", "pip", "specparity versions", "specparity explain", "pytest"} <= seen, seen
+
+
+def test_the_engine_env_is_cached_keyed_on_its_pins_and_the_reports_are_uploaded_always() -> None:
+    job = _load()["jobs"]["parity"]
+    steps = _steps()
+    (cache,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/cache@")]
+    assert cache["with"]["path"] == job["env"]["ENGINE_ENV"]
+    assert "hashFiles('requirements-serving.txt')" in cache["with"]["key"]
+    (build,) = [s for s in steps if "requirements-serving.txt" in s.get("run", "")]
+    assert build["if"] == f"steps.{cache['id']}.outputs.cache-hit != 'true'"  # built only on a cache miss
+    (gate,) = [c for c in _commands() if c[1:3] == ["-m", "pytest"]]
+    report_dir = gate[gate.index("--parity-report") + 1]
+    assert gate[gate.index("--junitxml") + 1].startswith(f"{report_dir}/")
+    (upload,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == report_dir
+    assert upload["with"]["if-no-files-found"] == "error"  # a gate that wrote nothing fails the job
+
+
+def test_the_ci_guide_points_at_the_workflow_file() -> None:
+    guide = (ROOT / "docs" / "ci.md").read_text()
+    assert "workflows/parity.yml" in guide and "```yaml" not in guide  # one copy of the workflow: the file
+
+
+def test_the_ci_guides_shell_commands_parse_with_the_cli() -> None:
+    import re
+
+    guide = (ROOT / "docs" / "ci.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", guide, flags=re.S)
+    commands = [shlex.split(b.replace("\\\n", " "), comments=True) for b in blocks]
+    gates = [c for c in commands if c[:1] == ["specparity"]]
+    assert gates, "docs/ci.md shows no specparity command"
+    for cmd in gates:
+        _click_parse(cmd[1:])
