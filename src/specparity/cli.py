@@ -360,16 +360,17 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine:
 
 
 @main.command("versions")
-@click.option("--json", "as_json", is_flag=True, default=False, help="Print the table as JSON.")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the tables as JSON.")
 def versions(as_json: bool) -> None:
-    """The SGLang versions specparity supports: range, adapter family and the CI env that tests it."""
+    """The SGLang and vLLM versions specparity supports: range, adapter and the CI env that tests it."""
     import json
 
     from specparity.serving.sglang.families import versions_table
+    from specparity.serving.vllm.versions import versions_rows
 
-    rows = versions_table()
+    rows, vllm_rows = versions_table(), versions_rows()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([{"engine": "sglang", **r} for r in rows] + vllm_rows, indent=2))
         return
     click.echo(f"{'SGLang range':<26} {'family':<7} {'adapter':<16} tested with")
     for r in rows:
@@ -379,6 +380,12 @@ def versions(as_json: bool) -> None:
         elif not tested:
             tested = str(r["untested_why"])
         click.echo(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {tested}")
+    click.echo(f"\n{'vLLM range':<26} {'levels on CPU':<24} tested with")
+    for v in vllm_rows:
+        levels = ", ".join(v["levels_on_cpu"])
+        gpu = "" if "capture" in levels else "; capture and outcome need a GPU (no CPU build)"
+        click.echo(f"{v['range']!s:<26} {levels:<24} {v['tested_with'][0]} ({v['dist']} "
+                   f"{v['tested_versions'][0]}){gpu}")
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m specparity`

