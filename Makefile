@@ -14,10 +14,10 @@ demo: install
 	@$(PY) -m specparity.demo
 
 # The seed incident on a real pretrained model (SmolLM2-135M-Instruct, fetched once: 93 MB) and its trained
-# drafter, in SGLang and in vLLM's real loop; the vLLM env is built on first use (scripts/venv-vllm.sh).
+# drafter, in SGLang and in vLLM's real loop; the vLLM env is built on first use (scripts/venv-engine.sh vllm 0.32).
 vllm-env:
 	@test -f .tox/vllm-0.32/.specparity-stamp || echo "specparity: building the vLLM env .tox/vllm-0.32 first (first time: about 4-8 minutes)" >&2
-	@scripts/venv-vllm.sh
+	@scripts/venv-engine.sh vllm 0.32
 
 demo-real: install vllm-env
 	@$(PY) -m specparity.realmodel.demo

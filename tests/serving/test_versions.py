@@ -519,7 +519,7 @@ def test_legacy_shims_only_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 def facts() -> tuple[AdapterEntry, VersionFacts]:
     """The installed SGLang's registry entry and its pinned facts; no sglang is a failure, not a skip."""
     if SGLANG_VERSION is None:
-        pytest.fail("the sglang tests need SGLang installed (scripts/venv.sh, scripts/venv-sglang.sh)",
+        pytest.fail("the sglang tests need SGLang installed (scripts/venv.sh, scripts/venv-engine.sh sglang)",
                     pytrace=False)
     entry = select_adapter(SGLANG_VERSION)
     assert isinstance(entry, AdapterEntry), entry

@@ -134,7 +134,7 @@ except importlib.metadata.PackageNotFoundError:
 
 def installed_entry() -> AdapterEntry:
     """The installed SGLang's registry entry; no or an unsupported sglang is an assertion error, not a skip."""
-    assert SGLANG_VERSION is not None, "the sglang tests need SGLang installed (scripts/venv.sh, venv-sglang.sh)"
+    assert SGLANG_VERSION is not None, "the sglang tests need SGLang installed (scripts/venv.sh, venv-engine.sh sglang)"
     entry = select_adapter(SGLANG_VERSION)
     assert isinstance(entry, AdapterEntry), entry
     return entry

@@ -1,4 +1,4 @@
-"""Real-vLLM tests: run in the vllm-0.32 env (scripts/venv-vllm.sh), skipped from collection elsewhere.
+"""Real-vLLM tests: run in the vllm-0.32 env (scripts/venv-engine.sh vllm 0.32), skipped from collection elsewhere.
 
 The default suite runs in .venv (SGLang, no vLLM): there these modules are not collected at all, the same
 selection `-m "not vllm"` makes. In .tox/vllm-0.32 they run with `pytest -m vllm tests/vllm_engine`.

@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     vllm = not args.skip_vllm
     if vllm and not Path(args.vllm_python).is_file():
-        print(f"specparity demo-real: no vLLM venv at {args.vllm_python} (scripts/venv-vllm.sh builds it); "
+        print(f"specparity demo-real: no vLLM venv at {args.vllm_python} (scripts/venv-engine.sh vllm 0.32 builds it); "
               "--skip-vllm runs the SGLang part only", file=sys.stderr)
         return 3
     need_fetch = cached() is None

@@ -1,7 +1,7 @@
 """SGLang adapter families (domain.md §6): the PEP 440 range of each, its adapter module and its matrix env.
 
 Plain data, importable without torch or sglang, and runnable as a script so that
-``scripts/venv-sglang.sh`` reads the same table::
+``scripts/venv-engine.sh sglang`` reads the same table::
 
     python3 src/specparity/serving/sglang/families.py env-for 0.5.12     # -> sglang-0.5.14 (family C's env)
     python3 src/specparity/serving/sglang/families.py check 0.4.3        # exit 2: no EAGLE-3 before 0.4.4.post2
