@@ -44,7 +44,7 @@ def test_dflash_ids_get_plus_one_and_nested_eagle_wins_over_them() -> None:
 
 def test_version_outside_the_pinned_rules_is_refused() -> None:
     with pytest.raises(ValueError, match="no pinned vLLM id rules"):
-        read_ids({}, num_layers=L, version="0.33.0")
+        read_ids({}, num_layers=L, version="0.34.0")
 
 
 def test_drafter_width_counts_nested_ids_only() -> None:
