@@ -16,14 +16,9 @@ Every function returns canonical sources (``embedding``, ``layer:<i>``, ``final_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 from itertools import pairwise
 
-# One enum for the whole package: the contract's RawLayerIds.convention field uses the same class, so
-# `is` comparisons hold for values read from a contract. Members: SPECFORGE = "specforge_eagle" (SpecForge run
-# config / draft eagle_config ids), SGLANG = "sglang_draft_config" (SGLang draft config.json
-# eagle_config.eagle_aux_hidden_state_layer_ids), VLLM = "vllm_speculators" (boundary ids, no +1),
-# HF = "hf_hidden_states" (transformers output_hidden_states index).
-from specparity.contract.model import IdConvention
 from specparity.contract.sglang_capture import (
     ArchFamily,
     SGLangCapturePlan,
@@ -64,6 +59,22 @@ __all__ = [
     "vllm_default_ids",
     "vllm_ids_to_sources",
 ]
+
+# One enum for the whole package: the contract's RawLayerIds.convention field (contract/model.py) uses this class,
+# so `is` comparisons hold for values read from a contract. Members: SPECFORGE = "specforge_eagle" (SpecForge run
+# config / draft eagle_config ids), SGLANG = "sglang_draft_config" (SGLang draft config.json
+# eagle_config.eagle_aux_hidden_state_layer_ids), VLLM = "vllm_speculators" (boundary ids, no +1),
+# HF = "hf_hidden_states" (transformers output_hidden_states index).
+
+
+class IdConvention(str, Enum):
+    """How a tool's integer layer ids are to be read (domain.md §3.1)."""
+
+    SPECFORGE = "specforge_eagle"
+    SGLANG = "sglang_draft_config"
+    VLLM = "vllm_speculators"
+    HF = "hf_hidden_states"
+
 
 # specforge 0.2.0 pins sglang 0.5.14 (domain.md §3.1), whose setters SpecForge's capture calls.
 SPECFORGE_SGLANG_VERSION = "0.5.14"

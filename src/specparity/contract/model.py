@@ -11,12 +11,13 @@ field instead of a silently ignored key.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from specparity import sources as src
+from specparity.contract.conventions import IdConvention as IdConvention
+from specparity.contract.conventions import ids_to_sources
 
 SCHEMA_VERSION = 1
 
@@ -31,15 +32,6 @@ def _check_source(name: str) -> str:
 
 
 SourceName = Annotated[str, AfterValidator(_check_source)]
-
-
-class IdConvention(str, Enum):
-    """How a tool's integer layer ids are to be read (domain.md §3.1)."""
-
-    SPECFORGE = "specforge_eagle"
-    SGLANG = "sglang_draft_config"
-    VLLM = "vllm_speculators"
-    HF = "hf_hidden_states"
 
 
 class _Strict(BaseModel):
@@ -253,11 +245,9 @@ class Contract(_Strict):
         return self
 
     def _check_ids_derive_sources(self) -> None:
-        from specparity.contract import conventions  # conventions imports this module
-
         ids = self.layer_ids
         try:
-            derived = conventions.ids_to_sources(
+            derived = ids_to_sources(
                 ids.ids, ids.convention, num_layers=self.target.num_hidden_layers,
                 architecture=ids.architecture, version=ids.resolver_version,
             )

@@ -4,17 +4,29 @@ Shape (docs/house-style.md "Failure message shape"): a summary line, a ``Fix:`` 
 fc-input chunk, then every finding (never only the first), then ``Note:`` lines with remedies
 (Polygraphy-style: the smallest tolerance that would have passed). A pass is one line, followed by
 any warnings. The HTML and JUnit reports reuse the same lines, so all faces say the same words.
+
+The same lines styled by rich (:func:`styled_lines`): the verdict word, a chunk that serves the wrong source,
+each finding's severity, notes. Colour on a terminal; plain text in CI logs, pipes and files, and under
+``NO_COLOR`` or ``TERM=dumb`` (rich's own detection). Lines are never wrapped or cropped, so a log holds exactly
+the plain text. rich is imported when a report is styled, never when :mod:`specparity.report` is imported.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import re
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, engine_label
+from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity, engine_label
 from specparity.report.layout import layout_line
 from specparity.verdict import ChunkReport, OutcomeSummary, Verdict
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 # Kinds that mean "the tensors fc receives are not the promised ones"; other failures (vocab map,
 # spec settings, ...) fail the deployment without the fc input itself being wrong.
@@ -268,19 +280,77 @@ def environment_lines(verdict: Verdict) -> list[str]:
     return lines
 
 
-def use_color(stream: TextIO) -> bool:
-    """Whether to pass ``color=True`` for ``stream``: a terminal, ``NO_COLOR`` unset, ``TERM`` not dumb
-    (rich's detection, :func:`specparity.report.console.use_color`)."""
-    from specparity.report.console import use_color as rich_use_color
-
-    return rich_use_color(stream)
-
-
 def render_text(verdict: Verdict, *, color: bool = False) -> str:
     """The terminal report for ``verdict``, newline-terminated; ANSI colours (drawn by rich,
-    :mod:`specparity.report.console`) when ``color``."""
+    :func:`ansi_text`) when ``color``."""
     if color:
-        from specparity.report.console import ansi_text
-
         return ansi_text(verdict)
     return "\n".join(render_lines(verdict)) + "\n"
+
+
+# --- styled by rich -----------------------------------------------------------------------------------------
+
+STATUS_STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold yellow"}
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_CHUNK = re.compile(r"chunk (\d+): served (\S+)")
+
+
+def styled_lines(verdict: Verdict) -> list[Text]:
+    """The report's lines as rich Text; ``Text.plain`` of each is exactly the plain line."""
+    from rich.text import Text
+
+    chunks = {c.index: c for c in verdict.chunks}
+    out: list[Text] = []
+    for line in render_lines(verdict):
+        text = Text(line)
+        word = line.split(" ", 1)[0]
+        if out == [] and word in STATUS_STYLE:
+            text.stylize(STATUS_STYLE[word], 0, len(word))
+        elif line.startswith(("Fix: ", "Spec config: ", "Outcome: ", "Measured with: ", "Stand-ins active: ")):
+            text.stylize("bold", 0, line.index(":") + 1)
+        elif line.startswith("Note: "):
+            text.stylize("dim")
+        elif m := _CHUNK.match(line):
+            c = chunks.get(int(m.group(1)))
+            if c is not None:
+                text.stylize("green" if c.served == c.expected else "bold red", m.start(2), m.end(2))
+        else:
+            for sev, style in SEVERITY_STYLE.items():
+                if line.startswith(sev.value.ljust(7) + " "):
+                    text.stylize(style, 0, len(sev.value))
+                    break
+        out.append(text)
+    return out
+
+
+def console(stream: TextIO | None = None, *, color: bool | None = None) -> Console:
+    """A rich Console for reports: no wrapping, no markup or highlighting; ``color`` None = detect."""
+    from rich.console import Console
+
+    return Console(file=stream if stream is not None else sys.stdout, force_terminal=color,
+                   no_color=None if color is None else not color, color_system="standard" if color else "auto",
+                   highlight=False, markup=False, emoji=False, soft_wrap=True, width=100_000 if color else None)
+
+
+def print_verdict(verdict: Verdict, stream: TextIO | None = None, *, color: bool | None = None) -> None:
+    """Print the terminal report to ``stream`` (default stdout); colour only on a terminal."""
+    c = console(stream, color=color)
+    for text in styled_lines(verdict):
+        c.print(text, soft_wrap=True, crop=False, overflow="ignore")
+
+
+def ansi_text(verdict: Verdict) -> str:
+    """The terminal report with ANSI colours, as a string (``render_text(color=True)``)."""
+    buf = io.StringIO()
+    print_verdict(verdict, buf, color=True)
+    return buf.getvalue()
+
+
+def use_color(stream: TextIO) -> bool:
+    """Whether to pass ``color=True`` for ``stream``: rich would colour it (a terminal, ``NO_COLOR`` unset,
+    ``TERM`` not dumb)."""
+    try:
+        c = console(stream)
+        return bool(c.is_terminal and not c.is_dumb_terminal and not c.no_color and c.color_system)
+    except (AttributeError, ValueError, OSError):
+        return False

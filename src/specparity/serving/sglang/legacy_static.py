@@ -28,6 +28,7 @@ from specparity.serving.sglang.common import (
     harness_gap_failure,
     unknown_architecture_failure,
 )
+from specparity.serving.sglang.legacy_common import FC_WIDTH_K, read_draft_ids, server_args_kwargs
 from specparity.serving.sglang.meta_build import build_meta_models, meta_gap_failure
 from specparity.serving.sglang.setter_source import SetterTrace
 from specparity.serving.sglang.v0_5_23_static import HARDWARE_FALLBACKS, one_rank_build_kw, read_capture
@@ -82,8 +83,6 @@ def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     ``adapter`` is the family's :class:`~.legacy.LegacyAdapter` (its ``_construct``, ``_deployment``,
     ``_boundary0_crash`` and glue).
     """
-    from specparity.serving.sglang.legacy import FC_WIDTH_K, read_draft_ids, server_args_kwargs
-
     t0 = time.perf_counter()
     try:
         resolved = static_server_args(lambda kw: adapter._construct(request, kw),
