@@ -14,18 +14,20 @@ This room knows nothing of contracts, comparison or pytest.
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specparity.serving.process import run_child
+from specparity.serving.child_run import (
+    CaptureExtras,
+    capture_in_child,
+    capture_request,
+    make_request,
+    resolve_in_child,
+)
 from specparity.serving.results import (
-    BAD_DEPLOYMENT,
     FAILURE_KINDS,
-    FC_NOT_CALLED,
     CaptureResult,
     DrafterReplay,
     FcCapture,
@@ -36,10 +38,12 @@ from specparity.serving.results import (
     ServingFailure,
     SpecSettings,
 )
-from specparity.serving.sglang.adapter import WorkerRequest, supported_range
+from specparity.serving.sglang.adapter import supported_range
 
 if TYPE_CHECKING:
     import torch
+
+    from specparity.serving.transport import ChildOutcome
 
 __all__ = [
     "FAILURE_KINDS",
@@ -59,60 +63,6 @@ __all__ = [
 ]
 
 
-def _check_model_dir(path: Path, role: str) -> ServingFailure | None:
-    if not path.is_dir():
-        return ServingFailure(BAD_DEPLOYMENT, f"{role} path {path} is not a directory")
-    if not (path / "config.json").is_file():
-        return ServingFailure(BAD_DEPLOYMENT, f"{role} directory {path} has no config.json")
-    return None
-
-
-def _check_probes(probes: Sequence[Sequence[int]]) -> ServingFailure | None:
-    for i, p in enumerate(probes):
-        if len(p) == 0:
-            return ServingFailure(BAD_DEPLOYMENT, "probe sample has no tokens", sample=i)
-        if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in p):
-            return ServingFailure(BAD_DEPLOYMENT, "probe token ids must be non-negative ints", sample=i)
-    return None
-
-
-def make_request(
-    op: str,
-    target: str | Path,
-    draft: str | Path,
-    *,
-    server_args: Mapping[str, object] | None,
-    device: str,
-    probes: Sequence[Sequence[int]] = (),
-    atlas: bool = True,
-) -> WorkerRequest | ServingFailure:
-    """Check the deployment's directories, probes and args; the child's request or why there is none."""
-    t, d = Path(target), Path(draft)
-    bad = _check_model_dir(t, "target") or _check_model_dir(d, "draft") or _check_probes(probes)
-    if bad is not None:
-        return bad
-    for key, value in (server_args or {}).items():
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            return ServingFailure(BAD_DEPLOYMENT, f"server_args[{key!r}] is not a JSON value: {value!r}")
-    return WorkerRequest(
-        op=op,
-        target=str(t.resolve()),
-        draft=str(d.resolve()),
-        server_args=dict(server_args or {}),
-        device=device,
-        probes=tuple(tuple(p) for p in probes),
-        atlas=atlas,
-    )
-
-
-def _with_wall(dep: ResolvedDeployment | None, wall: float) -> ResolvedDeployment | None:
-    if dep is None:
-        return None
-    return dataclasses.replace(dep, timings={**dep.timings, "child_wall_s": wall})
-
-
 def resolve_deployment(
     target: str | Path,
     draft: str | Path,
@@ -129,18 +79,9 @@ def resolve_deployment(
     ``dtype="float32"`` and ``disable_cuda_graph=True`` unless given. ``python`` runs the child with
     another interpreter (a deploy repo's venv with its own SGLang).
     """
-    request = make_request("resolve", target, draft, server_args=server_args, device=device)
-    if isinstance(request, ServingFailure):
-        return request
-    t0 = time.perf_counter()
-    outcome = run_child(request, python=python, timeout_s=timeout_s)
-    if isinstance(outcome, ServingFailure):
-        return outcome
-    if outcome.deployment is None:
-        return outcome.failures[0]
-    dep = _with_wall(outcome.deployment, time.perf_counter() - t0)
-    assert dep is not None
-    return dep
+    return resolve_in_child(
+        target, draft, server_args=server_args, device=device, python=python, timeout_s=timeout_s
+    )
 
 
 def capture_deployment(
@@ -175,38 +116,23 @@ def capture_deployment(
         if bad_rows is not None:
             return CaptureResult(None, None, None, (bad_rows,), replay=bad_rows)
         server_args = drafter_replay.sized_server_args(server_args, device=device, probes=probes)
-    request = make_request(
-        "capture", target, draft, server_args=server_args, device=device, probes=probes, atlas=atlas
+    request = capture_request(
+        target, draft, probes=probes, server_args=server_args, device=device, atlas=atlas
     )
-    if isinstance(request, ServingFailure):
-        return CaptureResult(None, None, None, (request,))
-    if not request.probes:
-        # Nothing to prefill, so nothing can reach fc: a failure, never an empty pass. (A forward
-        # that runs but skips fc is caught in the child: FcTap saw no call -> fc_not_called.)
-        return CaptureResult(
-            None,
-            None,
-            None,
-            (
-                ServingFailure(
-                    FC_NOT_CALLED, "no probe samples were given, so no forward reached the drafter's fc"
-                ),
-            ),
-        )
+    if isinstance(request, CaptureResult):
+        return request
     with tempfile.TemporaryDirectory(prefix="specparity-replay-") as work:
         if recorded_fc is not None:
             request = dataclasses.replace(request, replay=drafter_replay.write_inputs(Path(work), recorded_fc))
-        t0 = time.perf_counter()
-        outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress)
-        if isinstance(outcome, ServingFailure):
-            return CaptureResult(None, None, None, (outcome,), replay=outcome if recorded_fc is not None else None)
-        replay = (drafter_replay.read_replay(Path(request.replay["out"]), len(request.probes),
-                                             capture_failures=outcome.failures)
-                  if request.replay is not None else None)
-    return CaptureResult(
-        deployment=_with_wall(outcome.deployment, time.perf_counter() - t0),
-        fc=outcome.fc,
-        atlas=outcome.atlas,
-        failures=outcome.failures,
-        replay=replay,
-    )
+        replay_out = None if request.replay is None else Path(request.replay["out"])
+        samples = len(request.probes)
+
+        def replay(outcome: ChildOutcome | ServingFailure) -> CaptureExtras:
+            if replay_out is None:
+                return {}
+            if isinstance(outcome, ServingFailure):
+                return {"replay": outcome}
+            read = drafter_replay.read_replay(replay_out, samples, capture_failures=outcome.failures)
+            return {"replay": read}
+
+        return capture_in_child(request, extras=replay, python=python, timeout_s=timeout_s, progress=progress)

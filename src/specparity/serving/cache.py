@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import inspect
 import json
 import os
 import subprocess
@@ -20,11 +21,14 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar, cast
 
 from specparity.serving import capture_deployment, resolve_deployment
-from specparity.serving.results import TIMEOUT, CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.results import TIMEOUT, CaptureResult, ServingFailure
 
 CacheKey = tuple[str, ...]
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def probes_hash(probes: Sequence[Sequence[int]]) -> str:
@@ -98,25 +102,53 @@ def cache_key(
     )
 
 
+# What a call is keyed by, beside the two directories: cache_key's keywords. timeout_s is a budget, not an
+# input (a timeout is never cached); any other parameter (a progress callback, recorded fc inputs) the key
+# cannot hold, so the cache refuses it.
+_KEYED = ("server_args", "device", "probes", "atlas", "python")
+
+
+def _cached(op: str, serve: Callable[[], Callable[P, T]]) -> Callable[Concatenate[SessionCache, P], T]:
+    """The :class:`SessionCache` method memoising ``serve()``, with its parameters but those it cannot key.
+
+    ``serve`` is looked up at every call, so a monkeypatch of this module's ``resolve_deployment`` or
+    ``capture_deployment`` holds; the key binds the call to the real function's signature, defaults included.
+    """
+    signature = inspect.signature(serve())
+    refused = set(signature.parameters) - {"target", "draft", "timeout_s", *_KEYED}
+
+    def method(self: SessionCache, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if unkeyed := refused.intersection(kwargs):
+            raise TypeError(f"SessionCache.{op}() got an unexpected keyword argument {min(unkeyed)!r}")
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        given = call.arguments
+        key = cache_key(op, given["target"], given["draft"], **{k: given[k] for k in _KEYED if k in given})
+        return self._get(key, lambda: serve()(*args, **kwargs))
+
+    method.__name__, method.__qualname__ = op, f"SessionCache.{op}"
+    method.__doc__ = f"Cached :func:`~specparity.serving.{serve().__name__}`."
+    return method
+
+
 class SessionCache:
     """Memoises :func:`resolve_deployment` and :func:`capture_deployment` within one process.
 
-    Timeouts are not cached (a retry with a larger budget should run again).
+    ``resolve`` and ``capture`` take those functions' parameters (``capture`` but ``progress`` and
+    ``recorded_fc``). Timeouts are not cached (a retry with a larger budget should run again).
     """
 
     def __init__(self) -> None:
-        self._store: dict[CacheKey, ResolvedDeployment | ServingFailure | CaptureResult] = {}
+        self._store: dict[CacheKey, object] = {}
         self._lock = threading.Lock()
         self.misses = 0
         self.hits = 0
 
-    def _get(
-        self, key: CacheKey, compute: Callable[[], ResolvedDeployment | ServingFailure | CaptureResult]
-    ) -> ResolvedDeployment | ServingFailure | CaptureResult:
+    def _get(self, key: CacheKey, compute: Callable[[], T]) -> T:
         with self._lock:
             if key in self._store:
                 self.hits += 1
-                return self._store[key]
+                return cast(T, self._store[key])
         value = compute()
         self.misses += 1
         timed_out = (isinstance(value, ServingFailure) and value.kind == TIMEOUT) or (
@@ -127,65 +159,8 @@ class SessionCache:
                 self._store.setdefault(key, value)
         return value
 
-    def resolve(
-        self,
-        target: str | Path,
-        draft: str | Path,
-        *,
-        server_args: Mapping[str, object] | None = None,
-        device: str = "cpu",
-        timeout_s: float = 300,
-        python: str | None = None,
-    ) -> ResolvedDeployment | ServingFailure:
-        """Cached :func:`~specparity.serving.resolve_deployment`."""
-        key = cache_key("resolve", target, draft, server_args=server_args, device=device, python=python)
-        value = self._get(
-            key,
-            lambda: resolve_deployment(
-                target, draft, server_args=server_args, device=device, timeout_s=timeout_s, python=python
-            ),
-        )
-        assert isinstance(value, ResolvedDeployment | ServingFailure)
-        return value
-
-    def capture(
-        self,
-        target: str | Path,
-        draft: str | Path,
-        *,
-        probes: Sequence[Sequence[int]],
-        server_args: Mapping[str, object] | None = None,
-        device: str = "cpu",
-        atlas: bool = True,
-        timeout_s: float = 600,
-        python: str | None = None,
-    ) -> CaptureResult:
-        """Cached :func:`~specparity.serving.capture_deployment`."""
-        key = cache_key(
-            "capture",
-            target,
-            draft,
-            server_args=server_args,
-            device=device,
-            probes=probes,
-            atlas=atlas,
-            python=python,
-        )
-        value = self._get(
-            key,
-            lambda: capture_deployment(
-                target,
-                draft,
-                probes=probes,
-                server_args=server_args,
-                device=device,
-                atlas=atlas,
-                timeout_s=timeout_s,
-                python=python,
-            ),
-        )
-        assert isinstance(value, CaptureResult)
-        return value
+    resolve = _cached("resolve", lambda: resolve_deployment)
+    capture = _cached("capture", lambda: capture_deployment)
 
     def clear(self) -> None:
         with self._lock:

@@ -11,29 +11,20 @@ child's ``PYTHONPATH``), but for ``tensor_parallel_size > 1`` its ``vllm.general
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specparity.serving.process import run_child
-from specparity.serving.results import (
-    FC_NOT_CALLED,
-    CaptureResult,
-    LoopAcceptance,
-    ResolvedDeployment,
-    ServingFailure,
-)
+from specparity.serving.child_run import CaptureExtras, capture_in_child, capture_request, resolve_in_child
+from specparity.serving.results import CaptureResult, LoopAcceptance, ResolvedDeployment, ServingFailure
 from specparity.serving.vllm.root_cause import with_worker_root_cause
+
+if TYPE_CHECKING:
+    from specparity.serving.transport import ChildOutcome
 
 WORKER_MODULE = "specparity.serving.vllm.worker"
 
 __all__ = ["WORKER_MODULE", "capture_deployment", "loop_acceptance", "resolve_deployment"]
-
-
-def _with_wall(dep: ResolvedDeployment | None, wall: float) -> ResolvedDeployment | None:
-    return None if dep is None else dataclasses.replace(dep, timings={**dep.timings, "child_wall_s": wall})
 
 
 def resolve_deployment(
@@ -41,20 +32,8 @@ def resolve_deployment(
     timeout_s: float = 300, python: str | None = None,
 ) -> ResolvedDeployment | ServingFailure:
     """vLLM's own ``EngineArgs.create_engine_config`` and aux-layer reader on the deployment; no weights."""
-    from specparity.serving import make_request
-
-    request = make_request("resolve", target, draft, server_args=engine_args, device=device)
-    if isinstance(request, ServingFailure):
-        return request
-    t0 = time.perf_counter()
-    outcome = run_child(request, python=python, timeout_s=timeout_s, module=WORKER_MODULE, engine="vLLM")
-    if isinstance(outcome, ServingFailure):
-        return outcome
-    if outcome.deployment is None:
-        return outcome.failures[0]
-    dep = _with_wall(outcome.deployment, time.perf_counter() - t0)
-    assert dep is not None
-    return dep
+    return resolve_in_child(target, draft, server_args=engine_args, device=device, python=python,
+                            timeout_s=timeout_s, module=WORKER_MODULE, engine="vLLM")
 
 
 def capture_deployment(
@@ -70,25 +49,19 @@ def capture_deployment(
     ``acceptance`` the same counters as :class:`LoopAcceptance`. ``loop_prompt_lengths[i]`` (the rows before the
     assistant's first token) makes the loop also generate from each probe's prompt, and count only that.
     """
-    from specparity.serving import make_request
-
     if loop_prompt_lengths is not None:
         engine_args = {**(engine_args or {}), "loop_prompt_lengths": [int(n) for n in loop_prompt_lengths]}
-    request = make_request("capture", target, draft, server_args=engine_args, device=device, probes=probes,
-                           atlas=atlas)
-    if isinstance(request, ServingFailure):
-        return CaptureResult(None, None, None, (request,))
-    if not request.probes:
-        return CaptureResult(None, None, None, (ServingFailure(
-            FC_NOT_CALLED, "no probe samples were given, so no forward reached the drafter's fc"),))
-    t0 = time.perf_counter()
-    outcome = run_child(request, python=python, timeout_s=timeout_s, progress=progress, module=WORKER_MODULE,
-                        engine="vLLM", annotate=with_worker_root_cause)
+    request = capture_request(target, draft, probes=probes, server_args=engine_args, device=device, atlas=atlas)
+    if isinstance(request, CaptureResult):
+        return request
+    return capture_in_child(request, extras=_loop, python=python, timeout_s=timeout_s, progress=progress,
+                            module=WORKER_MODULE, engine="vLLM", annotate=with_worker_root_cause)
+
+
+def _loop(outcome: ChildOutcome | ServingFailure) -> CaptureExtras:
     if isinstance(outcome, ServingFailure):
-        return CaptureResult(None, None, None, (outcome,))
-    return CaptureResult(deployment=_with_wall(outcome.deployment, time.perf_counter() - t0), fc=outcome.fc,
-                         atlas=outcome.atlas, failures=outcome.failures, loop=outcome.loop,
-                         acceptance=loop_acceptance(outcome.loop))
+        return {}
+    return {"loop": outcome.loop, "acceptance": loop_acceptance(outcome.loop)}
 
 
 def loop_acceptance(loop: Mapping[str, Any] | None) -> LoopAcceptance | None:
