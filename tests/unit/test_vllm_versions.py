@@ -21,12 +21,15 @@ def test_every_release_is_pinned_wired_and_has_its_id_rules() -> None:
     tox.read(REPO / "tox.ini")
     matrix = (REPO / "scripts" / "matrix.sh").read_text()
     ci = (REPO / ".ci" / "run").read_text()
+    make = (REPO / "Makefile").read_text()
     for r in RELEASES:
         assert r.minor in SUPPORTED
         pins = (REPO / "constraints" / f"vllm-{r.minor}.txt").read_text().splitlines()
         assert f"{r.dist}=={r.tested}" in pins, f"constraints/vllm-{r.minor}.txt does not pin {r.dist}=={r.tested}"
         assert f"testenv:{r.env}" in tox and r.env in tox["tox"]["env_list"], r.env
-        assert f"    {r.env})" in matrix and f"scripts/matrix.sh {r.env}" in ci, r.env
+        assert f"    {r.env})" in matrix, r.env
+        # the CPU build runs in CI; the CUDA-only build's static tier by its own make target (CI time)
+        assert (f"scripts/matrix.sh {r.env}" in ci) if r.cpu_capture else (f"scripts/matrix.sh {r.env}" in make), r.env
     assert {r.minor for r in RELEASES} == set(SUPPORTED)
 
 
