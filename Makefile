@@ -33,8 +33,8 @@ test-real: install vllm-env
 	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m real_model tests/real_model
 
 # The topology tier on vLLM's real engine (tests/vllm_engine/test_vllm_topology.py): two Ray nodes started and
-# stopped by the test on loopback, PP=2, TP=2 x PP=2. The dense TP=2 and the MoE class at TP=2 with expert parallelism
-# run in the default CI; these do not (about 4 minutes on 2 cores).
+# stopped by the test on loopback, PP=2, TP=2 x PP=2, and the real classes on vLLM beyond Qwen3-MoE. The dense TP=2 and the MoE class at TP=2 with expert parallelism
+# run in the default CI; these do not (about 15 minutes on 2 cores).
 test-topology: vllm-env
 	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m topology tests/vllm_engine
 

@@ -36,7 +36,7 @@ PYTEST=(-m pytest -p no:cacheprovider -q)
 SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile
               tests/serving tests/catalog)
 # one worker: the TP=2 runs bind one OpenMP thread per core (VLLM_CPU_OMP_THREADS_BIND="0|1")
-VLLM_TESTS=(-m vllm tests/vllm_engine)
+VLLM_TESTS=(-m "vllm and not topology" tests/vllm_engine)  # the topology tier: make test-topology
 VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py)
 
 build() {  # build (or reuse) the venv of one env; prints its python

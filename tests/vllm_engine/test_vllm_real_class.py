@@ -29,6 +29,11 @@ pytestmark = pytest.mark.vllm
 CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b", "meta-llama--Llama-4-Scout-17B-16E-Instruct"]
 assert set(CLASSES) - set(REDUCED) <= set(REDUCED_CPU_LIMITED) | set(REDUCED_TEXT)
 DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 5]}
+# CI time (issue 23 item 8): one MoE class runs in the default CI (with its TP=2 and expert-parallel test below); the
+# other classes run in the marked tier, `make test-topology` (about 100 s per gate run here beside the SGLang matrix)
+IN_CI = "Qwen--Qwen3-30B-A3B"
+assert IN_CI in CLASSES
+PARAMS = [pytest.param(n, marks=() if n == IN_CI else pytest.mark.topology) for n in CLASSES]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,7 @@ def _kinds(v: Verdict) -> set[str]:
     return {f.kind.value for f in v.errors}
 
 
-@pytest.mark.parametrize("name", CLASSES)
+@pytest.mark.parametrize("name", PARAMS)
 def test_healthy_passes_and_static_serves_what_capture_found(deployments: dict[str, dict[str, Any]], name: str,
                                                              vllm_python: str) -> None:
     v = _gate(deployments[name], "healthy", vllm_python)
@@ -56,7 +61,7 @@ def test_healthy_passes_and_static_serves_what_capture_found(deployments: dict[s
     assert (static.status, list(static.served_layout or [])) == ("pass", list(v.served_layout or []))
 
 
-@pytest.mark.parametrize("name", CLASSES)
+@pytest.mark.parametrize("name", PARAMS)
 def test_the_seeds_wiring_and_the_export_as_it_is_are_named(deployments: dict[str, dict[str, Any]], name: str,
                                                             vllm_python: str) -> None:
     seed = _gate(deployments[name], "seed_wiring", vllm_python)
