@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specparity.serving import ResolvedDeployment, capture_deployment, resolve_deployment
+from specparity.serving import ResolvedDeployment
+from specparity.serving.sglang.client import capture_deployment, resolve_deployment
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "fixtures" / "default"

@@ -18,6 +18,7 @@ import click
 from specparity import __version__
 from specparity.cli_contract import _Group, contract
 from specparity.errors import InputError
+from specparity.serving.results import ENGINES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +54,7 @@ def _deployment_options(*, target: str, draft: str, sglang_arg: str) -> Callable
         click.option("--target", required=True, type=click.Path(path_type=Path), help=target),
         click.option("--draft", required=True, type=click.Path(path_type=Path), help=draft),
         click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE", help=sglang_arg),
-        click.option("--engine", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True,
+        click.option("--engine", type=click.Choice(list(ENGINES)), default="sglang", show_default=True,
                      help="Serving engine of the deployment."),
         click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
                      help="Engine argument (repeatable): ServerArgs for sglang, vllm.LLM keywords for vllm, "
@@ -103,9 +104,7 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
     from specparity.progress import Progress
     from specparity.report import render_text, use_color, write_reports
 
-    for role, p in (("--target", target), ("--draft", draft)):
-        if not (p / "config.json").is_file():
-            raise InputError("not a model directory (no config.json)", path=p, field=role)
+    _check_model_dirs(target, draft)
     with Progress(3, "gate") as progress:
         verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
                            device=device, python=python, timeout_s=timeout_s, progress=progress, engine=engine,
@@ -130,17 +129,11 @@ def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine:
     import json
 
     from specparity.engine_args import parse_sglang_args
-    from specparity.explain import explain
+    from specparity.serving.engine import get_engine
 
-    extra = parse_sglang_args(engine_args, field="--engine-arg")
-    if engine == "vllm":
-        from specparity.explain_vllm import explain_vllm
-
-        result = explain_vllm(target, draft, engine_args={**parse_sglang_args(sglang_args), **extra}, python=python,
-                              timeout_s=timeout_s)
-    else:
-        result = explain(target, draft, sglang_args={**parse_sglang_args(sglang_args), **extra}, python=python,
-                         timeout_s=timeout_s)
+    _check_model_dirs(target, draft)
+    args = {**parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
+    result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)
     click.echo(result.summary)
     for line in result.lines:
         click.echo(f"  {line}")
@@ -156,27 +149,21 @@ def versions(as_json: bool) -> None:
     """The SGLang and vLLM versions specparity supports: range, adapter and the CI env that tests it."""
     import json
 
-    from specparity.serving.sglang.families import versions_table
-    from specparity.serving.vllm.versions import versions_rows
+    from specparity.serving.engine import get_engine
+    from specparity.serving.results import ENGINES
 
-    rows, vllm_rows = versions_table(), versions_rows()
+    engines = [get_engine(name) for name in ENGINES]
     if as_json:
-        click.echo(json.dumps([{"engine": "sglang", **r} for r in rows] + vllm_rows, indent=2))
+        click.echo(json.dumps([row for e in engines for row in e.versions()], indent=2))
         return
-    click.echo(f"{'SGLang range':<26} {'family':<7} {'adapter':<16} tested with")
-    for r in rows:
-        tested = ", ".join(f"{e} (sglang {v})" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
-        if r["untested"]:
-            tested = "untested: runs with an untested_version warning"
-        elif not tested:
-            tested = str(r["untested_why"])
-        click.echo(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {tested}")
-    click.echo(f"\n{'vLLM range':<26} {'levels on CPU':<24} tested with")
-    for v in vllm_rows:
-        levels = ", ".join(v["levels_on_cpu"])
-        gpu = "" if "capture" in levels else "; capture and outcome need a GPU (no CPU build)"
-        click.echo(f"{v['range']!s:<26} {levels:<24} {v['tested_with'][0]} ({v['dist']} "
-                   f"{v['tested_versions'][0]}){gpu}")
+    click.echo("\n\n".join("\n".join(e.versions_lines()) for e in engines))
+
+
+def _check_model_dirs(target: Path, draft: Path) -> None:
+    """Bad input before any engine starts: each of --target and --draft must be a model directory."""
+    for role, p in (("--target", target), ("--draft", draft)):
+        if not (p / "config.json").is_file():
+            raise InputError("not a model directory (no config.json)", path=p, field=role)
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m specparity`

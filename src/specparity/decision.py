@@ -22,6 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specparity.compare.findings import ENGINE_THEN, ENVIRONMENT_KINDS, Finding, FindingKind, Severity
+from specparity.compare.findings import (
+    adapter_findings as adapter_findings,  # the decision's inputs, kept here by name
+)
+from specparity.compare.findings import is_environmental as is_environmental
+from specparity.compare.findings import status_of as status_of
 
 CHECKS = ("static", "capture", "outcome")
 ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve the deployment at all)
@@ -111,21 +116,6 @@ def failure_cause(kind: str, message: str) -> str:
     return "deployment"
 
 
-def is_environmental(f: Finding) -> bool:
-    """Whether an error finding says the check could not run here (exit 3), not that the deployment is wrong."""
-    if f.kind not in ENVIRONMENT_KINDS:
-        return False
-    return f.details.get("cause") != "deployment"
-
-
-def status_of(findings: Iterable[Finding]) -> str:
-    """``pass`` (no error), ``error`` (only environmental errors) or ``fail``."""
-    errors = [f for f in findings if f.severity is Severity.ERROR]
-    if not errors:
-        return "pass"
-    return "error" if all(is_environmental(f) for f in errors) else "fail"
-
-
 def on_item(f: Finding, check: str, probe: int | None = None) -> bool:
     """Whether error finding ``f`` fails the pytest item of ``check`` (and ``probe``)."""
     if f.severity is not Severity.ERROR:
@@ -174,14 +164,6 @@ _FAILURE_FINDING: dict[str, FindingKind] = {
     # a draft config SGLang cannot read is the deployment's fault, not the environment's: exit 1
     "draft_unreadable": FindingKind.CONFIG_MISMATCH,
 }
-
-
-def adapter_findings(dep: Any) -> list[Finding]:
-    """What the engine's version family knows about a resolved deployment (``ResolvedDeployment.adapter_notes``)
-    as findings: the gate reports them, and ``specparity explain`` exits by the same decision."""
-    return [Finding(FindingKind(kind), Severity(severity), message,
-                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
-            for kind, severity, message, cite in dep.adapter_notes]
 
 
 def serving_findings(failures: Iterable[Any], *, engine: str, version: str | None = None) -> list[Finding]:

@@ -28,16 +28,22 @@ from specparity import decision
 from specparity.compare.agreement import static_capture_findings
 from specparity.compare.attribution import AttributionTable, attribute
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
-from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity, engine_label
+from specparity.compare.findings import (
+    ENVIRONMENT_KINDS,
+    Finding,
+    FindingKind,
+    Severity,
+    adapter_findings,
+    engine_label,
+)
 from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
 from specparity.errors import InputError
-from specparity.gate_engines import convention_findings, engine_args_for, outcome_request
 from specparity.replay.outcome import check_outcome
-from specparity.serving.engine import get_engine
+from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
 from specparity.serving.layout import served_layout as layout_of
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
@@ -339,7 +345,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                                             version=dep.sglang_version, architecture=dep.target_architecture)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
-        findings += decision.adapter_findings(dep)
+        findings += adapter_findings(dep)
     findings += run.outcome_findings
     findings += _missing_evidence(run, level)
     if c.layout_assumed is not None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving.sglang.adapter import AdapterEntry, parse_version, select_adapter
 from specparity.verdict import Verdict
 

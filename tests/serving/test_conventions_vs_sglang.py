@@ -1,4 +1,4 @@
-"""Pin the SGLang capture model of specparity.contract.sglang_capture against the installed SGLang's own setters.
+"""Pin the SGLang capture model of specparity.idrules.sglang against the installed SGLang's own setters.
 
 Each case runs SGLang's real ``set_eagle3_layers_to_capture`` (unbound, on a stand-in ``self`` that carries
 exactly the attributes the setter reads: ``pp_group.is_last_rank``, ``config.num_hidden_layers`` or
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from version_facts import SGLANG_VERSION as _INSTALLED
 
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.serving.sglang.worker import install_kernel_stub_if_needed
 

@@ -19,7 +19,7 @@ from setter_sources import cited, installed_setters
 from version_facts import SGLANG_VERSION, installed_facts
 
 from specparity.cli import main
-from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
 
 pytestmark = pytest.mark.sglang
 

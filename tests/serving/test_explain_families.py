@@ -18,7 +18,7 @@ from setter_sources import cited, installed_setters
 from version_facts import SGLANG_VERSION
 
 from specparity.cli import main
-from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "fixtures" / "default"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from version_facts import SGLANG_VERSION
 
-from specparity.serving import ResolvedDeployment, resolve_deployment
+from specparity.serving import ResolvedDeployment
+from specparity.serving.sglang.client import resolve_deployment
 
 pytestmark = pytest.mark.sglang
 REPO = Path(__file__).resolve().parents[2]

@@ -108,8 +108,9 @@ def test_static_resolve_reports_the_norms_the_built_drafter_applies(tmp_path: Pa
     import shutil
     from importlib.metadata import version
 
-    from specparity.serving import ResolvedDeployment, resolve_deployment
+    from specparity.serving import ResolvedDeployment
     from specparity.serving.sglang.adapter import parse_version
+    from specparity.serving.sglang.client import resolve_deployment
 
     bundle = Path(__file__).resolve().parents[2] / "fixtures" / "default"
     draft = tmp_path / "draft"

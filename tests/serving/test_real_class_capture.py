@@ -26,8 +26,8 @@ from real_class_targets import AUX_IDS, REDUCED, hidden_states, write_deployment
 from serving_probes import PROBES
 from version_facts import needs_capture_level
 
-from specparity.contract.conventions import sglang_capture_plan
 from specparity.gate import run_gate
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving.cache import SessionCache
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.sources import EMBEDDING, layer

@@ -33,7 +33,7 @@ from version_facts import SGLANG_VERSION, capture_level_supported, needs_capture
 from specparity.compare.findings import FindingKind, Severity
 from specparity.contract.model import Contract
 from specparity.contract.probes import ProbePack, read_probe_pack
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
 from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import diagnose

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from specparity.serving import capture_deployment, resolve_deployment
 from specparity.serving.cache import cache_key
 from specparity.serving.process import run_child
 from specparity.serving.results import (
@@ -28,6 +27,7 @@ from specparity.serving.results import (
     SpecSettings,
 )
 from specparity.serving.sglang.adapter import WorkerRequest, parse_version, select_adapter
+from specparity.serving.sglang.client import capture_deployment, resolve_deployment
 from specparity.serving.sglang.common import (
     exception_failure,
     fc_shape_from_checkpoint,

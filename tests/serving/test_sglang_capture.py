@@ -18,7 +18,7 @@ import torch
 from serving_probes import PROBES
 from version_facts import SGLANG_VERSION, capture_level_supported, installed_facts, needs_capture_level
 
-from specparity.contract.sglang_capture import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.cache import SessionCache
 from specparity.serving.results import UNSUPPORTED_VERSION

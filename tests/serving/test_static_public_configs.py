@@ -27,10 +27,10 @@ from static_configs import hardware_note_expected
 if SKIP:
     pytest.skip(SKIP, allow_module_level=True)
 
-from specparity.contract.sglang_capture import sglang_capture_plan
-from specparity.explain import explain_failure, explain_resolved
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving import ResolvedDeployment
 from specparity.serving.sglang.adapter import WorkerRequest
+from specparity.serving.sglang.explain import explain_failure, explain_resolved
 from specparity.serving.sglang.v0_5_23_static import resolve_static
 
 pytestmark = pytest.mark.sglang

@@ -30,7 +30,7 @@ from static_configs import (
 if SKIP:
     pytest.skip(SKIP, allow_module_level=True)
 
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving import ResolvedDeployment, ServingFailure
 from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION
 from specparity.serving.sglang.adapter import WorkerRequest

@@ -23,7 +23,7 @@ from packaging.version import Version
 from static_configs import TARGETS
 from version_facts import SGLANG_VERSION, installed_facts, require_sglang
 
-from specparity.contract.sglang_capture import sglang_capture_plan
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION, UNSUPPORTED_VERSION
 
 pytestmark = pytest.mark.sglang

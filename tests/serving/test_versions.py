@@ -38,7 +38,7 @@ from serving_probes import PROBES
 from setter_sources import CPU_SGLANG_PREAMBLE
 from version_facts import FACTS, SGLANG_VERSION, VersionFacts, facts_for
 
-from specparity.contract.sglang_capture import TYPE_ERROR_HS_NONE, sglang_capture_plan
+from specparity.idrules.sglang import TYPE_ERROR_HS_NONE, sglang_capture_plan
 from specparity.serving.results import SGLANG_EXCEPTION, UNSUPPORTED_VERSION, ServingFailure
 from specparity.serving.sglang.adapter import REGISTRY, AdapterEntry, parse_version, select_adapter
 from specparity.serving.sglang.families import (

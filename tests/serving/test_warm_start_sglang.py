@@ -15,8 +15,9 @@ import torch
 from serving_probes import PROBES
 from version_facts import needs_capture_level
 
-from specparity.serving import capture_deployment, resolve_deployment, warm
+from specparity.serving import warm
 from specparity.serving.results import CaptureResult, ResolvedDeployment
+from specparity.serving.sglang.client import capture_deployment, resolve_deployment
 
 pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required")]
 

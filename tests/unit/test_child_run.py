@@ -12,11 +12,11 @@ import pytest
 from test_gate import _deployment
 
 import specparity.serving.cache as cache_mod
-from specparity import serving
-from specparity.serving import child_run, process
-from specparity.serving import vllm as serving_vllm
+from specparity.serving import process
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
+from specparity.serving.sglang import client as serving
 from specparity.serving.transport import ChildOutcome
+from specparity.serving.vllm import client as serving_vllm
 
 
 def _model_dirs(root: Path) -> tuple[Path, Path]:
@@ -103,9 +103,12 @@ def test_capture_keeps_each_engines_own_fields(dirs: tuple[Path, Path], monkeypa
     assert child.calls[1]["progress"] is print and child.calls[1]["annotate"] is not None
 
 
-def test_make_request_is_still_served_from_the_package() -> None:
-    assert serving.make_request is child_run.make_request
-    assert "make_request" in serving.__all__
+def test_the_serving_face_names_no_engine() -> None:
+    """``specparity.serving`` holds only the engine-neutral records; each engine's entry points are in its room."""
+    import specparity.serving as face
+
+    assert not {"resolve_deployment", "capture_deployment", "make_request"} & set(face.__all__)
+    assert {"capture_deployment", "resolve_deployment"} == set(serving.__all__) <= set(serving_vllm.__all__)
 
 
 def test_session_cache_methods_take_the_serving_functions_parameters(

@@ -7,24 +7,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specparity.contract.conventions import (
-    ArchFamily,
     IdConvention,
-    arch_family,
     hf_index_to_source,
     ids_to_sources,
+    source_to_hf_index,
+    sources_to_ids,
+    sources_to_specforge_ids,
+    specforge_default_ids,
+    specforge_ids_to_sources,
+)
+from specparity.idrules.sglang import (
+    TYPE_ERROR_HS_NONE,
+    ArchFamily,
+    arch_family,
     parse_version,
     sglang_capture_plan,
     sglang_default_boundaries,
     sglang_ids_for_sources,
-    source_to_hf_index,
-    sources_to_ids,
-    sources_to_specforge_ids,
-    sources_to_vllm_ids,
-    specforge_default_ids,
-    specforge_ids_to_sources,
-    vllm_ids_to_sources,
 )
-from specparity.contract.sglang_capture import TYPE_ERROR_HS_NONE
+from specparity.idrules.vllm import sources_to_vllm_ids, vllm_ids_to_sources
 from specparity.sources import EMBEDDING, FINAL_NORM, boundary_to_source, layer
 
 LLAMA = "LlamaForCausalLM"

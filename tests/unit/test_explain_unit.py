@@ -1,4 +1,4 @@
-"""``specparity.explain`` on resolved deployments (no SGLang): the wording, the JSON keys, the exit codes."""
+"""``specparity.serving.sglang.explain`` on resolved deployments (no SGLang): the wording, the JSON keys, the exit codes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from specparity.explain import explain_failure, explain_resolved
 from specparity.serving import ResolvedDeployment, ServingFailure, SpecSettings
+from specparity.serving.sglang.explain import explain_failure, explain_resolved
 
 KEYS = {"engine", "engine_version", "target_architecture", "num_layers", "draft_ids", "ids_source",
         "layers_to_capture", "served_sources", "ids_fallback", "fc_in_features", "resolved_spec"}

@@ -10,8 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specparity.compare.fix import IDS_KEY, apply_json_patch, layout_fix, spec_fix
-from specparity.contract.conventions import sglang_capture_plan
 from specparity.errors import InputError
+from specparity.idrules.sglang import sglang_capture_plan
 from specparity.sources import layer
 
 LLAMA = "LlamaForCausalLM"

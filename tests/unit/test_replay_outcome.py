@@ -15,7 +15,6 @@ from safetensors.torch import save_file
 from specparity.compare.findings import FindingKind, Severity
 from specparity.contract.probes import ProbePack, ProbeSample
 from specparity.replay.outcome import outcome_from_capture
-from specparity.serving import capture_deployment
 from specparity.serving.drafter_replay import read_replay, sized_server_args
 from specparity.serving.results import (
     BAD_DEPLOYMENT,
@@ -28,6 +27,7 @@ from specparity.serving.results import (
     LoopAcceptance,
     ServingFailure,
 )
+from specparity.serving.sglang.client import capture_deployment
 
 T = 12
 

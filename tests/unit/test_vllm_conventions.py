@@ -1,4 +1,4 @@
-"""vLLM 0.32's id rules (contract/vllm_conventions.py) and the vLLM engine's layout fix, without vLLM.
+"""vLLM 0.32's id rules (idrules/vllm.py) and the vLLM engine's layout fix, without vLLM.
 
 tests/vllm_engine/test_vllm_conventions_vs_vllm.py checks the same reader against vLLM's own function."""
 
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specparity.compare.fix import apply_json_patch
-from specparity.contract.conventions import sources_to_specforge_ids, vllm_ids_to_sources
-from specparity.contract.vllm_conventions import drafter_aux_count, fix_ops, read_ids
+from specparity.contract.conventions import sources_to_specforge_ids
+from specparity.idrules.vllm import drafter_aux_count, fix_ops, read_ids, vllm_ids_to_sources
 from specparity.serving.engine import get_engine
 
 L = 8

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specparity.cli import main
-from specparity.contract.vllm_conventions import SUPPORTED
+from specparity.idrules.vllm import SUPPORTED
 from specparity.serving.vllm.versions import RELEASES, capture_refusal, release
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from vllm_helpers import BUNDLE, CONTRACT
 
 from specparity.contract import load_contract, probe_pack_path, read_probe_pack
 from specparity.serving.results import CaptureResult
-from specparity.serving.vllm import capture_deployment
+from specparity.serving.vllm.client import capture_deployment
 
 pytestmark = pytest.mark.vllm
 

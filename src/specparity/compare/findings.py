@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class FindingKind(str, enum.Enum):
@@ -149,3 +150,26 @@ def worst_severity(findings: list[Finding] | tuple[Finding, ...]) -> Severity | 
         if any(f.severity is severity for f in findings):
             return severity
     return None
+
+
+def is_environmental(f: Finding) -> bool:
+    """Whether an error finding says the check could not run here (exit 3), not that the deployment is wrong."""
+    if f.kind not in ENVIRONMENT_KINDS:
+        return False
+    return f.details.get("cause") != "deployment"
+
+
+def status_of(findings: Iterable[Finding]) -> str:
+    """``pass`` (no error), ``error`` (only environmental errors) or ``fail``."""
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    if not errors:
+        return "pass"
+    return "error" if all(is_environmental(f) for f in errors) else "fail"
+
+
+def adapter_findings(dep: Any) -> list[Finding]:
+    """What the engine's version family knows about a resolved deployment (``ResolvedDeployment.adapter_notes``)
+    as findings: the gate reports them, and ``specparity explain`` exits by the same decision."""
+    return [Finding(FindingKind(kind), Severity(severity), message,
+                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
+            for kind, severity, message, cite in dep.adapter_notes]

@@ -2,7 +2,7 @@
 
 - :func:`layout_fix`: for one SGLang version and target architecture, the draft ``config.json`` edit
   (an RFC 6902 JSON patch plus a one-line human fix) whose ids SGLang turns into exactly the
-  contract's sources, derived with :func:`specparity.contract.conventions.sglang_ids_for_sources`.
+  contract's sources, derived with :func:`specparity.idrules.sglang.sglang_ids_for_sources`.
 - :func:`spec_fix`: the server flags that stop SGLang rewriting the speculative settings.
 - :func:`apply_json_patch`: a small RFC 6902 applier (add / replace / remove / test) so callers and
   tests can apply the patch to a config dict.
@@ -75,7 +75,7 @@ def layout_fix(
     ``draft_config`` is the draft's ``config.json`` as a dict (not modified). The patch is empty when
     the config already holds the right ids.
     """
-    from specparity.contract.conventions import sglang_ids_for_sources
+    from specparity.idrules.sglang import sglang_ids_for_sources
 
     file = f"{draft_path.rstrip('/')}/config.json"
     try:

@@ -6,7 +6,7 @@ Four conventions are in use (:class:`IdConvention`):
   own SGLang ``set_eagle3_layers_to_capture`` (SF ``specforge/offline_capture/sglang_backend/capture.py:89-113``),
   so their meaning is whatever that SGLang version does on that architecture; on llama-style targets id ``v``
   is ``layer:v``.
-- SGLang draft-config ids: version- and architecture-dependent, see :mod:`specparity.contract.sglang_capture`.
+- SGLang draft-config ids: version- and architecture-dependent, see :mod:`specparity.idrules.sglang`.
 - vLLM / speculators ids: boundary indices, no ``+1`` (``vllm/model_executor/models/llama.py:426-441``).
 - HF ``output_hidden_states`` indices: boundary indices except that ``L`` is ``final_norm``.
 
@@ -17,47 +17,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
-from itertools import pairwise
 
-from specparity.contract.sglang_capture import (
-    ArchFamily,
-    SGLangCapturePlan,
-    arch_family,
-    parse_version,
-    sglang_capture_plan,
-    sglang_default_boundaries,
-    sglang_ids_for_sources,
-)
+from specparity.idrules.sglang import sglang_capture_plan, sglang_ids_for_sources
+from specparity.idrules.vllm import sources_to_vllm_ids, vllm_ids_to_sources
 from specparity.sources import (
     EMBEDDING,
     FINAL_NORM,
-    boundary_to_source,
     check_in_range,
     layer,
     layer_index,
-    source_to_boundary,
 )
 
 __all__ = [
     "SPECFORGE_SGLANG_VERSION",
-    "ArchFamily",
     "IdConvention",
-    "SGLangCapturePlan",
-    "arch_family",
     "hf_index_to_source",
     "ids_to_sources",
-    "parse_version",
-    "sglang_capture_plan",
-    "sglang_default_boundaries",
-    "sglang_ids_for_sources",
     "source_to_hf_index",
     "sources_to_ids",
     "sources_to_specforge_ids",
-    "sources_to_vllm_ids",
     "specforge_default_ids",
     "specforge_ids_to_sources",
-    "vllm_default_ids",
-    "vllm_ids_to_sources",
 ]
 
 # One enum for the whole package: the contract's RawLayerIds.convention field (contract/model.py) uses this class,
@@ -151,42 +131,6 @@ def sources_to_specforge_ids(
             f"no SpecForge layer ids record {list(sources)} on {architecture} with sglang {sglang_version}"
             + ("" if ids is None else f" (it would need {ids}, and SpecForge rejects negative ids)")
         )
-    return ids
-
-
-# --- vLLM / speculators ---------------------------------------------------------------------------------
-
-
-def vllm_default_ids(num_layers: int) -> list[int]:
-    """vLLM's and speculators' ids when none are configured: ``(2, L//2, L-3)``.
-
-    vllm 0.33 ``model_executor/models/llama.py:426-441``; speculators 0.9 ``models/utils.py:99-140``.
-    """
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def vllm_ids_to_sources(ids: Sequence[int] | None, *, num_layers: int) -> list[str]:
-    """vLLM / speculators ids to sources: boundary ``b = v``, sorted and deduplicated.
-
-    vLLM sorts and dedupes (``vllm/model_executor/models/interfaces.py:1616-1617``); speculators instead
-    rejects duplicates. ``0`` is ``embedding`` and ``L`` is ``layer:L-1`` (pre-norm). Ids outside
-    ``0..L`` raise ValueError (speculators rejects them too).
-    """
-    resolved = vllm_default_ids(num_layers) if ids is None else list(ids)
-    for i in resolved:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= num_layers:
-            raise ValueError(
-                f"vLLM/speculators layer id {i!r} is outside 0..{num_layers} for a {num_layers}-layer target "
-                "(speculators/models/utils.py:99-140 rejects it)"
-            )
-    return [boundary_to_source(b, num_layers) for b in sorted(set(resolved))]
-
-
-def sources_to_vllm_ids(sources: Sequence[str], *, num_layers: int) -> list[int]:
-    """Sources (strictly ascending) to vLLM / speculators ids. ``final_norm`` has none (ValueError)."""
-    ids = [source_to_boundary(s, num_layers) for s in sources]
-    if any(a >= b for a, b in pairwise(ids)):
-        raise ValueError(f"{list(sources)} is not strictly ascending; vLLM would serve it sorted and deduplicated")
     return ids
 
 

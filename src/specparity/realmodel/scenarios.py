@@ -9,7 +9,7 @@ reads differently; the user's files are never modified (copies go to a temporary
 SGLang reads id ``i`` as ``layer:i`` (its ``+1`` boundary rule; id ``-1`` serves the embedding on 0.5.22+).
 vLLM reads id ``k`` as boundary ``k`` (``hidden_states[k]``, which is ``layer:k-1``), so the SpecForge export
 as it is runs one layer early there, and the healthy vLLM deployment carries ids ``[2, 15, 27]``
-(``specparity.contract.vllm_conventions``).
+(``specparity.idrules.vllm``).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ VLLM = (
 
 def loop_prompts(pack: ProbePack, n: int | None = None) -> list[list[int]]:
     """Each probe's prompt up to its first assistant token (the outcome level's own cut,
-    ``gate_engines.outcome_request``): the target then writes the answer the drafter was trained to predict."""
-    from specparity.gate_engines import outcome_request
+    ``serving.engine.outcome_request``): the target then writes the answer the drafter was trained to predict."""
+    from specparity.serving.engine import outcome_request
 
     lengths = outcome_request(pack).prompt_lengths
     samples = pack.samples[:n] if n is not None else pack.samples

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar, cast
 
-from specparity.serving import capture_deployment, resolve_deployment
 from specparity.serving.results import TIMEOUT, CaptureResult, ServingFailure
+from specparity.serving.sglang.client import capture_deployment, resolve_deployment
 
 CacheKey = tuple[str, ...]
 P = ParamSpec("P")

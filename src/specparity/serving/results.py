@@ -1,4 +1,4 @@
-"""What the serving adapter hands back: plain frozen records, JSON-(de)serialisable.
+"""What a serving engine hands back: plain frozen records, JSON-(de)serialisable.
 
 The JSON parts (:class:`SpecSettings`, :class:`ResolvedDeployment`, :class:`ServingFailure`) hold no
 torch objects; they travel from the SGLang child process as JSON. Tensors (:class:`FcCapture`,
@@ -364,3 +364,25 @@ class CaptureResult:
 
     def failure_kinds(self) -> tuple[str, ...]:
         return tuple(f.kind for f in self.failures)
+
+
+@dataclass(frozen=True)
+class IdReading:
+    """What an engine makes of a draft config's aux ids: the ids, their key, and the sources they serve."""
+
+    ids: tuple[int, ...] | None
+    key: str | None
+    sources: tuple[str, ...]
+    rule: str  # one line, with the engine file:line it follows
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """``specparity explain``'s answer to "what will the engine feed fc?", as one JSON-able record: the exit code
+    (0 resolved, 1 refused or not served as configured, 2 bad input, 3 not computable here), a summary line, the
+    JSON ``data`` and the terminal ``lines``."""
+
+    exit_code: int
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()

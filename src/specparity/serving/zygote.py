@@ -154,8 +154,11 @@ def _forked_child_is_fresh() -> bool:
 def _warm(worker: Any, device: str) -> tuple[Any, str | None]:
     """``worker.warm(device)`` under the CUDA precautions; (state, why this zygote cannot serve)."""
     import builtins
+    import importlib.util
 
-    torch = sys.modules.get("torch")
+    # torch imported here, not left to the worker's warm(): the precautions below must be in place before the first
+    # CUDA query, whichever module makes it (the worker may import torch only inside warm())
+    torch = importlib.import_module("torch") if importlib.util.find_spec("torch") is not None else None
     guard: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if torch is not None and torch.backends.cuda.is_built():
         facts = _fresh_cuda_facts()

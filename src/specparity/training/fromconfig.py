@@ -39,6 +39,8 @@ from specparity.contract.model import (
     TargetSpec,
 )
 from specparity.errors import InputError
+from specparity.idrules import sglang as sglang_rules
+from specparity.idrules import vllm as vllm_rules
 from specparity.training.drafts import DraftInfo, read_specforge_draft, read_speculators_draft
 from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo, read_target
 
@@ -72,10 +74,10 @@ def _sources(trainer: Trainer, draft: DraftInfo, tgt: TargetInfo,
                                                        sglang_version=sglang_version)
         return sources, used, IdConvention.SPECFORGE, rule
     if trainer == "speculators":
-        used = ids if ids is not None else conventions.vllm_default_ids(n)
+        used = ids if ids is not None else vllm_rules.vllm_default_ids(n)
         rule = f"speculators/vLLM boundary ids {used}, no +1 (speculators/models/utils.py:99-140)"
-        return conventions.vllm_ids_to_sources(ids, num_layers=n), used, IdConvention.VLLM, rule
-    used = ids if ids is not None else conventions.vllm_default_ids(n)
+        return vllm_rules.vllm_ids_to_sources(ids, num_layers=n), used, IdConvention.VLLM, rule
+    used = ids if ids is not None else vllm_rules.vllm_default_ids(n)
     rule = f"EAGLE HF hidden-state indices {used} [inferred default: boundaries 2, L//2, L-3]"
     return ([conventions.hf_index_to_source(i, num_layers=n) for i in used], used, IdConvention.HF, rule)
 
@@ -99,7 +101,7 @@ def contract_from_config(
     version_assumed = trainer == "specforge" and trainer_sglang_version is None
     sglang_version = trainer_sglang_version or conventions.SPECFORGE_SGLANG_VERSION
     try:
-        conventions.parse_version(sglang_version)
+        sglang_rules.parse_version(sglang_version)
         sources, used, convention, rule = _sources(trainer, dft, tgt, sglang_version)
     except ValueError as e:
         field = "--trainer-sglang-version" if "version" in str(e) else (dft.ids_field or "eagle_config")

@@ -16,10 +16,10 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from specparity.contract import conventions
 from specparity.contract.model import Contract, IdConvention, RawLayerIds
 from specparity.contract.probes import ProbeSample
 from specparity.errors import InputError
+from specparity.idrules.vllm import vllm_ids_to_sources
 from specparity.training.builder import check_fc_width, dtype_name, write_contract
 from specparity.training.drafts import read_speculators_draft, verifier_of
 from specparity.training.hfdir import read_target
@@ -48,7 +48,7 @@ def contract_from_speculators(
             path=dft.config_path, field="speculators_config.verifier.architectures",
         )
     try:
-        sources = conventions.vllm_ids_to_sources(dft.ids, num_layers=tgt.num_layers)
+        sources = vllm_ids_to_sources(dft.ids, num_layers=tgt.num_layers)
     except ValueError as e:
         raise InputError(str(e), path=dft.config_path, field="eagle_aux_hidden_state_layer_ids") from None
     raw = RawLayerIds(

@@ -82,7 +82,7 @@ def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_lay
     """Boundary 0 crashes llama-style loops before 0.5.22 (D9): never claim it is served."""
     if 0 not in layers:
         return None
-    from specparity.contract.sglang_capture import sglang_capture_plan
+    from specparity.idrules.sglang import sglang_capture_plan
 
     plan = sglang_capture_plan(None if ids is None else list(ids), num_layers=num_layers, architecture=model_class,
                                version=version)

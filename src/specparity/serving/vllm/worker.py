@@ -125,7 +125,7 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
     import vllm
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from specparity.contract.vllm_conventions import drafter_aux_count
+    from specparity.idrules.vllm import drafter_aux_count
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.sglang.common import fc_shape_from_checkpoint
     from specparity.serving.vllm.ranks import layout
@@ -361,7 +361,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
         write_result(out_dir, ServingFailure(VLLM_MISSING, f"cannot import vllm in {sys.executable}: {exc}"))
         return 0
-    from specparity.contract.vllm_conventions import SUPPORTED
+    from specparity.idrules.vllm import SUPPORTED
 
     version = str(vllm.__version__)
     refused = (f"vllm {version} is not supported (supported: {', '.join(v + '.x' for v in SUPPORTED)})"

@@ -11,11 +11,10 @@ from specparity import gate
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
 from specparity.errors import InputError
-from specparity.gate_engines import convention_findings, engine_args_for, outcome_request
 from specparity.replay.outcome import loop_summary
 from specparity.serving import LoopAcceptance, ResolvedDeployment, SpecSettings
-from specparity.serving.engine import get_engine
-from specparity.serving.vllm import loop_acceptance
+from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
+from specparity.serving.vllm.client import loop_acceptance
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "fixtures" / "vllm"

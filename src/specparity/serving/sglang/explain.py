@@ -1,6 +1,6 @@
-"""``specparity explain``: what SGLang will feed the drafter's fc, and how it got there. No contract.
+"""``specparity explain`` on SGLang (``SglangEngine.explain``): what SGLang will feed the drafter's fc, and how. No contract.
 
-One static resolution (``serving.resolve_deployment``: SGLang's own ServerArgs, the real target and
+One static resolution (``serving.sglang.client.resolve_deployment``: SGLang's own ServerArgs, the real target and
 draft classes built on the meta device, the real ``set_eagle3_layers_to_capture``) turned into an
 :class:`Explanation`: the served sources in fc order, which config key the ids came from, the rule the
 target's model file applied (with its SGLang file:line), any fallback to the default and why, the fc
@@ -11,7 +11,7 @@ installed SGLang (``ResolvedDeployment.capture_rule_source``, serving/sglang/set
 remembered lines are a last resort, labelled as 0.5.23's.
 
 Exit codes follow what is printed (and agree with ``specparity gate``, which renders the same adapter notes as
-findings, decision.adapter_findings): 0 resolved and nothing wrong; 1 SGLang refuses the deployment, would serve fewer
+findings, compare.findings.adapter_findings): 0 resolved and nothing wrong; 1 SGLang refuses the deployment, would serve fewer
 states than fc takes, or an ``error`` adapter note says it does not serve what the draft config says (e.g. family
 A's draft_ids_ignored, config_mismatch); 2 malformed input; 3 environment (SGLang missing, unsupported, crashed,
 timed out) or an answer specparity could not compute (a default taken for no recorded reason).
@@ -20,18 +20,17 @@ timed out) or an answer specparity could not compute (a default taken for no rec
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specparity.contract.sglang_capture import (
+from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS
+from specparity.idrules.sglang import (
     ArchFamily,
     arch_family,
     parse_version,
     sglang_default_boundaries,
 )
-from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, InputError
-from specparity.serving import ResolvedDeployment, ServingFailure
+from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.setter_source import citation_text
 
 IDS_KEY = "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -49,16 +48,6 @@ _DELEGATES = {"KimiK25ForConditionalGeneration": "models/kimi_k25.py:928-939",
 _DEEPSEEK_FIRST_ID = parse_version("0.5.13")
 _GPT_OSS_BOUNDARIES = parse_version("0.5.17")
 _ENVIRONMENT = frozenset({"sglang_missing", "unsupported_version", "timeout", "child_crashed", "needs_hardware"})
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """The answer to "what will SGLang feed fc?", as one JSON-able record."""
-
-    exit_code: int
-    summary: str
-    data: dict[str, Any] = field(default_factory=dict)
-    lines: tuple[str, ...] = ()
 
 
 def _applied(dep: ResolvedDeployment) -> str:
@@ -158,11 +147,11 @@ def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | Non
 
 
 def _note_status(dep: ResolvedDeployment) -> str:
-    """``pass``, ``fail`` or ``error``: what the gate makes of the same adapter notes (decision.adapter_findings,
-    decision.status_of), so that explain and gate never disagree on them."""
-    from specparity import decision
+    """``pass``, ``fail`` or ``error``: what the gate makes of the same adapter notes (compare.findings.adapter_findings,
+    status_of), so that explain and gate never disagree on them."""
+    from specparity.compare.findings import adapter_findings, status_of
 
-    return decision.status_of(decision.adapter_findings(dep))
+    return status_of(adapter_findings(dep))
 
 
 def explain_resolved(dep: ResolvedDeployment) -> Explanation:
@@ -248,11 +237,8 @@ def explain_failure(failure: ServingFailure) -> Explanation:
 def explain(target: Path, draft: Path, *, sglang_args: Mapping[str, object], python: str | None = None,
             timeout_s: float = 600) -> Explanation:
     """Resolve (target, draft, args) with SGLang's own code and explain the result."""
-    from specparity.serving import resolve_deployment
+    from specparity.serving.sglang.client import resolve_deployment
 
-    for role, p in (("--target", target), ("--draft", draft)):
-        if not (p / "config.json").is_file():
-            raise InputError("not a model directory (no config.json)", path=p, field=role)
     dep = resolve_deployment(target, draft, server_args=dict(sglang_args), device="cpu", python=python,
                              timeout_s=timeout_s)
     return explain_resolved(dep) if isinstance(dep, ResolvedDeployment) else explain_failure(dep)

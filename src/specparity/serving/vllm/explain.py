@@ -1,10 +1,10 @@
-"""``specparity explain --engine vllm``: what vLLM will feed the drafter's fc, and how it got there.
+"""``specparity explain --engine vllm`` (``VllmEngine.explain``): what vLLM will feed the drafter's fc, and how.
 
-One static resolution through vLLM's own code (``serving.vllm.resolve_deployment``: ``EngineArgs
+One static resolution through vLLM's own code (``serving.vllm.client.resolve_deployment``: ``EngineArgs
 .create_engine_config`` with its ``SpeculativeConfig``, and ``GPUModelRunner._get_eagle3_aux_layers_from_config``),
-no weights loaded, explained with vLLM's id rules (:mod:`specparity.contract.vllm_conventions`): which key the
+no weights loaded, explained with vLLM's id rules (:mod:`specparity.idrules.vllm`): which key the
 ids came from, that id ``k`` is ``hidden_states[k]`` (no ``+1``), the default when there are none, and fc's width.
-Exit codes as :mod:`specparity.explain`.
+Exit codes as :mod:`specparity.serving.sglang.explain`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, InputError
-from specparity.explain import Explanation
-from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 
 _ENVIRONMENT = frozenset({"vllm_missing", "unsupported_version", "timeout", "child_crashed"})
 RULE = ("id k = boundary k = hidden_states[k], no +1 (vllm/model_executor/models/interfaces.py:1601-1611, "
@@ -24,7 +23,7 @@ RULE = ("id k = boundary k = hidden_states[k], no +1 (vllm/model_executor/models
 
 def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, object]) -> Explanation:
     """The explanation of vLLM's static resolution."""
-    from specparity.contract.vllm_conventions import drafter_aux_count, read_ids
+    from specparity.idrules.vllm import drafter_aux_count, read_ids
 
     read = read_ids(draft_config, num_layers=dep.num_layers, version=dep.sglang_version)
     ids_source = (f"draft config.json: {read.key}" if read.key is not None else
@@ -74,11 +73,8 @@ def explain_vllm_failure(failure: ServingFailure) -> Explanation:
 def explain_vllm(target: Path, draft: Path, *, engine_args: Mapping[str, object], python: str | None = None,
                  timeout_s: float = 600) -> Explanation:
     """Resolve (target, draft, args) with vLLM's own code and explain the result."""
-    from specparity.serving.vllm import resolve_deployment
+    from specparity.serving.vllm.client import resolve_deployment
 
-    for role, p in (("--target", target), ("--draft", draft)):
-        if not (p / "config.json").is_file():
-            raise InputError("not a model directory (no config.json)", path=p, field=role)
     try:
         cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:

@@ -1,0 +1,109 @@
+"""SGLang behind :class:`specparity.serving.engine.Engine`: resolve, capture (with SGLang's own drafter replayed on
+served and recorded inputs), its id rules (``specparity.idrules.sglang``), explain and the supported releases."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specparity.serving.results import (
+    CaptureResult,
+    Explanation,
+    IdReading,
+    OutcomeRequest,
+    ResolvedDeployment,
+    ServingFailure,
+)
+
+if TYPE_CHECKING:
+    from specparity.compare.fix import DraftConfigFix
+    from specparity.serving.engine import Progress
+
+
+class SglangEngine:
+    """SGLang: the parent side in ``client.py``, the child in ``worker.py``, one adapter per release family."""
+
+    name, label = "sglang", "SGLang"
+
+    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
+                  num_draft_tokens: int | None) -> dict[str, object]:
+        from specparity.serving.results import SPEC_SERVER_ARGS
+
+        values = (num_steps, eagle_topk, num_draft_tokens)
+        return {k: v for k, v in zip(SPEC_SERVER_ARGS, values, strict=True) if v is not None}
+
+    def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
+                timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:
+        from specparity.serving.sglang.client import resolve_deployment
+
+        dep = resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
+        if isinstance(dep, ResolvedDeployment):
+            return dep
+        return _why_sglang_cannot_read((dep,), Path(draft))[0]
+
+    def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
+                args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
+                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
+        from specparity.serving.sglang.client import capture_deployment
+
+        # the outcome: SGLang's own drafter replayed on served and recorded inputs in the capture's child (its
+        # draft-decode loop has no CPU kernels, sglang-cpu.md §5 item 6, so there are no loop counters)
+        result = capture_deployment(target, draft, probes=probes, server_args=args, device=device, atlas=True,
+                                    timeout_s=timeout_s, python=python, progress=progress,
+                                    recorded_fc=outcome.recorded_fc if outcome is not None else None)
+        if result.deployment is not None:
+            return result
+        return dataclasses.replace(result, failures=_why_sglang_cannot_read(result.failures, Path(draft)))
+
+    def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
+                version: str) -> IdReading | None:
+        return None  # SGLang's reading is judged from its own resolution (ResolvedDeployment)
+
+    def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
+                   architecture: str, version: str, draft_path: str) -> DraftConfigFix:
+        from specparity.compare.fix import layout_fix
+
+        return layout_fix(sources, draft_config, num_layers=num_layers, architecture=architecture, version=version,
+                          draft_path=draft_path)
+
+    def explain(self, target: Path, draft: Path, *, args: Mapping[str, object], python: str | None,
+                timeout_s: float) -> Explanation:
+        from specparity.serving.sglang.explain import explain
+
+        return explain(target, draft, sglang_args=args, python=python, timeout_s=timeout_s)
+
+    def versions(self) -> list[dict[str, Any]]:
+        from specparity.serving.sglang.families import versions_table
+
+        return [{"engine": "sglang", **r} for r in versions_table()]
+
+    def versions_lines(self) -> list[str]:
+        lines = [f"{'SGLang range':<26} {'family':<7} {'adapter':<16} tested with"]
+        for r in self.versions():
+            tested = ", ".join(f"{e} (sglang {v})" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
+            if r["untested"]:
+                tested = "untested: runs with an untested_version warning"
+            elif not tested:
+                tested = str(r["untested_why"])
+            lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {tested}")
+        return lines
+
+
+def _why_sglang_cannot_read(failures: Sequence[ServingFailure], draft: Path) -> tuple[ServingFailure, ...]:
+    """SGLang's own start-up failure on a draft config it cannot read (a speculators-format draft: transformers'
+    AutoConfig wants a model_type), told as ``draft_unreadable`` with the conversion and SGLang's own message kept;
+    other failures unchanged. SGLang is always asked first: a release that learns the format is never refused here."""
+    from specparity.serving.results import DRAFT_UNREADABLE, SGLANG_EXCEPTION
+    from specparity.serving.sglang.draft_format import unreadable_draft
+
+    why = unreadable_draft(draft) if any(f.kind == SGLANG_EXCEPTION for f in failures) else None
+    if why is None:
+        return tuple(failures)
+    raised = "; ".join(f.message for f in failures)
+    version = next((f.engine_version for f in failures if f.engine_version), None)
+    vllm = (". To gate this draft as it is, serve it with vLLM (--engine vllm), which reads the speculators "
+            "format: capture and outcome levels both" if "speculators" in why.message else "")
+    return (ServingFailure(DRAFT_UNREADABLE, f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
+                           engine_version=version),)

@@ -1,0 +1,98 @@
+"""vLLM behind :class:`specparity.serving.engine.Engine`: resolve, capture (with the acceptance vLLM's own serving
+loop counted), its id rules (``specparity.idrules.vllm``), explain and the supported releases."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specparity.serving.results import (
+    CaptureResult,
+    Explanation,
+    IdReading,
+    OutcomeRequest,
+    ResolvedDeployment,
+    ServingFailure,
+)
+
+if TYPE_CHECKING:
+    from specparity.compare.fix import DraftConfigFix
+    from specparity.serving.engine import Progress
+
+
+class VllmEngine:
+    """vLLM's real engine: the parent side in ``client.py``, the child in ``worker.py``, the tap in ``tap.py``."""
+
+    name, label = "vllm", "vLLM"
+
+    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
+                  num_draft_tokens: int | None) -> dict[str, object]:
+        # vLLM's EAGLE proposer drafts one chain: num_speculative_tokens is the chain length
+        return {} if num_steps is None else {"num_speculative_tokens": num_steps}
+
+    def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
+                timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:
+        from specparity.serving.vllm.client import resolve_deployment
+
+        return resolve_deployment(target, draft, engine_args=args, device=device, timeout_s=timeout_s, python=python)
+
+    def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
+                args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
+                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
+        from specparity.serving.vllm.client import capture_deployment
+
+        # the outcome: vLLM's real loop counts its own acceptance, on the probes' prompts where every probe says
+        # where its assistant turn starts; otherwise on what it generates after each probe (loop "prompts" says)
+        lengths = outcome.prompt_lengths if outcome is not None else ()
+        known = [n for n in lengths if n is not None]
+        return capture_deployment(target, draft, probes=probes, engine_args=args, device=device, atlas=True,
+                                  timeout_s=timeout_s, python=python, progress=progress,
+                                  loop_prompt_lengths=known if lengths and len(known) == len(lengths) else None)
+
+    def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
+                version: str) -> IdReading | None:
+        from specparity.idrules.vllm import read_ids
+
+        try:
+            r = read_ids(draft_config, num_layers=num_layers, version=version)
+        except ValueError:
+            return None
+        return IdReading(r.ids, r.key, r.sources,
+                         "vLLM reads id k as hidden_states[k], no +1 (vllm/model_executor/models/interfaces.py:"
+                         "1601-1611, models/llama.py:428-441)")
+
+    def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
+                   architecture: str, version: str, draft_path: str) -> DraftConfigFix:
+        from specparity.compare.fix import DraftConfigFix
+        from specparity.idrules.vllm import fix_ops
+
+        file = f"{draft_path.rstrip('/')}/config.json"
+        try:
+            ids, key, ops = fix_ops(sources, draft_config, num_layers=num_layers, version=version)
+        except ValueError as e:
+            return DraftConfigFix(summary=f"no draft config serves {', '.join(sources)} on vllm {version}: {e}",
+                                  file=file, ids=None)
+        summary = (f"{file} already sets {key} = {ids}" if not ops
+                   else f"set {key} = {ids} in {file} (vLLM reads id k as hidden_states[k])")
+        return DraftConfigFix(summary=summary, file=file, ids=tuple(ids), json_patch=tuple(ops))
+
+    def explain(self, target: Path, draft: Path, *, args: Mapping[str, object], python: str | None,
+                timeout_s: float) -> Explanation:
+        from specparity.serving.vllm.explain import explain_vllm
+
+        return explain_vllm(target, draft, engine_args=args, python=python, timeout_s=timeout_s)
+
+    def versions(self) -> list[dict[str, Any]]:
+        from specparity.serving.vllm.versions import versions_rows
+
+        return versions_rows()
+
+    def versions_lines(self) -> list[str]:
+        lines = [f"{'vLLM range':<26} {'levels on CPU':<24} tested with"]
+        for v in self.versions():
+            levels = ", ".join(v["levels_on_cpu"])
+            gpu = "" if "capture" in levels else "; capture and outcome need a GPU (no CPU build)"
+            lines.append(f"{v['range']!s:<26} {levels:<24} {v['tested_with'][0]} ({v['dist']} "
+                         f"{v['tested_versions'][0]}){gpu}")
+        return lines
