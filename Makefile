@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real test test-real test-topology test-vllm-0.33 lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real test test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -37,6 +37,12 @@ test-real: install vllm-env
 # run in the default CI; these do not (about 15 minutes on 2 cores).
 test-topology: vllm-env
 	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m topology tests/vllm_engine
+
+# The bundle tier: fixtures/make_default.py regenerates the default bundle single-threaded and it must equal the
+# committed one within its manifest's tolerances (about 3.5 CPU-minutes). Not in the default CI: run it when
+# fixtures/*.py or a torch pin changes (the committed bundle's manifest is checked on every run).
+test-bundle: install
+	@$(PY) -m pytest -p no:cacheprovider -q -m bundle tests/unit/test_fixtures_default.py
 
 # vLLM 0.33.0 (a CUDA build): its static level and id reader on this CPU, capture refused by name. Not in the
 # default CI (its env is ~1.8 GB and ~3 minutes to build on 2 cores): run it when the vLLM pins or rules change.

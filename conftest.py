@@ -12,9 +12,22 @@ import matplotlib.colors
 import matplotlib.figure
 import matplotlib.lines
 import matplotlib.patches  # noqa: F401
+import pytest
 
 # Real-SGLang children start warm: forked from a zygote that imported SGLang once per interpreter
 # (src/specparity/serving/warm.py), instead of a new interpreter paying ~20 CPU-s of imports per deployment.
 # tests/serving/test_warm_start_sglang.py shows a warm capture equals a cold one; SPECPARITY_WARM_START=0 runs
 # the whole suite cold.
 os.environ.setdefault("SPECPARITY_WARM_START", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The bundle tier (``-m bundle``, ``make test-bundle``) runs only when selected, as the topology and
+    real-model tiers do: it regenerates the whole default bundle (fixtures/make_default.py)."""
+    expr = config.getoption("markexpr", "") or ""
+    if "bundle" in expr and "not bundle" not in expr:
+        return
+    dropped = [item for item in items if item.get_closest_marker("bundle") is not None]
+    if dropped:
+        items[:] = [item for item in items if item.get_closest_marker("bundle") is None]
+        config.hook.pytest_deselected(items=dropped)

@@ -42,7 +42,7 @@ def _tested(env_name: str) -> str:
 
 def table() -> str:
     """The Markdown table, one row per range, oldest first, then the untested newer range."""
-    rows = ["| SGLang versions | family (domain.md §6) | adapter | releases | tested in the matrix (tox, scripts/matrix.sh) with |",
+    rows = ["| SGLang versions | family (domain.md §6) | adapter (`serving/sglang/`) | releases | tested in the matrix (tox, scripts/matrix.sh) with |",
             "|---|---|---|---|---|"]
     for r in families.versions_table():
         if r["untested"]:
@@ -52,7 +52,7 @@ def table() -> str:
         else:
             tested = r["untested_why"]
         releases = f"{r['releases'][0]} … {r['releases'][-1]} ({len(r['releases'])})" if r["releases"] else "—"
-        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['module']}` | {releases} | {tested} |")
+        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['module'].replace('.', '/')}.py` | {releases} | {tested} |")
     return "\n".join(rows)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TextIO
 
-# What is under way while ``done`` phases have finished (serving/sglang/v0_5_23.py:237,296,311:
+# What is under way while ``done`` phases have finished (serving/sglang/since_0_5_11/core.py:237,296,311:
 # progress(1, ...) after start-up, (2, ...) after the fc-input prefill, (3, 3) after the atlas).
 PHASES: tuple[str, ...] = ("start-up", "prefill", "atlas", "replay")
 

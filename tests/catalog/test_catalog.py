@@ -44,7 +44,7 @@ def _serves(ids: list[int]) -> bool:
 # (sglang 0.5.3 models/llama_eagle3.py:134-138); tests/serving/version_facts.py pins the same per adapter family.
 FC_WIDTH_FIXED_AT_3 = parse_version(SGLANG) < (0, 5, 12)
 NORM_BEFORE_FC_APPLIED = parse_version(SGLANG) >= (0, 5, 17)  # sglang 0.5.23 models/llama_eagle3.py:172-181
-# Family A (0.4.4.post2-0.4.8) is served at the static level only (family_a.py): every capture-level verdict is the
+# Family A (0.4.4.post2-0.4.8) is served at the static level only (serving/sglang/since_0_4_4/static_only.py): every capture-level verdict is the
 # typed unsupported_version refusal, an environment error (exit 3), never a pass and never a layout claim
 _ENTRY = select_adapter(SGLANG)
 STATIC_ONLY = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "A"

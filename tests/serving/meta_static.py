@@ -1,6 +1,6 @@
 """In-process static resolution on SGLang 0.5.23's meta device, for test_static_registry.py and
 test_static_public_configs.py (the static path keeps one one-rank world per process,
-v0_5_23_static.init_single_rank).
+since_0_5_11.static.init_single_rank).
 
 Import it before anything that imports sglang: where another SGLang is installed, :data:`SKIP` says why the
 module skips itself (those versions have their own family tests); otherwise it sets what the serving child sets
@@ -28,6 +28,6 @@ if SKIP is None:
 
 def make_0523_adapter() -> Any:
     """The 0.5.23 adapter the serving child would build for the installed SGLang."""
-    from specparity.serving.sglang.v0_5_23 import make_adapter
+    from specparity.serving.sglang.since_0_5_11.core import make_adapter
 
     return make_adapter(sglang_version=str(INSTALLED), name=ENTRY.name if isinstance(ENTRY, AdapterEntry) else "?")

@@ -22,12 +22,12 @@ CPU_SGLANG_PREAMBLE = textwrap.dedent("""
     import importlib, inspect, json, os, sys, types
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     from importlib import metadata
-    from specparity.serving.sglang import legacy_shims
+    from specparity.serving.sglang.since_0_4_4 import shims as legacy_shims
     from specparity.serving.sglang.adapter import select_adapter
     from specparity.serving.sglang.worker import install_kernel_stub_if_needed
     entry = select_adapter(metadata.version("sglang"))
     install_kernel_stub_if_needed("cpu")
-    if entry.family in ("A", "B"):  # the pre-worker-v2 families' CPU shims (family_b.FamilyBAdapter)
+    if entry.family in ("A", "B"):  # the pre-worker-v2 families' CPU shims (since_0_4_4.adapter.FamilyBAdapter)
         legacy_shims.install(device="cpu", torch_drift=True)
 """)
 

@@ -65,7 +65,7 @@ def _fake_workers(class_name: str, num_layers: int, h: int):  # type: ignore[no-
 
 
 def _run_atlas(monkeypatch, class_name: str, num_layers: int = 4, h: int = 2):  # type: ignore[no-untyped-def]
-    import specparity.serving.sglang.v0_5_23_run as run
+    import specparity.serving.sglang.since_0_5_11.run as run
 
     workers = _fake_workers(class_name, num_layers, h)
     seen: list[list[int]] = []
@@ -134,7 +134,7 @@ def test_atlas_sets_and_restores_the_layer_marks_of_marking_classes(monkeypatch)
     """Qwen3-MoE's loop captures the layers SGLang's setter marked (_is_layer_to_capture, 0.5.23
     models/qwen2_moe.py:1153-1156, 1196-1202), not the capture list: the atlas marks every boundary for its stream
     forward, none for its final-norm forward, and leaves the deployment's own marks as they were."""
-    import specparity.serving.sglang.v0_5_23_run as run
+    import specparity.serving.sglang.since_0_5_11.run as run
     from specparity.serving.sglang.capture_marks import CAPTURE_MARK
 
     workers = _fake_workers("Qwen3MoeForCausalLM", 4, 2)

@@ -81,7 +81,7 @@ def test_fc_input_and_atlas_equal_transformers_at_every_boundary(deployments: di
     for j, i in enumerate(AUX_IDS):  # fc chunk j is layer:i, boundary i + 1
         err = max(float((fc[:, j * H:(j + 1) * H] - hs[i + 1]).abs().max()) for fc, hs in zip(r.fc.per_sample, hf, strict=True))
         assert err < TOL, (name, j, err)
-    for b in range(L):  # boundaries 0..L-1; boundary L is not capturable on these classes (v0_5_23_static)
+    for b in range(L):  # boundaries 0..L-1; boundary L is not capturable on these classes (since_0_5_11/static.py)
         src = EMBEDDING if b == 0 else layer(b - 1)
         err = max(float((s[src] - hs[b]).abs().max()) for s, hs in zip(r.atlas.per_sample, hf, strict=True))
         assert err < TOL, (name, src, err)

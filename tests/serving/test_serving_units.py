@@ -484,7 +484,7 @@ def test_stub_goes_on_sys_path_only_on_cpu(device: str, installed: bool) -> None
 def test_fallback_reason_names_why_sglang_used_its_default() -> None:
     from types import SimpleNamespace
 
-    from specparity.serving.sglang.v0_5_23 import _fallback_reason
+    from specparity.serving.sglang.since_0_5_11.core import _fallback_reason
 
     assert _fallback_reason(SimpleNamespace(), [1, 3, 5]) is None
     assert _fallback_reason(SimpleNamespace(), None) == "draft config has no eagle_config"
@@ -499,7 +499,7 @@ def test_fallback_reason_names_why_sglang_used_its_default() -> None:
 
 
 def test_server_args_defaults_per_device_and_user_wins() -> None:
-    from specparity.serving.sglang.v0_5_23 import server_args_kwargs
+    from specparity.serving.sglang.since_0_5_11.core import server_args_kwargs
 
     cpu = server_args_kwargs(WorkerRequest(op="capture", target="/t", draft="/d", probes=((1, 2),)))
     assert cpu["attention_backend"] == "torch_native" and cpu["disable_cuda_graph"] is True

@@ -99,7 +99,7 @@ class _Worker:
 def test_draft_attention_fallback_only_for_the_missing_eagle_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: any ValueError from the spec worker's backends was swallowed; now only SGLang's 'EAGLE is not
     supported' (speculative/draft_utils.py:64) falls back, and the fallback is recorded."""
-    from specparity.serving.sglang.v0_5_23_run import init_draft_attention
+    from specparity.serving.sglang.since_0_5_11.run import init_draft_attention
 
     monkeypatch.setattr(stand_ins, "_ACTIVE", [])
     w = _Worker(ValueError("EAGLE is not supported in decode attention backend torch_native"))
@@ -114,7 +114,7 @@ def test_draft_attention_fallback_only_for_the_missing_eagle_backend(monkeypatch
 
 
 def test_cuda_sync_noop_is_scoped_restored_and_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu
+    from specparity.serving.sglang.run_common import _cuda_sync_noop_on_cpu
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the patch is not applied there")  # never on this project's CPUs

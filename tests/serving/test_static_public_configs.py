@@ -8,7 +8,7 @@ static level (SGLang's ServerArgs, the real target and draft classes built on th
 manifest's ``expected_served`` (written from domain.md section 3) and the conventions module.
 Targets no SpecForge drafter is paired with run with a SpecForge-style drafter of the target's width.
 
-In-process like test_static_registry.py (one one-rank world per process, v0_5_23_static.init_single_rank).
+In-process like test_static_registry.py (one one-rank world per process, since_0_5_11.static.init_single_rank).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving import ResolvedDeployment
 from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.sglang.explain import explain_failure, explain_resolved
-from specparity.serving.sglang.v0_5_23_static import resolve_static
+from specparity.serving.sglang.since_0_5_11.static import resolve_static
 
 pytestmark = pytest.mark.sglang
 ADAPTER = make_0523_adapter()

@@ -1,6 +1,6 @@
 """Every SGLang 0.5.23 registry class with an EAGLE-3 setter, resolved on the meta device by the product's path.
 
-In-process (the static path keeps one one-rank world per process, v0_5_23_static.init_single_rank): for each
+In-process (the static path keeps one one-rank world per process, since_0_5_11.static.init_single_rank): for each
 architecture, a target config (tests/serving/static_configs.py) with a draft whose ids distinguish the rules,
 through ``resolve_static`` — SGLang's ServerArgs, ModelConfig, registry, ``_initialize_model`` on meta, and the
 real ``set_eagle3_layers_to_capture`` — and the result must equal the conventions module.
@@ -34,7 +34,7 @@ from specparity.idrules.sglang import sglang_capture_plan
 from specparity.serving import ResolvedDeployment, ServingFailure
 from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION
 from specparity.serving.sglang.adapter import WorkerRequest
-from specparity.serving.sglang.v0_5_23_static import resolve_static
+from specparity.serving.sglang.since_0_5_11.static import resolve_static
 
 pytestmark = pytest.mark.sglang
 ADAPTER = make_0523_adapter()

@@ -187,27 +187,28 @@ def test_newer_versions_run_through_the_newest_adapter_flagged(installed: str) -
 
 def test_family_b_glue_is_detected_from_what_sglang_has() -> None:
     """eagle_info vs eagle_utils and the init_new keyword, as the 0.5.3 / 0.4.10.post2 glue hard-wired them."""
-    from specparity.serving.sglang import family_b, v0_4_10, v0_5_3
+    from specparity.serving.sglang.since_0_4_4 import adapter as family_b
+    from specparity.serving.sglang.since_0_4_4 import glue
 
     def init_new_0410(reqs: Any, enable_custom_logit_processor: bool, spec_algorithm: Any = None) -> None: ...
     def init_new_053(reqs: Any, spec_algorithm: Any = None) -> None: ...
 
-    assert family_b.draft_input_module(lambda name: object()) == v0_5_3.GLUE.draft_input_module
-    assert family_b.draft_input_module(lambda name: None) == v0_4_10.GLUE.draft_input_module
+    assert family_b.draft_input_module(lambda name: object()) == glue.GLUE_0_5_3.draft_input_module
+    assert family_b.draft_input_module(lambda name: None) == glue.GLUE_0_4_10.draft_input_module
 
     def no_parent(name: str) -> None:
         raise ModuleNotFoundError(name)
 
-    assert family_b.draft_input_module(no_parent) == v0_4_10.GLUE.draft_input_module
-    assert family_b.batch_extra_kwargs(init_new_0410) == v0_4_10.GLUE.batch_extra_kwargs
-    assert family_b.batch_extra_kwargs(init_new_053) == v0_5_3.GLUE.batch_extra_kwargs == {}
+    assert family_b.draft_input_module(no_parent) == glue.GLUE_0_4_10.draft_input_module
+    assert family_b.batch_extra_kwargs(init_new_0410) == glue.GLUE_0_4_10.batch_extra_kwargs
+    assert family_b.batch_extra_kwargs(init_new_053) == glue.GLUE_0_5_3.batch_extra_kwargs == {}
 
 
 @given(ids=st.none() | st.lists(st.integers(0, 70), min_size=1, max_size=4), layers=st.integers(4, 80),
        device=st.sampled_from(["cuda", "cpu"]), graphs=st.booleans())
 def test_family_b_cuda_graph_hazard_only_on_cuda_with_graphs_and_non_default_ids(
         ids: list[int] | None, layers: int, device: str, graphs: bool) -> None:
-    from specparity.serving.sglang.family_b import cuda_graph_hazard
+    from specparity.serving.sglang.since_0_4_4.adapter import cuda_graph_hazard
 
     default = [1, layers // 2 - 1, layers - 4]
     hazard = cuda_graph_hazard(device=device, cuda_graphs=graphs, ids=None if ids is None else tuple(ids),
@@ -267,7 +268,7 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
         configured: tuple[int, ...] | None, severity: str) -> None:
     from specparity import gate
     from specparity.contract import load_contract
-    from specparity.serving.sglang.family_a import ids_ignored_note
+    from specparity.serving.sglang.since_0_4_4.static_only import ids_ignored_note
 
     note = ids_ignored_note(version="0.4.8", configured=configured, num_layers=8)
     assert note[0] == "draft_ids_ignored" and note[1] == severity
@@ -288,7 +289,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         checkpoint_has_bias: bool | None, noted: bool) -> None:
     """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
     from specparity import decision
-    from specparity.serving.sglang.family_a import fc_bias_note
+    from specparity.serving.sglang.since_0_4_4.static_only import fc_bias_note
 
     note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
     assert (note is not None) == noted
@@ -301,7 +302,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
 
 
 def test_family_a_reads_configured_ids_from_either_place() -> None:
-    from specparity.serving.sglang.family_a import configured_ids
+    from specparity.serving.sglang.since_0_4_4.static_only import configured_ids
 
     assert configured_ids(SimpleNamespace(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]})) == (1, 2, 3)
     assert configured_ids(SimpleNamespace(eagle_aux_hidden_state_layer_ids=[4])) == (4,)
@@ -313,7 +314,7 @@ def test_family_c_kv_copy_stand_in_is_the_stubs_byte_copy_and_is_recorded(monkey
     """0.5.14's Triton KV-copy launch on CPU: the stand-in's warm-up no-op, any real move refused, all recorded."""
     import importlib.util
 
-    from specparity.serving.sglang.family_e_run import _TiledKvCopyOnCpu
+    from specparity.serving.sglang.run_common import _TiledKvCopyOnCpu
 
     stub_init = REPO / "src/specparity/serving/sglang/kernel_stub/sgl_kernel/__init__.py"
     spec = importlib.util.spec_from_file_location("sgl_kernel", stub_init)
@@ -336,8 +337,8 @@ def test_family_c_kv_copy_stand_in_is_the_stubs_byte_copy_and_is_recorded(monkey
 
 def test_worker_v2_glue_detects_keywords_id_holder_and_id_reader() -> None:
     """Families C/D: constructor keywords by signature, where the runner keeps the ids, the re-typed reader."""
-    from specparity.serving.sglang.family_e_run import call_with_accepted, runner_ids
-    from specparity.serving.sglang.family_e_static import read_ids
+    from specparity.serving.sglang.since_0_5_11.run_compat import call_with_accepted, runner_ids
+    from specparity.serving.sglang.since_0_5_11.static_compat import read_ids
 
     def tp_worker_0514(server_args: Any, gpu_id: int, tp_rank: int, dp_rank: Any, nccl_port: int) -> dict[str, Any]:
         return {"tp_rank": tp_rank, "dp_rank": dp_rank}
@@ -362,7 +363,7 @@ def test_family_d_publish_style_is_read_from_publishs_signature(monkeypatch: pyt
     """0.5.23 publish(sa, role=, ranks=); 0.5.20 publish(sa, *, role, hf_config=None); 0.5.14 has none."""
     import types
 
-    from specparity.serving.sglang import family_e
+    from specparity.serving.sglang.since_0_5_11 import adapter as family_e
 
     def publish_0523(server_args: Any, *, role: str, ranks: Any) -> None: ...
     def publish_0520(server_args: Any, *, role: str, hf_config: Any = None) -> None: ...
@@ -380,7 +381,7 @@ def test_family_d_publish_style_is_read_from_publishs_signature(monkeypatch: pyt
 def test_family_d_parallel_state_only_where_the_worker_takes_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from specparity.serving.sglang.family_e_run import parallel_state_kwargs
+    from specparity.serving.sglang.since_0_5_11.run_compat import parallel_state_kwargs
 
     class Worker0514:
         def __init__(self, server_args: Any, gpu_id: int, tp_rank: int, nccl_port: int) -> None: ...
@@ -406,7 +407,7 @@ def test_family_d_parallel_state_only_where_the_worker_takes_one(monkeypatch: py
 
 @pytest.mark.parametrize("release", ["0.5.14", "0.5.20", "0.5.23"])
 def test_worker_v2_memory_pools_follow_the_schedulers_steps(monkeypatch: pytest.MonkeyPatch, release: str) -> None:
-    from specparity.serving.sglang import family_e_run
+    from specparity.serving.sglang.since_0_5_11 import run_compat as family_e_run
 
     calls: list[str] = []
     runner = SimpleNamespace(memory_pool_config="cfg")
@@ -435,7 +436,7 @@ def test_worker_v2_memory_pools_follow_the_schedulers_steps(monkeypatch: pytest.
                                                   ("0.5.23", False)])
 def test_family_d_static_level_reports_boundary_0_as_the_crash_it_is(release: str, crashes: bool) -> None:
     """0.5.20 has 0.5.23's module layout but no layer_boundary: [-1,1,3] crashes llama (D9), never 'embedding'."""
-    from specparity.serving.sglang.family_e import boundary0_crash
+    from specparity.serving.sglang.since_0_5_11.adapter import boundary0_crash
 
     dep = _static_deployment(sglang_version=release, draft_config_ids=(-1, 1, 3), layers_to_capture=(0, 2, 4),
                              served_sources=(EMBEDDING, layer(1), layer(3)))
@@ -447,8 +448,9 @@ def test_family_d_static_level_reports_boundary_0_as_the_crash_it_is(release: st
 
 
 def test_family_d_atlas_reads_the_embedding_by_a_tap_where_boundary_0_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specparity.serving.sglang import family_e, family_e_run
-    from specparity.serving.sglang import v0_5_23_run as run_0523
+    from specparity.serving.sglang.since_0_5_11 import adapter as family_e
+    from specparity.serving.sglang.since_0_5_11 import run as run_0523
+    from specparity.serving.sglang.since_0_5_11 import run_compat as family_e_run
 
     monkeypatch.setattr(family_e, "has_0523_layout", lambda: True)
     for capturable in (True, False):
@@ -471,7 +473,7 @@ _JSONISH = st.recursive(st.none() | st.booleans() | st.integers(-3, 70) | st.tex
     {"eagle_aux_hidden_state_layer_ids": st.none() | st.lists(st.integers(-1, 70), max_size=4)}))
 def test_old_runner_id_reader_never_raises_and_explains_none(eagle_config: Any) -> None:
     """The re-typed reader of 0.5.3 model_runner.py:458-466: bare except -> None, and a reason for every None."""
-    from specparity.serving.sglang.legacy import ids_fallback_reason, read_draft_ids
+    from specparity.serving.sglang.since_0_4_4.core import ids_fallback_reason, read_draft_ids
 
     config = SimpleNamespace(eagle_config=eagle_config)
     try:
@@ -492,7 +494,7 @@ def test_old_runner_id_reader_never_raises_and_explains_none(eagle_config: Any) 
 
 def test_legacy_server_args_user_wins_models_last() -> None:
     from specparity.serving.sglang.adapter import WorkerRequest
-    from specparity.serving.sglang.legacy import server_args_kwargs
+    from specparity.serving.sglang.since_0_4_4.core import server_args_kwargs
 
     req = WorkerRequest(op="capture", target="/t", draft="/d", probes=((1, 2, 3),),
                         server_args={"dtype": "bfloat16", "model_path": "/elsewhere", "speculative_eagle_topk": 1})
@@ -504,7 +506,7 @@ def test_legacy_server_args_user_wins_models_last() -> None:
 
 
 def test_legacy_shims_only_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specparity.serving.sglang import legacy_shims
+    from specparity.serving.sglang.since_0_4_4 import shims as legacy_shims
 
     monkeypatch.setattr(legacy_shims, "_installed", [])
     monkeypatch.setattr(sys, "path", list(sys.path))

@@ -55,7 +55,7 @@ def _module_of(path: Path) -> tuple[str, bool]:
 
 
 def room_of(module: str) -> str:
-    """``specparity.serving.sglang.legacy`` -> ``serving``; the package itself -> ``__init__``."""
+    """``specparity.serving.sglang.since_0_4_4.core`` -> ``serving``; the package itself -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 

@@ -20,7 +20,7 @@ from specparity.compare.findings import Finding, FindingKind, Severity
     ("sglang_exception", "ModuleNotFoundError: No module named 'sgl_kernel'", "environment"),
     # raised in specparity's adapter, not in SGLang: the adapter does not fit this SGLang (seen on 0.5.14)
     ("sglang_exception", "during start-up: AttributeError: 'ServerArgs' object has no attribute 'resolve_once' at "
-                         "sglang/v0_5_23.py:143", "environment"),
+                         "sglang/since_0_5_11/core.py:143", "environment"),
     ("timeout", "the SGLang child did not finish within 900 s", "environment"),
     ("unsupported_version", "sglang 0.3.0 is not supported", "environment"),
     ("sglang_missing", "cannot start the interpreter", "environment"),

@@ -86,7 +86,7 @@ class _ResolvingEngine:
 
     def resolve(self, target: Any, draft: Any, *, args: dict[str, object], **kw: Any) -> ResolvedDeployment:
         self.args = dict(args)
-        spec = SpecSettings(*(args.get(k) for k in SPEC_SERVER_ARGS))  # as v0_5_23.py builds requested_spec
+        spec = SpecSettings(*(args.get(k) for k in SPEC_SERVER_ARGS))  # as since_0_5_11/core.py builds requested_spec
         return ResolvedDeployment(
             sglang_version="0.5.23", adapter="sglang-0.5.23", target_path=str(target), draft_path=str(draft),
             device="cpu", target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64,

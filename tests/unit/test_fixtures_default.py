@@ -309,9 +309,13 @@ def test_drafter_agrees_with_the_target_on_the_probes(target: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.bundle
 def test_regeneration_reproduces_the_bundle(tmp_path: Path) -> None:
     """Single-thread regeneration gives the committed bundle: exact where float math cannot change it,
-    within bundle_manifest's stated tolerances where it can (fixtures/README.md "Determinism")."""
+    within bundle_manifest's stated tolerances where it can (fixtures/README.md "Determinism").
+
+    The bundle tier (``make test-bundle``, about 3.5 CPU-minutes): run it when fixtures/*.py or a torch pin
+    changes. The committed bundle itself is checked on every run by its manifest (the tests above)."""
     out = tmp_path / "default"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(

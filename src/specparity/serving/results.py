@@ -130,7 +130,7 @@ class ResolvedDeployment:
     # where fc_in/out/bias came from: "checkpoint" (static resolve), "sglang_module" (live drafter), or
     # "config: no fc.weight in checkpoint" (SGLang would serve a randomly initialised fc)
     fc_source: str = "checkpoint"
-    # static level on real objects (serving/sglang/v0_5_23_static.py): the dotted module path that holds
+    # static level on real objects (serving/sglang/since_0_5_11/static.py): the dotted module path that holds
     # layers_to_capture ("model", "language_model.model"), the draft class SGLang constructs and its fc
     # module (in, out, bias), and notes on how the deployment was resolved
     capture_owner: str = ""

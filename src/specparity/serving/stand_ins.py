@@ -18,9 +18,9 @@ KERNEL_STUB_ALLOWED = frozenset({"copy_all_layer_kv_cache_cpu"})
 
 SGL_KERNEL = "sgl_kernel import stand-in (no CPU sgl_kernel build; serving/sglang/kernel_stub)"
 CUDA_SYNC_NOOP = ("torch.cuda.empty_cache/synchronize as no-ops around set_embed (CPU-only torch; "
-                  "legacy_run._cuda_sync_noop_on_cpu)")
+                  "run_common._cuda_sync_noop_on_cpu)")
 DRAFT_ATTENTION_FALLBACK = ("draft attention: SGLang has no CPU EAGLE draft-decode backend; the draft "
-                            "ModelRunner's own backend serves the prefill (v0_5_23_run.init_draft_attention)")
+                            "ModelRunner's own backend serves the prefill (since_0_5_11.run.init_draft_attention)")
 
 _ACTIVE: list[str] = []
 

@@ -184,7 +184,7 @@ def harness_gap_failure(exc: BaseException, *, module_file: str | Sequence[str],
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return ServingFailure(UNSUPPORTED_VERSION, (
                 f"{prefix}specparity's adapter for sglang {sglang_version} cannot resolve this architecture: "
-                f"{type(exc).__name__}: {text} at specparity/serving/sglang/{Path(frame.filename).name}:{frame.lineno}; "
+                f"{type(exc).__name__}: {text} at specparity/serving/sglang/{_in_room(fname)}:{frame.lineno}; "
                 "this is a gap in specparity, not a verdict on the deployment"))
         if "/sglang/" in fname or "/specparity/" in fname:
             return None
@@ -367,3 +367,28 @@ def cpu_mem_fraction(target: str, draft: str) -> float:
         return 0.1
     available = max(1, int(psutil.virtual_memory().available))
     return round(min(0.8, 0.3 + 3.0 * weights / available), 3)
+
+
+def draft_k(draft_hf_config: Any) -> int:
+    # sglang 0.5.23 models/llama_eagle3.py:155-160: num_aux_hidden_states > len(eagle ids) > 3.
+    k = getattr(draft_hf_config, "num_aux_hidden_states", None)
+    if k is None:
+        ec = getattr(draft_hf_config, "eagle_config", None) or {}
+        ids = ec.get("eagle_aux_hidden_state_layer_ids") if isinstance(ec, dict) else None
+        k = len(ids) if ids else 3
+    return int(k)
+
+
+def json_safe(v: Any) -> object:
+    """A resolved server argument as JSON: scalars and lists as they are, anything else as its str."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, list | tuple):
+        return [json_safe(x) for x in v]
+    return str(v)
+
+
+def _in_room(fname: str) -> str:
+    """A file of specparity's SGLang room as its path inside ``serving/sglang/`` (``since_0_4_4/static.py``)."""
+    key = "/serving/sglang/"
+    return fname[fname.rindex(key) + len(key):] if key in fname else Path(fname).name

@@ -8,18 +8,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.serving.results import (
-    CaptureResult,
-    Explanation,
-    IdReading,
-    OutcomeRequest,
-    ResolvedDeployment,
-    ServingFailure,
-)
+from specparity.serving import results
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.serving.engine import Progress
+    from specparity.serving.results import (
+        CaptureResult,
+        Explanation,
+        IdReading,
+        OutcomeRequest,
+        ServingFailure,
+    )
 
 
 class SglangEngine:
@@ -35,11 +35,11 @@ class SglangEngine:
         return {k: v for k, v in zip(SPEC_SERVER_ARGS, values, strict=True) if v is not None}
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
-                timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:
+                timeout_s: float, python: str | None) -> results.ResolvedDeployment | ServingFailure:
         from specparity.serving.sglang.client import resolve_deployment
 
         dep = resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
-        if isinstance(dep, ResolvedDeployment):
+        if isinstance(dep, results.ResolvedDeployment):
             return dep
         return _why_sglang_cannot_read((dep,), Path(draft))[0]
 
@@ -80,14 +80,14 @@ class SglangEngine:
         return [{"engine": "sglang", **r} for r in versions_table()]
 
     def versions_lines(self) -> list[str]:
-        lines = [f"{'SGLang range':<26} {'family':<7} {'adapter':<16} tested with"]
+        lines = [f"{'SGLang range':<26} {'family':<7} {'adapter':<16} {'folder':<13} tested with"]
         for r in self.versions():
             tested = ", ".join(f"{e} (sglang {v})" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
             if r["untested"]:
                 tested = "untested: runs with an untested_version warning"
             elif not tested:
                 tested = str(r["untested_why"])
-            lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {tested}")
+            lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {r['folder']!s:<13} {tested}")
         return lines
 
 
@@ -105,5 +105,6 @@ def _why_sglang_cannot_read(failures: Sequence[ServingFailure], draft: Path) -> 
     version = next((f.engine_version for f in failures if f.engine_version), None)
     vllm = (". To gate this draft as it is, serve it with vLLM (--engine vllm), which reads the speculators "
             "format: capture and outcome levels both" if "speculators" in why.message else "")
-    return (ServingFailure(DRAFT_UNREADABLE, f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
-                           engine_version=version),)
+    return (results.ServingFailure(DRAFT_UNREADABLE,
+                                   f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
+                                   engine_version=version),)

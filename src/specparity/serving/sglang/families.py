@@ -1,4 +1,17 @@
-"""SGLang adapter families (domain.md §6): the PEP 440 range of each, its adapter module and its matrix env.
+"""The one table mapping SGLang releases to the code that serves them (domain.md §6), read by ``specparity versions``.
+
+Each row (:class:`Family`, a letter A-E) is a PEP 440 range of releases with its adapter module and matrix envs. The
+adapter modules live in one folder per code family, named for the first release it serves, each with the same core
+files (``adapter.py``: the registry hook ``make_adapter``; ``core.py``: the adapter on the release it was written
+against; ``run.py``: start-up and batches of the capture level; ``static.py``: the static level):
+
+- ``since_0_4_4/``: before the worker-v2 API (rows A and B, 0.4.4.post2-0.5.10); also ``static_only.py`` (row A's
+  adapter), ``glue.py`` (the tested releases' glue), ``shims.py`` (old-SGLang CPU shims), ``common.py``.
+- ``since_0_5_11/``: the worker-v2 API (rows C, D and E, 0.5.11-); also ``run_compat.py`` and ``static_compat.py``
+  (the paths of the releases before the 0.5.23 module layout, by feature detection).
+
+A family serves from its first release up to the next family's; adding a release is a row here (or a widened
+range) plus, at most, one new folder.
 
 Plain data, importable without torch or sglang, and runnable as a script so that
 ``scripts/venv-engine.sh sglang`` reads the same table::
@@ -39,10 +52,15 @@ class Family:
 
     letter: str
     specifier: str  # PEP 440, half-open, e.g. ">=0.5.11,<0.5.17"
-    module: str  # adapter module (imports sglang: loaded only in the child)
+    module: str  # adapter module with make_adapter (imports sglang: loaded only in the child)
     envs: tuple[str, ...]  # MatrixEnv names that test this family, the representative first
     summary: str
     untested_why: str = ""  # why no matrix env runs this family's real-SGLang tests (empty when one does)
+
+    @property
+    def folder(self) -> str:
+        """The code family's folder under ``serving/sglang/`` (``since_0_4_4``, ``since_0_5_11``)."""
+        return self.module.removeprefix(_PKG).split(".")[0]
 
     def contains(self, version: str) -> bool:
         return SpecifierSet(self.specifier).contains(release_of(Version(version)), prereleases=True)
@@ -74,15 +92,15 @@ ENVS: dict[str, MatrixEnv] = {e.name: e for e in (
 
 _PKG = "specparity.serving.sglang."
 FAMILIES: tuple[Family, ...] = (
-    Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "family_a", ("sglang-0.4.8",),
+    Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "since_0_4_4.static_only", ("sglang-0.4.8",),
            "configured draft ids ignored (default capture always), fc bias always built; static level only"),
-    Family("B", ">=0.4.9,<0.5.11", _PKG + "family_b", ("sglang-0.5.3", "sglang-0.4.10", "sglang-0.5.10"),
+    Family("B", ">=0.4.9,<0.5.11", _PKG + "since_0_4_4.adapter", ("sglang-0.5.3", "sglang-0.4.10", "sglang-0.5.10"),
            "+1 ids, nested eagle_config only; ids read after CUDA graphs (D3); fc width fixed at 3*H_t"),
-    Family("C", ">=0.5.11,<0.5.17", _PKG + "family_e", ("sglang-0.5.14",),
+    Family("C", ">=0.5.11,<0.5.17", _PKG + "since_0_5_11.adapter", ("sglang-0.5.14",),
            "ids set before graphs; fc_norm/num_aux_hidden_states (0.5.12); DeepSeek first-id rule (0.5.13)"),
-    Family("D", ">=0.5.17,<0.5.22", _PKG + "family_e", ("sglang-0.5.20",),
+    Family("D", ">=0.5.17,<0.5.22", _PKG + "since_0_5_11.adapter", ("sglang-0.5.20",),
            "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)"),
-    Family("E", ">=0.5.22,<0.5.24", _PKG + "family_e", ("sglang-0.5.23",),
+    Family("E", ">=0.5.22,<0.5.24", _PKG + "since_0_5_11.adapter", ("sglang-0.5.23",),
            "layer_boundary refactor: id -1 serves the embedding on llama-style targets; capture-only mode"),
 )
 NEWEST = FAMILIES[-1]
@@ -143,7 +161,8 @@ def env_for(version: str) -> MatrixEnv | None:
 def versions_table() -> list[dict[str, Any]]:
     """``specparity versions --json``: one object per range, oldest first, then the untested newer range.
 
-    Keys: ``range`` (PEP 440), ``family``, ``adapter`` (the registry name), ``module``, ``tested_with``
+    Keys: ``range`` (PEP 440), ``family``, ``adapter`` (the registry name), ``folder`` (the code family's folder),
+    ``module`` (the adapter module in it), ``tested_with``
     (matrix envs), ``tested_versions`` (the exact SGLang each installs), ``releases`` (known releases in the
     range), ``untested`` (the newer-than-known row), ``untested_why`` (no env) and ``summary``.
     """
@@ -151,13 +170,13 @@ def versions_table() -> list[dict[str, Any]]:
     for fam in FAMILIES:
         rows.append({
             "range": fam.specifier, "family": fam.letter, "adapter": adapter_name(fam),
-            "module": fam.module.rsplit(".", 1)[-1], "tested_with": list(fam.envs),
+            "folder": fam.folder, "module": fam.module.removeprefix(_PKG), "tested_with": list(fam.envs),
             "tested_versions": [ENVS[e].sglang for e in fam.envs],
             "releases": [r for r in KNOWN_RELEASES if fam.contains(r)], "untested": False, "summary": fam.summary,
             "untested_why": fam.untested_why})
     upper = NEWEST.specifier.split(",<")[-1]
     rows.append({"range": f">={upper}", "family": NEWEST.letter, "adapter": adapter_name(NEWEST),
-                 "module": NEWEST.module.rsplit(".", 1)[-1], "tested_with": [], "tested_versions": [],
+                 "folder": NEWEST.folder, "module": NEWEST.module.removeprefix(_PKG), "tested_with": [], "tested_versions": [],
                  "releases": [], "untested": True, "untested_why": "newer than every known release",
                  "summary": "newer than every tested release: the newest adapter, with an untested_version warning"})
     return rows

@@ -1,8 +1,10 @@
-"""Meta-device model builds for the SGLang releases before the 0.5.23 layout (families A-D, 0.4.4.post2-0.5.21).
+"""The static level's shared SGLang pieces: meta-device model builds for the releases before the 0.5.23 layout
+(families A-D, 0.4.4.post2-0.5.21), and what every family's static level uses: reading back what the real setter
+stored (:func:`read_capture`), the one-rank world of the build, the hardware fallbacks of the server args.
 
 The static level of these families builds the target and the draft the way SGLang's own ``ModelRunner`` does
 before it loads weights, on the meta device (no memory, no weights), then runs the real
-``set_eagle3_layers_to_capture`` on the real object (:func:`~.v0_5_23_static.read_capture`). Every step is one of
+``set_eagle3_layers_to_capture`` on the real object (:func:`read_capture`). Every step is one of
 SGLang's own functions; what differs between releases is found by feature detection (signatures and module
 contents), never by version number:
 
@@ -24,9 +26,18 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from specparity.serving.results import UNSUPPORTED_VERSION, ServingFailure
+from specparity.serving.sglang.common import (
+    exception_failure,
+    gpu_query_failure,
+    unknown_architecture_failure,
+)
 
 _WORLD_READY = False
 
@@ -132,8 +143,7 @@ def build_meta_model(model_config: Any, sa: Any) -> Any:
 
 def build_meta_models(sa: Any, model_config: Any, draft_config: Any) -> tuple[Any, Any]:
     """The target and the draft model objects SGLang's runners would build for ``sa``, on the meta device, after
-    the process state their runners set up first; the draft as :func:`~.v0_5_23_static.draft_shape` reads it."""
-    from specparity.serving.sglang.v0_5_23_static import draft_shape
+    the process state their runners set up first; the draft as :func:`draft_shape` reads it."""
 
     publish_server_args(sa, model_config)
     init_scheduler_globals(sa, model_config)
@@ -157,3 +167,153 @@ def meta_gap_failure(exc: BaseException, *, sglang_version: str, prefix: str = "
         f"constructor reads a tensor's value there ({quoted}): a gap in specparity's static level for this "
         "architecture on this release, not a verdict on the deployment; run `specparity gate --level capture` "
         "with the weights"))
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class CaptureSetting:
+    """What the real ``set_eagle3_layers_to_capture`` stored on the real object.
+
+    ``owner`` is the dotted module path that holds ``layers_to_capture`` (``"model"`` for Llama,
+    ``"language_model.model"`` for Kimi-K2.5 and Llama-4); ``flag_owners`` the modules whose
+    ``capture_aux_hidden_states`` the setter turned on.
+    """
+
+    layers_to_capture: tuple[int, ...]
+    owner: str
+    flag_owners: tuple[str, ...]
+    layer_flags: tuple[int, ...] = ()  # MiniMax-M3: decoder layers flagged `_is_layer_to_capture`
+
+
+def read_capture(model: torch.nn.Module, configure: Callable[[torch.nn.Module], None]) -> CaptureSetting:
+    """Run ``configure(model)`` (which calls the model's own ``set_eagle3_layers_to_capture``) and read
+    back what it stored.
+
+    Every module's ``layers_to_capture`` / ``capture_aux_hidden_states`` is set to a sentinel first, so
+    what comes back is what the setter wrote, wherever it delegated to; untouched attributes are put
+    back. ``layers_to_capture`` is empty when nothing was stored (aux capture off).
+    """
+    saved: dict[tuple[str, str], Any] = {}
+    modules = dict(model.named_modules())
+    for name, mod in modules.items():
+        for attr in ("layers_to_capture", "capture_aux_hidden_states"):
+            if attr in vars(mod):
+                saved[(name, attr)] = vars(mod)[attr]
+                setattr(mod, attr, _UNSET)
+    try:
+        configure(model)
+    finally:
+        stored: list[tuple[str, list[int]]] = []
+        flags: list[str] = []
+        for name, mod in modules.items():
+            value = vars(mod).get("layers_to_capture", _UNSET)
+            if value is not _UNSET:
+                stored.append((name, [int(b) for b in value]))
+            if vars(mod).get("capture_aux_hidden_states", _UNSET) is True:
+                flags.append(name or "<model>")
+        for (name, attr), value in saved.items():  # what the setter did not touch goes back as it was
+            if vars(modules[name]).get(attr, _UNSET) is _UNSET:
+                setattr(modules[name], attr, value)
+    if not stored:
+        return CaptureSetting((), "", tuple(flags))
+    owner, layers = stored[0]
+    layer_flags = tuple(
+        i for i, lyr in enumerate(getattr(modules[owner], "layers", ()) or ())
+        if getattr(lyr, "_is_layer_to_capture", False) is True
+    )
+    return CaptureSetting(tuple(layers), owner or "<model>", tuple(flags), layer_flags)
+
+
+# ServerArgs keywords that shape the parallel world; the meta build runs as rank 0 of a one-rank world
+# (the capture list does not depend on them: every rank's setter stores the same list, and only the
+# last PP rank captures, models/llama.py:929-931).
+SINGLE_RANK_ARGS = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1}
+
+
+def one_rank_build_kw(sa: Any, kw: dict[str, Any], notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of rank 0 of a one-rank world for ``kw``, and the parallel args of the deployment that differ
+    from it (``wide``), noted in ``notes`` when there are any."""
+    wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
+    if wide:
+        notes.append("models built as rank 0 of a one-rank world (deployment: "
+                     + ", ".join(f"{k}={v}" for k, v in wide.items())
+                     + "); every rank's setter stores the same capture list")
+    return {**kw, **SINGLE_RANK_ARGS}, wide
+
+
+# What a CPU-only machine can resolve when a validation needs the deployment's GPU: this platform, then
+# also no overlap scheduling, which SGLang itself turns off for speculative decoding on CPU.
+HARDWARE_FALLBACKS: tuple[dict[str, Any], ...] = (
+    {"device": "cpu"},
+    {"device": "cpu", "disable_overlap_schedule": True},
+)
+
+
+# SGLang picks the attention backend from the GPU it runs on (None on a machine without one), and some
+# architectures assert theirs while resolving (0.5.10 server_args.py:1887, ExaoneMoE: fa3/triton/trtllm_mha); triton
+# is in every such list and runs on every CUDA GPU, so the last fallback resolves with it, and says so
+GPU_BACKEND = {"attention_backend": "triton"}
+
+
+def static_server_args(construct: Any, kw: dict[str, Any], user_args: dict[str, Any],
+                       sglang_version: str) -> tuple[Any, list[str], Any, list[str]] | ServingFailure:
+    """``(sa, warnings, build_sa, notes)``: the deployment's ServerArgs and those the meta build runs under.
+
+    ``construct(kw)`` returns ``(ServerArgs, warnings)`` (the family's shims installed first); ``kw`` are the
+    deployment's keywords without the capture-level CPU overrides, ``user_args`` what the user passed.
+    """
+    kw = {**kw, "device": user_args.get("device", "cuda")}
+    notes: list[str] = []
+    try:
+        sa, warnings = construct(kw)
+    except Exception as exc:
+        refusal = (unknown_architecture_failure(exc, target=kw["model_path"], sglang_version=sglang_version,
+                                                prefix="while resolving the server args: ")
+                   or exception_failure(exc, prefix="SGLang refuses the deployment's server args: "))
+        if kw["device"] != "cuda" or torch.cuda.is_available():
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
+        for fallback in (*HARDWARE_FALLBACKS, *([GPU_BACKEND] if "attention_backend" not in user_args else [])):
+            try:
+                sa, warnings = construct({**kw, **fallback})
+            except Exception:
+                continue
+            notes.append(f"hardware check skipped: with device=cuda SGLang raised '{exception_failure(exc).message}', "
+                         "which needs a GPU this machine lacks; server args were resolved with "
+                         + ", ".join(f"{k}={v}" for k, v in fallback.items()))
+            kw = {**kw, **fallback}
+            break
+        else:
+            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
+    build_kw, wide = one_rank_build_kw(sa, kw, notes)
+    if kw["device"] == "cuda" and not torch.cuda.is_available():
+        # the meta build runs on this machine's platform, with the backend SGLang resolved for the deployment
+        build_kw.update(device="cpu", attention_backend=getattr(sa, "attention_backend", None))
+    build_sa = sa if not wide and build_kw["device"] == kw["device"] else construct(build_kw)[0]
+    return sa, warnings, build_sa, notes
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """The draft model as SGLang constructs it: its class and the ``fc`` module it would load into."""
+
+    architecture: str
+    fc_in_features: int | None
+    fc_out_features: int | None
+    fc_bias: bool | None
+    num_aux_hidden_states: int | None
+
+
+def draft_shape(model: torch.nn.Module) -> DraftShape:
+    """The draft's ``fc`` (``models/llama_eagle3.py:155-167``) as constructed; None where it has none."""
+    inner = getattr(model, "model", None)
+    fc = getattr(inner, "fc", None)
+    k = getattr(inner, "num_aux_hidden_states", None)
+    return DraftShape(
+        architecture=type(model).__name__,
+        fc_in_features=int(fc.in_features) if fc is not None else None,
+        fc_out_features=int(fc.out_features) if fc is not None else None,
+        fc_bias=(fc.bias is not None) if fc is not None else None,
+        num_aux_hidden_states=int(k) if k is not None else None,
+    )

@@ -73,7 +73,7 @@ def run_replay(drafter: Any, replay: Mapping[str, str], *, probes: Sequence[Sequ
     """Both replay passes; never raises (errors go to ``out + ".json"``).
 
     ``drafter`` is the live ``LlamaForCausalLMEagle3``; ``prefill()`` runs one spec prefill of ``probes``
-    through the adapter's real workers (0.5.23: ``v0_5_23_run.spec_prefill``).
+    through the adapter's real workers (0.5.23: ``since_0_5_11.run.spec_prefill``).
     """
     out, status_path = Path(replay["out"]), Path(str(replay["out"]) + ".json")
     status: dict[str, Any] = {"ok": False, "passes": {}}

@@ -2,7 +2,7 @@
 
 The capture rule a report quotes is the code of the release that resolved the deployment, not a line number
 remembered from another release: :func:`traced` runs the static level's setter call (the ``configure`` of
-:func:`~.v0_5_23_static.read_capture`) under a profile hook that records every function named
+:func:`~.meta_build.read_capture`) under a profile hook that records every function named
 ``set_eagle3_layers_to_capture`` entered, outermost first. A delegating wrapper (Kimi-K2.5 ``models/kimi_k25.py``,
 Llama-4 ``models/mllama4.py``) thus gives its own setter, then its language model's, which holds the rule.
 Each one is cited by :func:`cite`: the defining class, the file under the ``sglang`` package, its first and last
@@ -91,7 +91,7 @@ def citation_text(c: Citation) -> str:
 
 
 class SetterTrace:
-    """A ``configure`` for :func:`~.v0_5_23_static.read_capture`: runs ``configure`` under :func:`traced` and
+    """A ``configure`` for :func:`~.meta_build.read_capture`: runs ``configure`` under :func:`traced` and
     keeps what it cited in :attr:`citations`."""
 
     def __init__(self, configure: Callable[[Any], None]) -> None:

@@ -7,18 +7,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.serving.results import (
-    CaptureResult,
-    Explanation,
-    IdReading,
-    OutcomeRequest,
-    ResolvedDeployment,
-    ServingFailure,
-)
+from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.serving.engine import Progress
+    from specparity.serving.results import (
+        CaptureResult,
+        Explanation,
+        OutcomeRequest,
+        ResolvedDeployment,
+        ServingFailure,
+    )
 
 
 class VllmEngine:

@@ -5,7 +5,7 @@ torch 2.13 no longer has it (AttributeError). This aliases it to ``torch.cpu._is
 where that exists, else to a function returning False (no AMX: SGLang then takes its pure-torch path).
 It never replaces an attribute torch still has, so on a torch that matches SGLang's pin it does nothing.
 
-specparity applies it inside the SGLang child process (``specparity.serving.sglang.legacy_shims``) before the first sglang
+specparity applies it inside the SGLang child process (``specparity.serving.sglang.since_0_4_4.shims``) before the first sglang
 import, ONLY for the 0.4.10 adapter on ``cpu``. The file is named ``sitecustomize`` so that a standalone
 interpreter can get the same fix by putting this directory on ``PYTHONPATH``.
 """

@@ -218,11 +218,11 @@ def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: 
     Boundaries 0..L-1 go into the target's ``layers_to_capture`` (the loop tests membership,
     models/llama.py:485-493) for one FULL-mode target extend, and boundary L (``layer:L-1``, the final
     pre-norm state) too where the class's loop can capture it (gpt_oss from 0.5.17, models/gpt_oss.py:730-737;
-    v0_5_23_static.BOUNDARY_L_REACHABLE); ``final_norm`` is what the logits processor returns from a
+    since_0_5_11.static.BOUNDARY_L_REACHABLE); ``final_norm`` is what the logits processor returns from a
     FULL-mode extend without aux capture (layers/logits_processor.py:865-869). The original capture list is
     restored afterwards.
     """
-    from specparity.serving.sglang.v0_5_23_static import max_reachable_boundary
+    from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
 
     target = workers.target_model
     num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)

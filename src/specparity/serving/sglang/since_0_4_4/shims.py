@@ -19,7 +19,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-COMPAT_DIR = Path(__file__).resolve().parent / "compat_stubs"
+COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat_stubs"  # serving/sglang/compat_stubs, beside the folders
 VLLM_SHIM_DIR = COMPAT_DIR / "vllm"
 TORCH_DRIFT_DIR = COMPAT_DIR / "torch_drift"
 

@@ -5,7 +5,7 @@ target's ``set_eagle3_layers_to_capture()`` with no argument (0.4.8 ``model_exec
 and ``cuda_graph_runner.py:298`` before capturing graphs), and the setter always captures the default
 boundaries ``[2, L//2, L-3]`` = ``layer:{1, L//2-1, L-4}`` (0.4.8 ``models/llama.py:700-706``; 0.4.4.post2
 ``:627``). Resolution runs SGLang's own ServerArgs, ModelConfig, model-class selection and that setter
-(:class:`~.family_b.FamilyBAdapter`'s static path; the setter's signature says it takes no ids), and adds a
+(:class:`~.since_0_4_4.adapter.FamilyBAdapter`'s static path; the setter's signature says it takes no ids), and adds a
 ``draft_ids_ignored`` finding naming the defaults. The capture level is not offered: its worker glue was never
 run against a 0.4.x here, so it returns a typed failure instead of a capture nobody has checked.
 Runs only inside the child process.
@@ -20,8 +20,8 @@ from typing import Any
 from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import fc_shape_from_checkpoint
-from specparity.serving.sglang.family_b import FamilyBAdapter
 from specparity.serving.sglang.setter_source import Citation, citation_text
+from specparity.serving.sglang.since_0_4_4.adapter import FamilyBAdapter
 from specparity.sources import layer
 
 BIAS_CITE = ("sglang 0.4.8 models/llama_eagle3.py:109-112 builds fc = torch.nn.Linear(3*H_t, H_d) with torch's default "

@@ -1,6 +1,6 @@
 """SGLang family B adapter, 0.4.9-0.5.10 (domain.md §6): the pre-worker-v2 glue, chosen by feature detection.
 
-All behaviour lives in :mod:`.legacy` / :mod:`.legacy_run`; this module decides the :class:`~.legacy_run.LegacyGlue`
+All behaviour lives in :mod:`.since_0_4_4.core` / :mod:`.since_0_4_4.run`; this module decides the :class:`~.since_0_4_4.run.LegacyGlue`
 from what the installed SGLang has, never from its version number (:func:`detect_glue`):
 
 - ``EagleDraftInput`` lives in ``speculative.eagle_info`` from 0.5.3 and in ``speculative.eagle_utils``
@@ -15,7 +15,7 @@ from what the installed SGLang has, never from its version number (:func:`detect
 - the KV pool's warm-up: the late family B (0.5.10 ``mem_cache/memory_pool.py:833``) launches the Triton kernel
   ``copy_all_layer_kv_cache_tiled`` at pool creation, as 0.5.14 does, which has no CPU driver ("0 active
   drivers"); on CPU the capture routes it to the recorded ``sgl_kernel`` stand-in
-  (:func:`.family_e_run.install_kv_copy_stand_in`, which detects the launch itself; a no-op on 0.5.3/0.4.10).
+  (:func:`.run_common.install_kv_copy_stand_in`, which detects the launch itself; a no-op on 0.5.3/0.4.10).
 
 Family-wide facts: ids read by ``ModelRunner.initialize`` AFTER the CUDA graphs were captured with no-arg
 setter calls (D3, predicted by :func:`cuda_graph_hazard`); fc is ``Linear(3*H_t, H_d)`` whatever the config
@@ -30,9 +30,9 @@ import inspect
 from typing import Any
 
 from specparity.serving.results import ResolvedDeployment
-from specparity.serving.sglang import legacy_shims, v0_4_10, v0_5_3
-from specparity.serving.sglang.legacy import LegacyAdapter
-from specparity.serving.sglang.legacy_run import LegacyGlue
+from specparity.serving.sglang.since_0_4_4 import glue, shims
+from specparity.serving.sglang.since_0_4_4.core import LegacyAdapter
+from specparity.serving.sglang.since_0_4_4.run import LegacyGlue
 
 EAGLE_INFO = "sglang.srt.speculative.eagle_info"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
@@ -61,7 +61,7 @@ def batch_extra_kwargs(init_new: Any) -> dict[str, Any]:
 def detect_glue(version: str) -> LegacyGlue:
     """The glue for the installed family-B SGLang, by what it has (import of ``schedule_batch`` is cheap)."""
     module = draft_input_module()
-    nearest = v0_5_3.GLUE if module == EAGLE_INFO else v0_4_10.GLUE
+    nearest = glue.GLUE_0_5_3 if module == EAGLE_INFO else glue.GLUE_0_4_10
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
     def read_in(cite: str) -> str:
@@ -91,7 +91,7 @@ def cuda_graph_hazard(*, device: str, cuda_graphs: bool, ids: tuple[int, ...] | 
 
 
 class FamilyBAdapter(LegacyAdapter):
-    """:class:`~.legacy.LegacyAdapter` whose glue is detected on first use, after the CPU shims are in."""
+    """:class:`~.since_0_4_4.core.LegacyAdapter` whose glue is detected on first use, after the CPU shims are in."""
 
     reads_ids_after_graphs = True  # D3; family A reads no ids at all
 
@@ -103,7 +103,7 @@ class FamilyBAdapter(LegacyAdapter):
 
     def _detect(self, device: str) -> None:
         if not self._detected:
-            legacy_shims.install(device=device, torch_drift=True)
+            shims.install(device=device, torch_drift=True)
             self.glue = detect_glue(self.sglang_version)
             self._detected = True
 
@@ -121,7 +121,7 @@ class FamilyBAdapter(LegacyAdapter):
 
     def capture(self, request: Any, *, progress: Any) -> Any:
         self._detect(request.device)
-        from specparity.serving.sglang.family_e_run import install_kv_copy_stand_in
+        from specparity.serving.sglang.run_common import install_kv_copy_stand_in
 
         install_kv_copy_stand_in(request.device)  # only where the pool launches the Triton copy (0.5.10)
         return super().capture(request, progress=progress)
@@ -130,7 +130,7 @@ class FamilyBAdapter(LegacyAdapter):
         dep = super()._deployment(request, sa, warnings, **kw)
         hazard = None if not self.reads_ids_after_graphs else cuda_graph_hazard(
             # the device the server args resolved for: the deployment's at the static level (cuda unless given,
-            # legacy_static.py), this machine's CPU at the capture level
+            # since_0_4_4/static.py), this machine's CPU at the capture level
             device=str(getattr(sa, "device", None) or request.device),
             cuda_graphs=not bool(getattr(sa, "disable_cuda_graph", False)),
             ids=dep.draft_config_ids, num_layers=dep.num_layers)

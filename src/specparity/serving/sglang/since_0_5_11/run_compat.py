@@ -1,12 +1,12 @@
 """Worker-v2 start-up and batches for SGLang families C and D (0.5.11-0.5.21), by feature detection.
 
-Same sequence as the 0.5.23 glue (:mod:`.v0_5_23_run`, ``Scheduler.init_model_worker``): target
+Same sequence as the 0.5.23 glue (:mod:`.since_0_5_11.run`, ``Scheduler.init_model_worker``): target
 ``TpModelWorker``, ``EAGLEWorkerV2``, KV pools, attention backends, graphs; the difference is what the
 installed SGLang has, detected here, never its version number:
 
 - process set-up: ``runtime_context.publish`` + ``bootstrap`` (0.5.2x) or nothing (0.5.14: ``ModelRunner``
   initialises torch.distributed itself and calls ``set_global_server_args_for_scheduler``,
-  ``model_executor/model_runner.py:526``) -- :func:`.family_e.publish_style`;
+  ``model_executor/model_runner.py:526``) -- :func:`.since_0_5_11.adapter.publish_style`;
 - constructor keywords of ``TpModelWorker`` / ``EAGLEWorkerV2`` (0.5.14 ``managers/tp_worker.py:228-244``
   needs the rank keywords): :func:`call_with_accepted`; 0.5.20 takes one ``ParallelState`` instead
   (``managers/tp_worker.py:315-320``, ``ps``), built as SGLang's one-rank state: :func:`parallel_state_kwargs`;
@@ -40,12 +40,15 @@ from typing import Any
 
 import torch
 
-from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import split_rows
-from specparity.serving.sglang.legacy_run import _cuda_sync_noop_on_cpu, tree_cache_namespace
-from specparity.serving.sglang.v0_5_23_run import Workers, init_draft_attention
+from specparity.serving.sglang.run_common import (
+    _cuda_sync_noop_on_cpu,
+    install_kv_copy_stand_in,
+    tree_cache_namespace,
+)
+from specparity.serving.sglang.since_0_5_11.run import Workers, init_draft_attention
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 RANK_KWARGS = {"tp_rank": 0, "moe_ep_rank": 0, "pp_rank": 0, "attn_cp_rank": 0, "moe_dp_rank": 0, "dp_rank": None}
@@ -112,42 +115,6 @@ def runner_ids(model_runner: Any) -> Any:
     return getattr(model_runner, "eagle_aux_hidden_state_layer_ids", None)
 
 
-TRITON_KV_COPY = ("Triton KV-copy launch on CPU: memory_pool.copy_all_layer_kv_cache_tiled runs the sgl_kernel "
-                  "stand-in's copy_all_layer_kv_cache_cpu (warm-up only; family_e_run.install_kv_copy_stand_in)")
-
-
-class _TiledKvCopyOnCpu:
-    """``copy_all_layer_kv_cache_tiled[grid](data_ptrs, strides, tgt, src, n, upper, ...)`` on CPU."""
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def launch(data_ptrs: Any, strides: Any, tgt_loc: Any, src_loc: Any, num_locs: int, *_: Any,
-                   **__: Any) -> None:
-            import sys
-
-            stub = sys.modules.get("sgl_kernel")
-            if not getattr(stub, "SPECPARITY_STUB", False):
-                raise RuntimeError("the CPU KV-copy stand-in needs specparity's sgl_kernel stand-in")
-            n = int(num_locs)
-            # the stand-in's own op: records itself, and refuses any real move (only the warm-up may run)
-            stub.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc[:n], src_loc[:n])  # type: ignore[union-attr]
-
-        return launch
-
-
-def install_kv_copy_stand_in(device: str) -> bool:
-    """On CPU, where ``memory_pool`` launches the Triton KV-copy kernel directly (0.5.14), swap in the CPU copy."""
-    if device != "cpu":
-        return False
-    from sglang.srt.mem_cache import memory_pool
-
-    if hasattr(memory_pool, "copy_all_layer_kv_cache_func") or not hasattr(memory_pool,
-                                                                             "copy_all_layer_kv_cache_tiled"):
-        return False  # 0.5.2x: SGLang's own CPU dispatch
-    memory_pool.copy_all_layer_kv_cache_tiled = _TiledKvCopyOnCpu()
-    stand_ins.record(TRITON_KV_COPY)
-    return True
-
-
 def _tree_cache_namespace() -> Any:
     namespace = tree_cache_namespace()
     if namespace is not None:
@@ -161,7 +128,7 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     EagleDraftWorker.alloc_memory_pool -> init_lm_head hands the drafter the target's embedding through
     ``set_embed``, which ends with ``torch.cuda.empty_cache(); torch.cuda.synchronize()`` (0.5.14
     ``speculative/eagle_worker_v2.py:230-231``, ``models/llama.py:800-807``); they only release CUDA memory,
-    as for the pre-worker-v2 families (``legacy_run._cuda_sync_noop_on_cpu``).
+    as for the pre-worker-v2 families (``since_0_4_4.run._cuda_sync_noop_on_cpu``).
     """
     if device != "cpu":
         return _start_workers(sa, device=device)
@@ -187,7 +154,7 @@ def _start_workers(sa: Any, *, device: str) -> Workers:
     alloc_memory_pools(tp_worker, spec_worker)
     tp_worker.init_attention_backends()  # the target's aux capture was set in ModelRunner init (ids first)
     if device == "cpu":
-        init_draft_attention(spec_worker)  # the recorded fallback of v0_5_23_run (same message in 0.5.14)
+        init_draft_attention(spec_worker)  # the recorded fallback of since_0_5_11.run (same message in 0.5.14)
     else:
         spec_worker.init_attention_backends()
     tp_worker.init_cuda_graphs()
@@ -256,12 +223,12 @@ def target_extend(workers: Workers, probes: tuple[tuple[int, ...], ...]) -> torc
 
 def layer_atlas(workers: Workers, probes: tuple[tuple[int, ...], ...], lengths: list[int], *,
                 embedding_capturable: bool) -> LayerAtlas:
-    """Residual stream at every boundary via SGLang's own capture (as :func:`.v0_5_23_run.layer_atlas`).
+    """Residual stream at every boundary via SGLang's own capture (as :func:`.since_0_5_11.run.layer_atlas`).
 
     Boundary 0 (``embedding``) crashes llama-style loops before 0.5.22 (D9), so there it is read by a
-    pre-hook on decoder layer 0 in the same forward (:class:`.legacy_run.EmbeddingTap`).
+    pre-hook on decoder layer 0 in the same forward (:class:`.since_0_4_4.run.EmbeddingTap`).
     """
-    from specparity.serving.sglang.legacy_run import EmbeddingTap
+    from specparity.serving.sglang.run_common import EmbeddingTap
 
     target = workers.target_model
     num_layers = int(workers.tp_worker.model_runner.model_config.hf_text_config.num_hidden_layers)

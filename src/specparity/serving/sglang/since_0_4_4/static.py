@@ -1,6 +1,6 @@
 """The static level of families A and B (0.4.4.post2-0.5.10): server args as deployed, models built here.
 
-As the 0.5.23 static level does (:func:`~.v0_5_23_static.resolve_static`): the deployment's own server args with
+As the 0.5.23 static level does (:func:`~.since_0_5_11.static.resolve_static`): the deployment's own server args with
 ``device`` defaulting to ``cuda``, where SGLang deployments run (SGLang's own auto-detection would describe this
 machine, and per-architecture validations depend on the device and backend: 0.5.3 ``server_args.py:733-747``
 asserts gpt-oss's attention backend, 0.5.10 ``:1588`` asks the GPU for DSA models). A validation that needs the
@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import meta_build
 from specparity.serving.sglang.common import (
@@ -28,59 +26,21 @@ from specparity.serving.sglang.common import (
     harness_gap_failure,
     unknown_architecture_failure,
 )
-from specparity.serving.sglang.legacy_common import FC_WIDTH_K, read_draft_ids, server_args_kwargs
-from specparity.serving.sglang.meta_build import build_meta_models, meta_gap_failure
+from specparity.serving.sglang.meta_build import (
+    build_meta_models,
+    meta_gap_failure,
+    read_capture,
+    static_server_args,
+)
 from specparity.serving.sglang.setter_source import SetterTrace
-from specparity.serving.sglang.v0_5_23_static import HARDWARE_FALLBACKS, one_rank_build_kw, read_capture
-
-# SGLang picks the attention backend from the GPU it runs on (None on a machine without one), and some
-# architectures assert theirs while resolving (0.5.10 server_args.py:1887, ExaoneMoE: fa3/triton/trtllm_mha); triton
-# is in every such list and runs on every CUDA GPU, so the last fallback resolves with it, and says so
-GPU_BACKEND = {"attention_backend": "triton"}
-
-
-def static_server_args(construct: Any, kw: dict[str, Any], user_args: dict[str, Any],
-                       sglang_version: str) -> tuple[Any, list[str], Any, list[str]] | ServingFailure:
-    """``(sa, warnings, build_sa, notes)``: the deployment's ServerArgs and those the meta build runs under.
-
-    ``construct(kw)`` returns ``(ServerArgs, warnings)`` (the family's shims installed first); ``kw`` are the
-    deployment's keywords without the capture-level CPU overrides, ``user_args`` what the user passed.
-    """
-    kw = {**kw, "device": user_args.get("device", "cuda")}
-    notes: list[str] = []
-    try:
-        sa, warnings = construct(kw)
-    except Exception as exc:
-        refusal = (unknown_architecture_failure(exc, target=kw["model_path"], sglang_version=sglang_version,
-                                                prefix="while resolving the server args: ")
-                   or exception_failure(exc, prefix="SGLang refuses the deployment's server args: "))
-        if kw["device"] != "cuda" or torch.cuda.is_available():
-            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
-        for fallback in (*HARDWARE_FALLBACKS, *([GPU_BACKEND] if "attention_backend" not in user_args else [])):
-            try:
-                sa, warnings = construct({**kw, **fallback})
-            except Exception:
-                continue
-            notes.append(f"hardware check skipped: with device=cuda SGLang raised '{exception_failure(exc).message}', "
-                         "which needs a GPU this machine lacks; server args were resolved with "
-                         + ", ".join(f"{k}={v}" for k, v in fallback.items()))
-            kw = {**kw, **fallback}
-            break
-        else:
-            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
-    build_kw, wide = one_rank_build_kw(sa, kw, notes)
-    if kw["device"] == "cuda" and not torch.cuda.is_available():
-        # the meta build runs on this machine's platform, with the backend SGLang resolved for the deployment
-        build_kw.update(device="cpu", attention_backend=getattr(sa, "attention_backend", None))
-    build_sa = sa if not wide and build_kw["device"] == kw["device"] else construct(build_kw)[0]
-    return sa, warnings, build_sa, notes
+from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K, read_draft_ids, server_args_kwargs
 
 
 def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
     """ServerArgs as deployed, the runner's id reader, the real target and draft built on the meta device
     (:mod:`.meta_build`), and the real setter on that target; no weights, no forward.
 
-    ``adapter`` is the family's :class:`~.legacy.LegacyAdapter` (its ``_construct``, ``_deployment``,
+    ``adapter`` is the family's :class:`~.since_0_4_4.core.LegacyAdapter` (its ``_construct``, ``_deployment``,
     ``_boundary0_crash`` and glue).
     """
     t0 = time.perf_counter()

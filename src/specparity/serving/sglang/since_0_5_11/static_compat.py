@@ -11,7 +11,7 @@ SGLang's loader picks, and that class's real ``set_eagle3_layers_to_capture``. T
   one-rank world set up with SGLang's own functions (:mod:`.meta_build`, shared with families A and B), as
   ``ModelRunner.init_torch_distributed`` and ``load_model`` do (0.5.14 ``model_runner.py:1145-1240``).
 
-The capture level (real forward, :mod:`.family_e_run`) checks both against SGLang's own objects.
+The capture level (real forward, :mod:`.since_0_5_11.run_compat`) checks both against SGLang's own objects.
 """
 
 from __future__ import annotations
@@ -96,13 +96,11 @@ def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_lay
 
 def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
     """The static level on 0.5.11-0.5.15 (see the module docstring for what differs from 0.5.23)."""
+    from specparity.serving.sglang.common import draft_k
     from specparity.serving.sglang.draft_format import unreadable_draft
-    from specparity.serving.sglang.legacy_static import static_server_args
-    from specparity.serving.sglang.v0_5_23 import _draft_k
-    from specparity.serving.sglang.v0_5_23_static import (
-        draft_shape,
+    from specparity.serving.sglang.meta_build import draft_shape, read_capture, static_server_args
+    from specparity.serving.sglang.since_0_5_11.static import (
         fc_as_built,
-        read_capture,
         setter_call,
         static_server_args_kwargs,
     )
@@ -129,7 +127,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
         use_aux, ids = real if real is not None else read_ids(draft_mc.hf_config)
         if real is not None:
             notes.remove(STATIC_NOTE)
-        if build_sa is not sa:  # rank 0 of a one-rank world on this machine's CPU (legacy_static.static_server_args)
+        if build_sa is not sa:  # rank 0 of a one-rank world on this machine's CPU (since_0_4_4.static.static_server_args)
             adapter._publish(build_sa)
         build_mc = ModelConfig.from_server_args(build_sa)
         init_single_rank(build_sa, build_mc)
@@ -153,7 +151,7 @@ def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | Serving
                 or exception_failure(exc, prefix="while resolving: "))
     t2 = time.perf_counter()
     draft_hf = draft_mc.hf_config
-    k = draft.num_aux_hidden_states or _draft_k(draft_hf)  # as constructed (0.5.12+ models/llama_eagle3.py)
+    k = draft.num_aux_hidden_states or draft_k(draft_hf)  # as constructed (0.5.12+ models/llama_eagle3.py)
     ckpt = fc_shape_from_checkpoint(Path(request.draft))
     fc = fc_as_built(ckpt, draft, draft_hf, k)
     dep = adapter._deployment(

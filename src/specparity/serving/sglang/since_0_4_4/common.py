@@ -1,4 +1,4 @@
-"""What the pre-worker-v2 adapter (:mod:`.legacy`) and its static level (:mod:`.legacy_static`) share for
+"""What the pre-worker-v2 adapter (:mod:`.since_0_4_4.core`) and its static level (:mod:`.since_0_4_4.static`) share for
 families A and B: the ServerArgs keywords, the fixed fc width, and the runner's own draft-id reader."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Adapter for SGLang before the worker-v2 API (family B: 0.4.10.post2 and 0.5.3; domain.md §6).
 
-Shared by ``v0_4_10.py`` and ``v0_5_3.py``, which only supply a :class:`~.legacy_run.LegacyGlue`.
+Shared by every release of the range, each of which only supplies a :class:`~.since_0_4_4.run.LegacyGlue` (``glue.py``).
 Same public behaviour as the 0.5.23 adapter (resolve, fc capture, layer atlas), with the differences
 of these releases made explicit:
 
@@ -9,7 +9,7 @@ of these releases made explicit:
   ``resolved_view``. ``skip_tokenizer_init=True`` because transformers 4.x cannot load a tokenizer saved
   by transformers 5.x (sglang-cpu.md §4); the harness feeds token ids, so no tokenizer is needed.
 - Draft ids: the target's ``ModelRunner`` reads them itself during init with a bare ``except`` -> ``None``
-  and passes them to the setter; :func:`~.legacy_run.record_setter_calls` records that argument.
+  and passes them to the setter; :func:`~.since_0_4_4.run.record_setter_calls` records that argument.
 - fc is ``Linear(3*H_t, H_d)`` whatever the config says (``num_aux_hidden_states`` is unknown before
   0.5.12, D5), bias iff ``config.bias``; no ``norm_before_fc``/``fc_norm``/``norm_output`` (ignored keys).
 - Boundary 0 (id -1) crashes llama targets (D9); the crash comes back as ``sglang_exception`` quoting
@@ -36,23 +36,24 @@ from specparity.serving.results import (
     ServingFailure,
     SpecSettings,
 )
-from specparity.serving.sglang import legacy_run as run
-from specparity.serving.sglang import legacy_shims
+from specparity.serving.sglang import run_common
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import (
     NORM_FLAGS,
     collect_sglang_warnings,
     exception_failure,
+    json_safe,
     judge_fc_capture,
     nonfinite_failures,
     served_sources,
     split_rows,
     with_applied_norms,
 )
-from specparity.serving.sglang.legacy_common import FC_WIDTH_K as FC_WIDTH_K
-from specparity.serving.sglang.legacy_common import read_draft_ids as read_draft_ids
-from specparity.serving.sglang.legacy_common import server_args_kwargs as server_args_kwargs
+from specparity.serving.sglang.since_0_4_4 import run, shims
+from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K as FC_WIDTH_K
+from specparity.serving.sglang.since_0_4_4.common import read_draft_ids as read_draft_ids
+from specparity.serving.sglang.since_0_4_4.common import server_args_kwargs as server_args_kwargs
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 SPEC_KEYS = SPEC_SERVER_ARGS
@@ -62,14 +63,6 @@ REPORTED_ARGS = (
     "dp_size", "mem_fraction_static", "max_total_tokens", "max_running_requests", "kv_cache_dtype",
     "quantization", "skip_tokenizer_init",
 )
-def _json_safe(v: Any) -> object:
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if isinstance(v, list | tuple):
-        return [_json_safe(x) for x in v]
-    return str(v)
-
-
 def ids_fallback_reason(draft_hf_config: Any, ids: Any, *, cite: str) -> str | None:
     """Why the runner's reader produced ``None`` (it swallows every exception, domain.md D11)."""
     if ids is not None:
@@ -100,7 +93,7 @@ class LegacyAdapter:
         return self._construct(request, server_args_kwargs(request, extra_requests=extra_requests, static=static))
 
     def _construct(self, request: WorkerRequest, kw: dict[str, Any]) -> tuple[Any, list[str]]:
-        legacy_shims.install(device=request.device, torch_drift=self.glue.torch_drift)
+        shims.install(device=request.device, torch_drift=self.glue.torch_drift)
         from sglang.srt.server_args import ServerArgs
 
         with collect_sglang_warnings() as warnings:
@@ -148,14 +141,14 @@ class LegacyAdapter:
                                                                                  False)),
                 ("norm_output", getattr(draft_hf_config, "norm_output", False))) if on),
             fc_bias_in_config=bool(getattr(draft_hf_config, "bias", False)),
-            server_args={key: _json_safe(getattr(sa, key, None)) for key in REPORTED_ARGS},
+            server_args={key: json_safe(getattr(sa, key, None)) for key in REPORTED_ARGS},
             timings=timings,
         )
 
     # ---------------------------------------------------------------- static resolve
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
-        """The static level (:func:`~.legacy_static.resolve_legacy`): no weights, no forward."""
-        from specparity.serving.sglang.legacy_static import resolve_legacy
+        """The static level (:func:`~.since_0_4_4.static.resolve_legacy`): no weights, no forward."""
+        from specparity.serving.sglang.since_0_4_4.static import resolve_legacy
 
         return resolve_legacy(self, request)
 
@@ -272,13 +265,13 @@ class LegacyAdapter:
 
         Boundaries 1..L-1 go into ``layers_to_capture`` (the loop tests membership, 0.5.3
         ``models/llama.py:338-340``) for one FULL-mode extend; boundary 0 (``embedding``) is layer 0's
-        input, read by a pre-hook in the same forward (:class:`~.legacy_run.EmbeddingTap`, it cannot be
+        input, read by a pre-hook in the same forward (:class:`~.since_0_4_4.run.EmbeddingTap`, it cannot be
         captured on these versions); ``final_norm`` is what a FULL-mode extend without aux capture stores
         (0.5.3 ``layers/logits_processor.py:360``). The original capture list is restored afterwards.
         """
         target = runners.target_model
         num_layers = int(runners.target_runner.model_config.hf_config.num_hidden_layers)
-        emb = run.EmbeddingTap(target.model.layers[0])
+        emb = run_common.EmbeddingTap(target.model.layers[0])
         try:
             with aux_capture(target) as capture:
                 capture(range(1, num_layers), True)
@@ -314,4 +307,4 @@ def _stub_calls() -> tuple[str, ...]:
     import sys
 
     stub = tuple(getattr(sys.modules.get("sgl_kernel"), "CALLED", ())) if _stub_active() else ()
-    return stub + tuple(f"vllm._custom_ops.{n}" for n in legacy_shims.vllm_shim_calls())
+    return stub + tuple(f"vllm._custom_ops.{n}" for n in shims.vllm_shim_calls())

@@ -26,19 +26,20 @@ from specparity.serving.results import (
     ServingFailure,
     SpecSettings,
 )
-from specparity.serving.sglang import v0_5_23_run as run
 from specparity.serving.sglang.adapter import Progress, WorkerRequest
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     cpu_mem_fraction,
     exception_failure,
+    json_safe,
     judge_fc_capture,
     nonfinite_failures,
     served_sources,
     split_rows,
     with_applied_norms,
 )
-from specparity.serving.sglang.v0_5_23_static import max_reachable_boundary
+from specparity.serving.sglang.since_0_5_11 import run
+from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
 
 SPEC_KEYS = SPEC_SERVER_ARGS
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.
@@ -83,14 +84,6 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> di
     return kw
 
 
-def _json_safe(v: Any) -> object:
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    if isinstance(v, list | tuple):
-        return [_json_safe(x) for x in v]
-    return str(v)
-
-
 def _fallback_reason(draft_hf_config: Any, ids: Any) -> str | None:
     """Why SGLang took its default ids (its own reader swallows every exception, domain.md D11)."""
     if ids is not None:
@@ -105,16 +98,6 @@ def _fallback_reason(draft_hf_config: Any, ids: Any) -> str | None:
     if "eagle_aux_hidden_state_layer_ids" not in eagle_config:
         return "malformed eagle_config: no eagle_aux_hidden_state_layer_ids" + note
     return "malformed eagle_config: eagle_aux_hidden_state_layer_ids is null" + note
-
-
-def _draft_k(draft_hf_config: Any) -> int:
-    # sglang 0.5.23 models/llama_eagle3.py:155-160: num_aux_hidden_states > len(eagle ids) > 3.
-    k = getattr(draft_hf_config, "num_aux_hidden_states", None)
-    if k is None:
-        ec = getattr(draft_hf_config, "eagle_config", None) or {}
-        ids = ec.get("eagle_aux_hidden_state_layer_ids") if isinstance(ec, dict) else None
-        k = len(ids) if ids else 3
-    return int(k)
 
 
 def _draft_flags(draft_hf_config: Any) -> dict[str, bool]:
@@ -134,7 +117,7 @@ def _draft_flags(draft_hf_config: Any) -> dict[str, bool]:
 class Adapter:
     """The 0.5.23 adapter: :meth:`resolve` (static) and :meth:`capture` (real forward)."""
 
-    # The capture glue module; families C/D (family_e.py) put their feature-detected glue here.
+    # The capture glue module; families C/D (since_0_5_11/adapter.py) put their feature-detected glue here.
     run: Any = run
 
     def __init__(self, *, sglang_version: str, name: str) -> None:
@@ -231,7 +214,7 @@ class Adapter:
             norm_output=flags["norm_output"],
             fc_bias_in_config=flags["fc_bias_in_config"],
             server_args={
-                key: _json_safe(getattr(view, key, getattr(sa, key, None))) for key in REPORTED_ARGS
+                key: json_safe(getattr(view, key, getattr(sa, key, None))) for key in REPORTED_ARGS
             },
             timings=timings,
         )
@@ -239,7 +222,7 @@ class Adapter:
     # ---------------------------------------------------------------- static resolve
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
         """ServerArgs as deployed, then the real target and draft on the meta device and the real setter."""
-        from specparity.serving.sglang.v0_5_23_static import resolve_static
+        from specparity.serving.sglang.since_0_5_11.static import resolve_static
 
         return resolve_static(self, request)
 

@@ -2,7 +2,7 @@
 
 These releases share the shape the 0.5.23 adapter drives (``TpModelWorker`` + ``EAGLEWorkerV2``, ids set
 before CUDA graphs). Where the installed SGLang has the 0.5.23 layout (``runtime_context.publish``,
-``arg_groups.model_override_base.resolved_view``, ``model_runner_components``), :mod:`.v0_5_23` runs
+``arg_groups.model_override_base.resolved_view``, ``model_runner_components``), :mod:`.since_0_5_11.core` runs
 unchanged. Otherwise :class:`FamilyEAdapter` swaps in what this SGLang has, each found by detection:
 
 - ServerArgs: ``resolve_once()`` where it exists; before, the constructor's ``__post_init__`` resolves and
@@ -12,10 +12,10 @@ unchanged. Otherwise :class:`FamilyEAdapter` swaps in what this SGLang has, each
 - process set-up: ``runtime_context.publish`` or, before it, ``set_global_server_args_for_scheduler``;
 - where the target reads the ids: ``model_runner_components.spec_aux_hidden_state`` (0.5.16+) or
   ``ModelRunner.__init__`` itself (0.5.11-0.5.15, 0.5.14 ``model_executor/model_runner.py:458-472``);
-- worker keywords, the draft worker, FULL capture and request fields: :mod:`.family_e_run`;
+- worker keywords, the draft worker, FULL capture and request fields: :mod:`.since_0_5_11.run_compat`;
 - boundary 0 (``embedding``): capturable on llama-style loops only with ``layers.layer_boundary`` (0.5.22+).
   Family D (0.5.17-0.5.21) has the whole 0.5.23 module layout but not ``layer_boundary``: there the atlas
-  reads the embedding by a pre-hook on layer 0 (:func:`.family_e_run.layer_atlas`) and the static level
+  reads the embedding by a pre-hook on layer 0 (:func:`.run_compat.layer_atlas`) and the static level
   reports a capture list holding boundary 0 as the crash it is (0.5.20 ``models/llama.py:442`` computes
   ``hidden_states + residual`` with ``residual`` None at layer 0, D9), as families B/C do.
 
@@ -32,11 +32,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
-from specparity.serving.sglang import family_e_run
-from specparity.serving.sglang import v0_5_23_run as run_0523
 from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.sglang.common import collect_sglang_warnings
-from specparity.serving.sglang.v0_5_23 import Adapter, server_args_kwargs
+from specparity.serving.sglang.since_0_5_11 import run, run_compat
+from specparity.serving.sglang.since_0_5_11.core import Adapter, server_args_kwargs
 
 
 def _has_module(name: str) -> bool:
@@ -116,14 +115,14 @@ def resolved_view_function() -> Any:
 def boundary0_crash(dep: ResolvedDeployment) -> ServingFailure | None:
     """Before ``layer_boundary`` (0.5.22), a capture list holding boundary 0 crashes llama-style loops (D9):
     the static level must say so, never claim the embedding is served (the capture level raises it)."""
-    from specparity.serving.sglang.family_e_static import _boundary0_crash
+    from specparity.serving.sglang.since_0_5_11.static_compat import _boundary0_crash
 
     return _boundary0_crash(dep.sglang_version, dep.draft_config_ids, dep.layers_to_capture,
                             num_layers=dep.num_layers, model_class=dep.target_architecture)
 
 
 class FamilyEAdapter(Adapter):
-    """:class:`~.v0_5_23.Adapter` with the feature-detected glue of families C/D where 0.5.23's is missing."""
+    """:class:`~.since_0_5_11.core.Adapter` with the feature-detected glue of families C/D where 0.5.23's is missing."""
 
     def __init__(self, *, sglang_version: str, name: str) -> None:
         super().__init__(sglang_version=sglang_version, name=name)
@@ -131,15 +130,15 @@ class FamilyEAdapter(Adapter):
         self.embedding_capturable = embedding_capturable()
         if self.layout_0523 and not self.embedding_capturable:  # family D: 0.5.23's glue, no boundary 0
             self.run = SimpleNamespace(
-                start_workers=run_0523.start_workers, spec_prefill=run_0523.spec_prefill,
-                layer_atlas=partial(family_e_run.layer_atlas, embedding_capturable=False), FcTap=run_0523.FcTap,
-                kernel_stub_calls=run_0523.kernel_stub_calls, kernel_stub_active=run_0523.kernel_stub_active)
+                start_workers=run.start_workers, spec_prefill=run.spec_prefill,
+                layer_atlas=partial(run_compat.layer_atlas, embedding_capturable=False), FcTap=run.FcTap,
+                kernel_stub_calls=run.kernel_stub_calls, kernel_stub_active=run.kernel_stub_active)
         elif not self.layout_0523:
-            atlas = partial(family_e_run.layer_atlas, embedding_capturable=self.embedding_capturable)
+            atlas = partial(run_compat.layer_atlas, embedding_capturable=self.embedding_capturable)
             self.run = SimpleNamespace(
-                start_workers=family_e_run.start_workers, spec_prefill=family_e_run.spec_prefill,
-                layer_atlas=atlas, FcTap=run_0523.FcTap, kernel_stub_calls=run_0523.kernel_stub_calls,
-                kernel_stub_active=run_0523.kernel_stub_active)
+                start_workers=run_compat.start_workers, spec_prefill=run_compat.spec_prefill,
+                layer_atlas=atlas, FcTap=run.FcTap, kernel_stub_calls=run.kernel_stub_calls,
+                kernel_stub_active=run.kernel_stub_active)
 
     def _server_args(self, request: WorkerRequest, *, extra_requests: int = 0) -> tuple[Any, list[str]]:
         if self.layout_0523:
@@ -170,7 +169,7 @@ class FamilyEAdapter(Adapter):
         return super()._resolved_view(sa) if self.layout_0523 else resolved_view_function()(sa)
 
     def _runner_ids(self, model_runner: Any) -> Any:
-        return family_e_run.runner_ids(model_runner)
+        return run_compat.runner_ids(model_runner)
 
     def resolve(self, request: WorkerRequest) -> ResolvedDeployment | ServingFailure:
         if self.layout_0523:
@@ -178,7 +177,7 @@ class FamilyEAdapter(Adapter):
             if self.embedding_capturable or not isinstance(result, ResolvedDeployment):
                 return result
             return boundary0_crash(result) or result
-        from specparity.serving.sglang.family_e_static import resolve_static_c
+        from specparity.serving.sglang.since_0_5_11.static_compat import resolve_static_c
 
         result = resolve_static_c(self, request)
         return with_norm_support(result, request.draft) if isinstance(result, ResolvedDeployment) else result

@@ -19,7 +19,6 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,12 @@ from specparity.serving.sglang.common import (
     unknown_architecture_failure,
     with_applied_norms,
 )
+from specparity.serving.sglang.meta_build import (
+    HARDWARE_FALLBACKS,
+    draft_shape,
+    one_rank_build_kw,
+    read_capture,
+)
 from specparity.serving.sglang.setter_source import SetterTrace
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
@@ -43,34 +48,6 @@ from specparity.serving.sglang.setter_source import SetterTrace
 BOUNDARY_L_REACHABLE = frozenset(
     {"GptOssForCausalLM", "MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"}
 )
-
-_UNSET = object()
-
-
-@dataclass(frozen=True)
-class CaptureSetting:
-    """What the real ``set_eagle3_layers_to_capture`` stored on the real object.
-
-    ``owner`` is the dotted module path that holds ``layers_to_capture`` (``"model"`` for Llama,
-    ``"language_model.model"`` for Kimi-K2.5 and Llama-4); ``flag_owners`` the modules whose
-    ``capture_aux_hidden_states`` the setter turned on.
-    """
-
-    layers_to_capture: tuple[int, ...]
-    owner: str
-    flag_owners: tuple[str, ...]
-    layer_flags: tuple[int, ...] = ()  # MiniMax-M3: decoder layers flagged `_is_layer_to_capture`
-
-
-@dataclass(frozen=True)
-class DraftShape:
-    """The draft model as SGLang constructs it: its class and the ``fc`` module it would load into."""
-
-    architecture: str
-    fc_in_features: int | None
-    fc_out_features: int | None
-    fc_bias: bool | None
-    num_aux_hidden_states: int | None
 
 
 _PARALLEL_READY = False
@@ -154,45 +131,6 @@ def build_meta_model(model_config: Any, *, server_args: Any) -> torch.nn.Module:
     return model
 
 
-def read_capture(model: torch.nn.Module, configure: Callable[[torch.nn.Module], None]) -> CaptureSetting:
-    """Run ``configure(model)`` (which calls the model's own ``set_eagle3_layers_to_capture``) and read
-    back what it stored.
-
-    Every module's ``layers_to_capture`` / ``capture_aux_hidden_states`` is set to a sentinel first, so
-    what comes back is what the setter wrote, wherever it delegated to; untouched attributes are put
-    back. ``layers_to_capture`` is empty when nothing was stored (aux capture off).
-    """
-    saved: dict[tuple[str, str], Any] = {}
-    modules = dict(model.named_modules())
-    for name, mod in modules.items():
-        for attr in ("layers_to_capture", "capture_aux_hidden_states"):
-            if attr in vars(mod):
-                saved[(name, attr)] = vars(mod)[attr]
-                setattr(mod, attr, _UNSET)
-    try:
-        configure(model)
-    finally:
-        stored: list[tuple[str, list[int]]] = []
-        flags: list[str] = []
-        for name, mod in modules.items():
-            value = vars(mod).get("layers_to_capture", _UNSET)
-            if value is not _UNSET:
-                stored.append((name, [int(b) for b in value]))
-            if vars(mod).get("capture_aux_hidden_states", _UNSET) is True:
-                flags.append(name or "<model>")
-        for (name, attr), value in saved.items():  # what the setter did not touch goes back as it was
-            if vars(modules[name]).get(attr, _UNSET) is _UNSET:
-                setattr(modules[name], attr, value)
-    if not stored:
-        return CaptureSetting((), "", tuple(flags))
-    owner, layers = stored[0]
-    layer_flags = tuple(
-        i for i, lyr in enumerate(getattr(modules[owner], "layers", ()) or ())
-        if getattr(lyr, "_is_layer_to_capture", False) is True
-    )
-    return CaptureSetting(tuple(layers), owner or "<model>", tuple(flags), layer_flags)
-
-
 def setter_call(ids: list[int] | None) -> Callable[[torch.nn.Module], None]:
     """``configure`` for :func:`read_capture`: the plain ``model.set_eagle3_layers_to_capture(ids)``."""
 
@@ -202,46 +140,9 @@ def setter_call(ids: list[int] | None) -> Callable[[torch.nn.Module], None]:
     return call
 
 
-def draft_shape(model: torch.nn.Module) -> DraftShape:
-    """The draft's ``fc`` (``models/llama_eagle3.py:155-167``) as constructed; None where it has none."""
-    inner = getattr(model, "model", None)
-    fc = getattr(inner, "fc", None)
-    k = getattr(inner, "num_aux_hidden_states", None)
-    return DraftShape(
-        architecture=type(model).__name__,
-        fc_in_features=int(fc.in_features) if fc is not None else None,
-        fc_out_features=int(fc.out_features) if fc is not None else None,
-        fc_bias=(fc.bias is not None) if fc is not None else None,
-        num_aux_hidden_states=int(k) if k is not None else None,
-    )
-
-
 def max_reachable_boundary(model_class: str, num_layers: int) -> int:
     """The largest boundary the class's layer loop can capture (see :data:`BOUNDARY_L_REACHABLE`)."""
     return num_layers if model_class in BOUNDARY_L_REACHABLE else num_layers - 1
-
-
-# ServerArgs keywords that shape the parallel world; the meta build runs as rank 0 of a one-rank world
-# (the capture list does not depend on them: every rank's setter stores the same list, and only the
-# last PP rank captures, models/llama.py:929-931).
-SINGLE_RANK_ARGS = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1}
-def one_rank_build_kw(sa: Any, kw: dict[str, Any], notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The keywords of rank 0 of a one-rank world for ``kw``, and the parallel args of the deployment that differ
-    from it (``wide``), noted in ``notes`` when there are any."""
-    wide = {k: getattr(sa, k, v) for k, v in SINGLE_RANK_ARGS.items() if getattr(sa, k, v) not in (v, None)}
-    if wide:
-        notes.append("models built as rank 0 of a one-rank world (deployment: "
-                     + ", ".join(f"{k}={v}" for k, v in wide.items())
-                     + "); every rank's setter stores the same capture list")
-    return {**kw, **SINGLE_RANK_ARGS}, wide
-
-
-# What a CPU-only machine can resolve when a validation needs the deployment's GPU: this platform, then
-# also no overlap scheduling, which SGLang itself turns off for speculative decoding on CPU.
-HARDWARE_FALLBACKS: tuple[dict[str, Any], ...] = (
-    {"device": "cpu"},
-    {"device": "cpu", "disable_overlap_schedule": True},
-)
 
 
 def static_server_args_kwargs(request: Any) -> dict[str, Any]:
@@ -270,7 +171,7 @@ def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
 def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
     """The static level on 0.5.23: resolved ServerArgs, real meta-device target and draft, real setter.
 
-    ``adapter`` is the 0.5.23 :class:`~specparity.serving.sglang.v0_5_23.Adapter` (its ``_deployment``
+    ``adapter`` is the 0.5.23 :class:`~specparity.serving.sglang.since_0_5_11.core.Adapter` (its ``_deployment``
     assembles the record shared with the capture level).
     """
     from specparity.serving.sglang.draft_format import unreadable_draft
@@ -384,7 +285,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
         notes=tuple(notes),
         # the same notes for every report (decision.adapter_findings renders adapter_notes as findings)
         adapter_notes=(*dep.adapter_notes,
-                       *(("resolution_note", "info", n, "serving/sglang/v0_5_23_static.py") for n in notes)),
+                       *(("resolution_note", "info", n, "serving/sglang/since_0_5_11/static.py") for n in notes)),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from specparity.serving import stand_ins
+from specparity.serving.sglang.run_common import _cuda_sync_noop_on_cpu, tree_cache_namespace
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,6 @@ def target_class(model_config: Any) -> type[Any]:
     return cls
 
 
-@contextmanager
-def _cuda_sync_noop_on_cpu() -> Iterator[None]:
-    """``set_embed``/``set_embed_and_head`` end with ``torch.cuda.empty_cache(); torch.cuda.synchronize()``
-    (0.5.3 ``models/llama.py:709-710, :724-725``; 0.4.10.post2 ``:722-723, :737-738``), which a CPU torch
-    rejects; they only release CUDA memory, so on a CPU-only torch they become no-ops for the call."""
-    if torch.cuda.is_available():
-        yield
-        return
-    stand_ins.record(stand_ins.CUDA_SYNC_NOOP)
-    saved = (torch.cuda.empty_cache, torch.cuda.synchronize)
-    setattr(torch.cuda, "empty_cache", lambda: None)  # noqa: B010 (module attribute, restored below)
-    setattr(torch.cuda, "synchronize", lambda device=None: None)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(torch.cuda, "empty_cache", saved[0])  # noqa: B010
-        setattr(torch.cuda, "synchronize", saved[1])  # noqa: B010
-
-
 def start_runners(sa: Any) -> Runners:
     """Target ModelRunner, then the draft ModelRunner on the target's pools (sglang-cpu.md §9 steps 3-5)."""
     from sglang.srt.configs.model_config import ModelConfig
@@ -148,19 +129,6 @@ def start_runners(sa: Any) -> Runners:
         else:
             drafter.set_embed(embed)
     return Runners(server_args=sa, target_runner=target_runner, draft_runner=draft_runner, setter_calls=calls)
-
-
-def tree_cache_namespace() -> Any | None:
-    """The benchmark's stand-in tree cache class where this SGLang's bench has one (0.5.10
-    ``bench_one_batch.py:396``, 0.5.14 ``:439``, 0.5.23 ``benchmark/one_batch``), else None: 0.5.3 and 0.4.10.post2
-    build their batches with ``tree_cache=None`` (``bench_one_batch.py:266``, ``:244``); 0.5.10's
-    ``ScheduleBatch.maybe_evict_swa`` calls ``tree_cache.supports_swa()`` (``managers/schedule_batch.py:2425``)."""
-    for name in ("sglang.benchmark.one_batch", "sglang.bench_one_batch"):
-        try:
-            return importlib.import_module(name).TreeCacheNamespace
-        except (ImportError, AttributeError):
-            continue
-    return None
 
 
 def _batch(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: LegacyGlue, *, spec: bool) -> Any:
@@ -282,21 +250,3 @@ class FcTap:
             h.remove()
 
 
-class EmbeddingTap:
-    """Forward pre-hook on decoder layer 0: its ``hidden_states`` input is the ``embedding`` boundary.
-
-    Boundary 0 cannot go through ``layers_to_capture`` on these versions: layer 0 computes
-    ``hidden_states + residual`` with ``residual = None`` (0.5.3 ``models/llama.py:340``; 0.4.10.post2
-    ``:332``), so the atlas reads the same tensor where SGLang hands it to layer 0
-    (``LlamaDecoderLayer.forward(positions, hidden_states, forward_batch, residual)``).
-    """
-
-    def __init__(self, layer0: torch.nn.Module) -> None:
-        self.inputs: list[torch.Tensor] = []
-        self._handle = layer0.register_forward_pre_hook(self._on_call)
-
-    def _on_call(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        self.inputs.append(args[1].detach().clone())
-
-    def remove(self) -> None:
-        self._handle.remove()
