@@ -150,7 +150,6 @@ def versions(as_json: bool) -> None:
     import json
 
     from specparity.serving.engine import get_engine
-    from specparity.serving.results import ENGINES
 
     engines = [get_engine(name) for name in ENGINES]
     if as_json:

@@ -23,7 +23,7 @@ Below the interface, the engine-neutral part of what the gate asks of any engine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +34,7 @@ from specparity.serving.results import (
     Explanation,
     IdReading,
     OutcomeRequest,
+    Progress,
     ResolvedDeployment,
     ServingFailure,
 )
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.contract import Contract, ProbePack
 
-Progress = Callable[[int, int], None]
 
 __all__ = ["Engine", "Explanation", "IdReading", "convention_findings", "engine_args_for", "get_engine",
            "outcome_request"]

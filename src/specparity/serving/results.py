@@ -10,12 +10,15 @@ domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+
+# What a long engine run reports as it goes: progress(done, total) (the CLI's bars, serving/engine.py)
+Progress = Callable[[int, int], None]
 
 # Stable failure kinds. Reports, the pytest plugin and CI scripts key on these strings.
 FC_NOT_CALLED = "fc_not_called"

@@ -12,12 +12,12 @@ from specparity.serving import results
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.engine import Progress
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
         IdReading,
         OutcomeRequest,
+        Progress,
         ServingFailure,
     )
 

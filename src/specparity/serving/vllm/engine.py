@@ -11,11 +11,11 @@ from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.engine import Progress
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
         OutcomeRequest,
+        Progress,
         ResolvedDeployment,
         ServingFailure,
     )
