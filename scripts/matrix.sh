@@ -35,12 +35,16 @@ PYTEST=(-m pytest -p no:cacheprovider -q)
 # files share their runs (serving_cache); each worker keeps its own warm zygote (serving/warm.py).
 SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile
               tests/serving tests/catalog)
-# Family B's two end envs (0.4.10.post2, 0.5.10) run the serving suite, which holds every version-specific path
-# (static, capture, atlas, replay, stand-ins, explain); the catalog's end-to-end scenarios run on B's representative
-# (0.5.3) and on every other family's env. SPECPARITY_MATRIX_FULL=1 runs the catalog there too (CI time, issue 25).
+# Family B's two end envs (0.4.10.post2, 0.5.10) run what differs between releases inside the family: the version
+# facts and glue (test_versions.py: the release's own setters, ids 1,3,5 against HF, the detected glue and
+# stand-ins), the capture on the release (test_sglang_capture.py), the stand-ins' accountability (test_stand_ins.py)
+# and the gate through the env's own interpreter (test_child_environment.py). The rest of the serving suite and the
+# catalog run on B's representative (0.5.3) and on every other family's env. SPECPARITY_MATRIX_FULL=1 runs the whole
+# suite there too (CI time, issue 25: the whole suite took about 5 minutes per end env on 2 cores).
 SGLANG_END_ENVS=" sglang-0.4.10 sglang-0.5.10 "
 SGLANG_END_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile
-                  tests/serving)
+                  tests/serving/test_versions.py tests/serving/test_sglang_capture.py tests/serving/test_stand_ins.py
+                  tests/serving/test_child_environment.py)
 # one worker: the TP=2 runs bind one OpenMP thread per core (VLLM_CPU_OMP_THREADS_BIND="0|1")
 VLLM_TESTS=(-m "vllm and not topology" tests/vllm_engine)  # the topology tier: make test-topology
 VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py)
