@@ -14,10 +14,7 @@ pinned_install() {
   local py=$1 list=$2
   shift 2
   mkdir -p "$WHEELHOUSE"
-  # --no-compile: no .pyc for every file of every wheel at install (measured on sglang 0.5.3's list: 70 -> 23 CPU-s,
-  # 240 -> 107 s wall on 2 loaded cores); Python compiles what a run imports, once, on first import
-  local from_house=("$py" -m pip -q --disable-pip-version-check install --no-compile --no-deps --no-index
-                    --find-links "$WHEELHOUSE")
+  local from_house=("$py" -m pip -q --disable-pip-version-check install --no-deps --no-index --find-links "$WHEELHOUSE")
   if "${from_house[@]}" "$@" -r "$list" >/dev/null 2>&1; then
     return 0
   fi
