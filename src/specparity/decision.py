@@ -54,32 +54,36 @@ _ENVIRONMENT_EXCEPTION = re.compile(
 
 # What this machine's CPU backends cannot run that the deployment's GPU can: named refusals (issue 23). The check
 # cannot run here (exit 3, never a pass); the finding says which call refused and why it is the machine's.
-MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"No common block size .*CPU_MLA", re.IGNORECASE),
+# Each row: a pattern of the refusal (matched ignoring case) and why that refusal is the machine's.
+_MACHINE_LIMIT_ROWS: tuple[tuple[str, str], ...] = (
+    (r"No common block size .*CPU_MLA",
      "vLLM's CPU attention backends share no KV-cache block size for an MLA target and its drafter (CPU_MLA takes "
      "blocks of 16, CPU_ATTN multiples of 32: vllm 0.32 v1/worker/utils.py, the block-size check of the KV-cache "
      "groups); on a GPU the MLA and the drafter's backends agree, so the capture needs a GPU here"),
-    (re.compile(r"batch2 tensor.* at sglang/srt/layers/attention/torch_native_backend\.py", re.IGNORECASE),
+    (r"batch2 tensor.* at sglang/srt/layers/attention/torch_native_backend\.py",
      "SGLang's CPU attention backend (torch_native, layers/attention/torch_native_backend.py) attends with the "
      "query's head size and cannot read MLA's compressed latent cache (kv_lora_rank + qk_rope_head_dim wide); on a "
      "GPU SGLang serves MLA with its MLA backends, so the capture needs a GPU here"),
-    (re.compile(r"Segfault in vllm/csrc/cpu/cpu_fused_moe\.cpp", re.IGNORECASE),
+    (r"Segfault in vllm/csrc/cpu/cpu_fused_moe\.cpp",
      "vLLM's CPU fused-MoE kernel (csrc/cpu/cpu_fused_moe.cpp) crashes when the experts are split across ranks "
      "(enable_expert_parallel; the same target at TP=2 without it serves); on a GPU vLLM's fused-MoE kernels serve "
      "expert parallelism, so the capture needs a GPU here"),
-    (re.compile(r"NotImplementedError at sglang/srt/layers/moe/fused_moe_native\.py", re.IGNORECASE),
+    (r"NotImplementedError at sglang/srt/layers/moe/fused_moe_native\.py",
      "SGLang's torch-native MoE (layers/moe/fused_moe_native.py:68-69, moe_forward_native), its only MoE path on this "
      "CPU without sgl_kernel's CPU build, does not implement apply_router_weight_on_input, which Llama 4's MoE uses; on "
      "a GPU SGLang's fused MoE kernels apply it, so the capture needs a GPU here"),
-    (re.compile(r"current platform cpu does not support ray", re.IGNORECASE),
+    (r"current platform cpu does not support ray",
      "vLLM's CPU platform names no Ray device (platforms/interface.py:150 ray_device_key is empty; only the CUDA, ROCm "
      "and XPU platforms set one), so its Ray executor refuses to place workers (vllm 0.32 v1/executor/ray_utils.py:"
      "572-576, initialize_ray_cluster); on GPUs the Ray executor places one worker per GPU across the nodes, so the "
      "capture needs the deployment's GPUs here"),
-    (re.compile(r"requires one of \[.*\] attention backend, but got .*torch_native", re.IGNORECASE),
+    (r"requires one of \[.*\] attention backend, but got .*torch_native",
      "SGLang serves this class only with the attention backends it names (its CPU one, intel_amx, needs sgl_kernel's "
      "CPU build, which this machine lacks), and this machine has only torch_native; on the deployment's GPU one of "
      "the named backends serves it, so the capture needs a GPU here"),
+)
+MACHINE_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), why) for pattern, why in _MACHINE_LIMIT_ROWS
 )
 
 

@@ -17,6 +17,12 @@ Status = Literal["pass", "fail", "error"]
 Level = Literal["static", "capture", "outcome", "all"]
 
 
+# ChunkReport's JSON keys, in report order: every field, by its own name (verdict_from_dict reads them back)
+_CHUNK_REPORT_KEYS = ("index", "expected", "served", "recorded", "cosine", "max_abs_err", "min_passing_atol",
+                      "separation", "runner_up", "rel_err_p99", "rel_err_max", "unit_roundoff",
+                      "recorded_separation")
+
+
 @dataclass(frozen=True)
 class ChunkReport:
     """One fc-input chunk: what the contract expects there and what SGLang really served."""
@@ -44,21 +50,7 @@ class ChunkReport:
         return any(v is not None for v in (self.cosine, self.max_abs_err, self.separation, self.rel_err_p99))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "expected": self.expected,
-            "served": self.served,
-            "recorded": self.recorded,
-            "cosine": self.cosine,
-            "max_abs_err": self.max_abs_err,
-            "min_passing_atol": self.min_passing_atol,
-            "separation": self.separation,
-            "runner_up": self.runner_up,
-            "rel_err_p99": self.rel_err_p99,
-            "rel_err_max": self.rel_err_max,
-            "unit_roundoff": self.unit_roundoff,
-            "recorded_separation": self.recorded_separation,
-        }
+        return {key: getattr(self, key) for key in _CHUNK_REPORT_KEYS}
 
 
 @dataclass(frozen=True)

@@ -192,27 +192,29 @@ def _numbers(att: ChunkAttribution | None) -> str:
 def _unknown_chunk(c: ChunkAttribution, ev: ChunkEvidence | None, tol: Tolerance,
                    layout_fix: str | None) -> Finding:
     """A served chunk that matches no boundary: explain it from the served-vs-recorded evidence."""
+
+    def explained(kind: FindingKind, why: str, details: Mapping[str, object]) -> Finding:
+        return Finding(kind, Severity.ERROR, f"chunk {c.index}: {why}", chunk=c.index, details=details)
+
     if ev is not None:
         best_shift = max((-1, 1), key=ev.cosine_at)
         shifted = ev.cosine_at(best_shift)
         if shifted >= tol.cosine_floor and shifted - ev.cosine_at(0) >= tol.min_margin:
             where = "the next" if best_shift > 0 else "the previous"
-            return Finding(
-                FindingKind.POSITION_SHIFT, Severity.ERROR,
-                f"chunk {c.index}: served row t equals recorded {c.expected} at {where} token "
-                f"(cosine {_fmt(shifted)} at shift {best_shift:+d}, {_fmt(ev.cosine_at(0))} unshifted); "
-                f"row t of the fc input must be the state of token t (domain.md §1)",
-                chunk=c.index,
-                details={"shift": best_shift, "cosine_shifted": shifted, "cosine_unshifted": ev.cosine_at(0)})
+            return explained(
+                FindingKind.POSITION_SHIFT,
+                f"served row t equals recorded {c.expected} at {where} token (cosine {_fmt(shifted)} at shift "
+                f"{best_shift:+d}, {_fmt(ev.cosine_at(0))} unshifted); row t of the fc input must be the state "
+                f"of token t (domain.md §1)",
+                {"shift": best_shift, "cosine_shifted": shifted, "cosine_unshifted": ev.cosine_at(0)})
         if ev.cosine_at(0) >= NORM_COSINE and ev.rel_err > tol.max_rel_err:
-            return Finding(
-                FindingKind.NORM_MISMATCH, Severity.ERROR,
-                f"chunk {c.index}: served {c.expected} after a norm: cosine {_fmt(ev.cosine_at(0))} to the "
-                f"recorded chunk but rel err {_fmt(ev.rel_err)} (per-token scale x{_fmt(ev.scale_ratio)}, "
-                f"norm CV {_fmt(ev.served_norm_cv)} served vs {_fmt(ev.recorded_norm_cv)} recorded)",
-                chunk=c.index,
-                details={"cosine": ev.cosine_at(0), "rel_err": ev.rel_err, "scale_ratio": ev.scale_ratio,
-                         "served_norm_cv": ev.served_norm_cv, "recorded_norm_cv": ev.recorded_norm_cv})
+            return explained(
+                FindingKind.NORM_MISMATCH,
+                f"served {c.expected} after a norm: cosine {_fmt(ev.cosine_at(0))} to the recorded chunk but "
+                f"rel err {_fmt(ev.rel_err)} (per-token scale x{_fmt(ev.scale_ratio)}, norm CV "
+                f"{_fmt(ev.served_norm_cv)} served vs {_fmt(ev.recorded_norm_cv)} recorded)",
+                {"cosine": ev.cosine_at(0), "rel_err": ev.rel_err, "scale_ratio": ev.scale_ratio,
+                 "served_norm_cv": ev.served_norm_cv, "recorded_norm_cv": ev.recorded_norm_cv})
     return Finding(
         FindingKind.LAYOUT_MISMATCH, Severity.ERROR,
         f"{_line(c.index, None, c.expected, c)}: matches no boundary (rel err limit {_fmt(tol.max_rel_err)}, "

@@ -139,122 +139,90 @@ def _widen(src, dst):
 
 
 @numba.njit(**_JIT)
-def _gram_norm(x, y, z, a0, a1, a2):
-    """A 3x3 tile: chunk rows ``a0..a2`` (float32) against boundary rows ``x, y, z``, and the boundaries'
-    squared norms. Each loaded chunk value feeds three products: 6 rows against 1 boundary was measured
-    ~25% slower (the chunk rows come from L2, and this halves those loads); 12 accumulators fit the 16
-    AVX2 registers."""
-    nx = np.float32(0.0)
-    ny = np.float32(0.0)
-    nz = np.float32(0.0)
-    x0 = np.float32(0.0)
-    x1 = np.float32(0.0)
-    x2 = np.float32(0.0)
-    y0 = np.float32(0.0)
-    y1 = np.float32(0.0)
-    y2 = np.float32(0.0)
-    z0 = np.float32(0.0)
-    z1 = np.float32(0.0)
-    z2 = np.float32(0.0)
-    for h in range(a0.shape[0]):
-        u = _load(x[h])
-        v = _load(y[h])
-        w = _load(z[h])
-        nx += u * u
-        ny += v * v
-        nz += w * w
-        p = a0[h]
-        x0 += p * u
-        y0 += p * v
-        z0 += p * w
-        p = a1[h]
-        x1 += p * u
-        y1 += p * v
-        z1 += p * w
-        p = a2[h]
-        x2 += p * u
-        y2 += p * v
-        z2 += p * w
-    return (nx, ny, nz), (x0, x1, x2), (y0, y1, y2), (z0, z1, z2)
+def _madd3(p, u, v, w, su, sv, sw):
+    """``p`` times each of ``u, v, w`` added to the sums ``su, sv, sw``."""
+    return su + p * u, sv + p * v, sw + p * w
+
+
+def _gram_kernel(norms):
+    """The 3x3 tile kernel: chunk rows ``a0..a2`` (float32) against boundary rows ``x, y, z``, returned per
+    boundary (``(x.a0, x.a1, x.a2), (y.a0, ...), (z.a0, ...)``), led by the boundaries' squared norms when
+    ``norms``. ``norms`` is a constant of the compiled kernel (numba prunes the branches on it), so each
+    variant's loop holds only its own sums. Each loaded chunk value feeds three products: 6 rows against 1
+    boundary was measured ~25% slower (the chunk rows come from L2, and this halves those loads); 12
+    accumulators fit the 16 AVX2 registers."""
+
+    @numba.njit(**_JIT)
+    def tile(x, y, z, a0, a1, a2):
+        nx = ny = nz = np.float32(0.0)
+        x0 = y0 = z0 = x1 = y1 = z1 = x2 = y2 = z2 = np.float32(0.0)
+        for h in range(a0.shape[0]):
+            u = _load(x[h])
+            v = _load(y[h])
+            w = _load(z[h])
+            if norms:
+                nx, ny, nz = nx + u * u, ny + v * v, nz + w * w
+            x0, y0, z0 = _madd3(a0[h], u, v, w, x0, y0, z0)
+            x1, y1, z1 = _madd3(a1[h], u, v, w, x1, y1, z1)
+            x2, y2, z2 = _madd3(a2[h], u, v, w, x2, y2, z2)
+        if norms:
+            return (nx, ny, nz), (x0, x1, x2), (y0, y1, y2), (z0, z1, z2)
+        return (x0, x1, x2), (y0, y1, y2), (z0, z1, z2)
+
+    return tile
+
+
+_gram_norm = _gram_kernel(norms=True)  # a token's rows 0..2: the first tile also gives the norms
+_gram = _gram_kernel(norms=False)  # its rows 3..: the norms are known by then
 
 
 @numba.njit(**_JIT)
-def _gram(x, y, z, a0, a1, a2):
-    """:func:`_gram_norm` without the norms (a token's rows 3..: the norms are known by then)."""
-    x0 = np.float32(0.0)
-    x1 = np.float32(0.0)
-    x2 = np.float32(0.0)
-    y0 = np.float32(0.0)
-    y1 = np.float32(0.0)
-    y2 = np.float32(0.0)
-    z0 = np.float32(0.0)
-    z1 = np.float32(0.0)
-    z2 = np.float32(0.0)
-    for h in range(a0.shape[0]):
-        u = _load(x[h])
-        v = _load(y[h])
-        w = _load(z[h])
-        p = a0[h]
-        x0 += p * u
-        y0 += p * v
-        z0 += p * w
-        p = a1[h]
-        x1 += p * u
-        y1 += p * v
-        z1 += p * w
-        p = a2[h]
-        x2 += p * u
-        y2 += p * v
-        z2 += p * w
-    return (x0, x1, x2), (y0, y1, y2), (z0, z1, z2)
+def _maxima(peak, excess, d, ref, rtol):
+    """``peak`` and ``excess`` updated with a difference ``d`` against reference value ``ref``: ``max |d|`` and
+    ``max(|d| - rtol |ref|)``, as maxima on the bits (see _MAXIMA)."""
+    return max(peak, _ubits(abs(d))), max(excess, _sbits(abs(d) - rtol * abs(ref)))
 
 
-@numba.njit(**_JIT)
-def _diff(src, a, rtol):
+def _diff_kernel(maxima):
     """Chunk row ``a`` (float32) against boundary row ``src``, from the difference itself (no Gram
-    cancellation): ``||b||^2``, ``||a-b||^2``, ``max |a-b|``, ``max(0, max(|a-b| - rtol |b|))``."""
-    b2 = np.float32(0.0)
-    d2 = np.float32(0.0)
-    peak = np.uint32(0)
-    excess = np.int32(0)
-    for h in range(a.shape[0]):
-        v = _load(src[h])
-        d = a[h] - v
-        b2 += v * v
-        d2 += d * d
-        # maxima on the bits (see _MAXIMA)
-        peak = max(peak, _ubits(abs(d)))
-        excess = max(excess, _sbits(abs(d) - rtol * abs(v)))
-    return b2, d2, _from_ubits(peak), _from_sbits(excess)
+    cancellation): ``||b||^2``, ``||a-b||^2`` and, when ``maxima`` (a constant of the compiled kernel, as in
+    :func:`_gram_kernel`), ``max |a-b|`` and ``max(0, max(|a-b| - rtol |b|))``."""
+
+    @numba.njit(**_JIT)
+    def diff(src, a, rtol):
+        b2 = d2 = np.float32(0.0)
+        peak = np.uint32(0)
+        excess = np.int32(0)
+        for h in range(a.shape[0]):
+            v = _load(src[h])
+            d = a[h] - v
+            b2 += v * v
+            d2 += d * d
+            if maxima:
+                peak, excess = _maxima(peak, excess, d, v, rtol)
+        if maxima:
+            return b2, d2, _from_ubits(peak), _from_sbits(excess)
+        return b2, d2
+
+    return diff
 
 
-@numba.njit(**_JIT)
-def _diff_norms(src, a):
-    """:func:`_diff` without the maxima (``||b||^2``, ``||a-b||^2``): for pairs that only rank."""
-    b2 = np.float32(0.0)
-    d2 = np.float32(0.0)
-    for h in range(a.shape[0]):
-        v = _load(src[h])
-        d = a[h] - v
-        b2 += v * v
-        d2 += d * d
-    return b2, d2
+_diff = _diff_kernel(maxima=True)
+_diff_norms = _diff_kernel(maxima=False)  # for pairs that only rank (``rtol`` is not read)
 
 
 @numba.njit(**_JIT)
 def _pair(s, r, rtol):
     """Served row ``s`` against recorded row ``r`` (both float32): dot, ||s-r||^2, max |s-r| and the excess
     ``max(0, max(|s-r| - rtol |r|))``."""
-    dot = np.float32(0.0)
-    d2 = np.float32(0.0)
+    dot = d2 = np.float32(0.0)
     peak = np.uint32(0)
     excess = np.int32(0)
     for h in range(s.shape[0]):
         d = s[h] - r[h]
         dot += s[h] * r[h]
         d2 += d * d
-        peak = max(peak, _ubits(abs(d)))
-        excess = max(excess, _sbits(abs(d) - rtol * abs(r[h])))
+        peak, excess = _maxima(peak, excess, d, r[h], rtol)
     return dot, d2, _from_ubits(peak), _from_sbits(excess)
 
 
@@ -383,7 +351,7 @@ def scan(s_addr, s_kind, k_s, r_addr, r_kind, k_r, addrs, proto, hidden, valid, 
                         p_max[t, p] = peak
                         p_exc[t, p] = excess
                     else:
-                        b2, d2 = _diff_norms(row, cur[pair_row[p]])
+                        b2, d2 = _diff_norms(row, cur[pair_row[p]], pair_rtol[p])
                     p_b2[t, p] = b2
                     p_d2[t, p] = d2
         if gram:

@@ -15,7 +15,8 @@ Every function returns canonical sources (``embedding``, ``layer:<i>``, ``final_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from specparity.idrules.sglang import sglang_capture_plan, sglang_ids_for_sources
@@ -165,6 +166,63 @@ def source_to_hf_index(source: str, *, num_layers: int) -> int:
 # --- dispatch -------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """Who reads the ids and on what: the target's layer count and architecture, and for SpecForge's and SGLang's
+    own ids the SGLang version that reads them (SpecForge's default to the version SpecForge captured with;
+    SGLang draft-config ids have none)."""
+
+    convention: IdConvention
+    num_layers: int
+    architecture: str
+    version: str | None
+
+    @property
+    def sglang_version(self) -> str:
+        if self.convention is IdConvention.SPECFORGE:
+            return self.version or SPECFORGE_SGLANG_VERSION
+        if self.version is None:
+            raise ValueError("SGLang draft-config ids need the SGLang version that reads them")
+        return self.version
+
+
+def _hf_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
+    if ids is None:
+        raise ValueError("HF hidden-state indices have no default")
+    return [hf_index_to_source(i, num_layers=r.num_layers) for i in ids]
+
+
+def _sglang_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
+    plan = sglang_capture_plan(ids, num_layers=r.num_layers, architecture=r.architecture, version=r.sglang_version)
+    if plan.crash is not None:
+        raise ValueError(f"sglang {r.version} on {r.architecture} does not serve ids {ids}: {plan.crash}")
+    return list(plan.served_sources)
+
+
+def _sources_to_sglang_ids(sources: Sequence[str], r: _Reading) -> list[int]:
+    ids = sglang_ids_for_sources(sources, num_layers=r.num_layers, architecture=r.architecture,
+                                 version=r.sglang_version)
+    if ids is None:
+        raise ValueError(f"no draft-config ids make sglang {r.version} on {r.architecture} serve {list(sources)}")
+    return ids
+
+
+# Each convention's reader and its inverse, side by side: (ids -> sources, sources -> ids).
+_RULES: dict[IdConvention, tuple[Callable[[Sequence[int] | None, _Reading], list[str]],
+                                 Callable[[Sequence[str], _Reading], list[int]]]] = {
+    IdConvention.SPECFORGE: (
+        lambda ids, r: specforge_ids_to_sources(ids, num_layers=r.num_layers, architecture=r.architecture,
+                                                sglang_version=r.sglang_version),
+        lambda sources, r: sources_to_specforge_ids(sources, num_layers=r.num_layers, architecture=r.architecture,
+                                                    sglang_version=r.sglang_version)),
+    IdConvention.SGLANG: (_sglang_ids_to_sources, _sources_to_sglang_ids),
+    IdConvention.VLLM: (lambda ids, r: vllm_ids_to_sources(ids, num_layers=r.num_layers),
+                        lambda sources, r: sources_to_vllm_ids(sources, num_layers=r.num_layers)),
+    IdConvention.HF: (_hf_ids_to_sources,
+                      lambda sources, r: [source_to_hf_index(s, num_layers=r.num_layers) for s in sources]),
+}
+
+
 def ids_to_sources(
     ids: Sequence[int] | None,
     convention: IdConvention,
@@ -179,24 +237,8 @@ def ids_to_sources(
     SGLang version SpecForge captured with (default 0.5.14); ignored otherwise. HF indices keep their
     given order (HF-based training concatenates in list order); None is an error there (HF has no default).
     """
-    convention = IdConvention(convention)  # also accepts the plain string value
-    if convention is IdConvention.SPECFORGE:
-        return specforge_ids_to_sources(
-            ids, num_layers=num_layers, architecture=architecture,
-            sglang_version=version or SPECFORGE_SGLANG_VERSION,
-        )
-    if convention is IdConvention.SGLANG:
-        if version is None:
-            raise ValueError("SGLang draft-config ids need the SGLang version that reads them")
-        plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
-        if plan.crash is not None:
-            raise ValueError(f"sglang {version} on {architecture} does not serve ids {ids}: {plan.crash}")
-        return list(plan.served_sources)
-    if convention is IdConvention.VLLM:
-        return vllm_ids_to_sources(ids, num_layers=num_layers)
-    if ids is None:
-        raise ValueError("HF hidden-state indices have no default")
-    return [hf_index_to_source(i, num_layers=num_layers) for i in ids]
+    reading = _Reading(IdConvention(convention), num_layers, architecture, version)  # also accepts the plain value
+    return _RULES[reading.convention][0](ids, reading)
 
 
 def sources_to_ids(
@@ -208,19 +250,5 @@ def sources_to_ids(
     version: str | None = None,
 ) -> list[int]:
     """Inverse of :func:`ids_to_sources`: ids in ``convention`` that yield ``sources``; ValueError if none."""
-    convention = IdConvention(convention)  # also accepts the plain string value
-    if convention is IdConvention.SPECFORGE:
-        return sources_to_specforge_ids(
-            sources, num_layers=num_layers, architecture=architecture,
-            sglang_version=version or SPECFORGE_SGLANG_VERSION,
-        )
-    if convention is IdConvention.SGLANG:
-        if version is None:
-            raise ValueError("SGLang draft-config ids need the SGLang version that reads them")
-        ids = sglang_ids_for_sources(sources, num_layers=num_layers, architecture=architecture, version=version)
-        if ids is None:
-            raise ValueError(f"no draft-config ids make sglang {version} on {architecture} serve {list(sources)}")
-        return ids
-    if convention is IdConvention.VLLM:
-        return sources_to_vllm_ids(sources, num_layers=num_layers)
-    return [source_to_hf_index(s, num_layers=num_layers) for s in sources]
+    reading = _Reading(IdConvention(convention), num_layers, architecture, version)  # also accepts the plain value
+    return _RULES[reading.convention][1](sources, reading)

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 from itertools import pairwise
 
 from specparity.sources import FINAL_NORM, boundary_to_source, check_in_range, source_to_boundary
@@ -238,18 +239,13 @@ def sglang_capture_plan(
     family = arch_family(architecture)
     ids = None if config_ids is None else tuple(int(i) for i in config_ids)
     notes: list[str] = []
+    # what every outcome of this call records about its inputs
+    plan = partial(SGLangCapturePlan, version=version, architecture=architecture, num_layers=num_layers,
+                   config_ids=ids)
 
     if family is ArchFamily.DEEPSEEK and v < _DEEPSEEK_SETTER:
-        return SGLangCapturePlan(
-            version=version,
-            architecture=architecture,
-            num_layers=num_layers,
-            config_ids=ids,
-            ids_used=None,
-            used_default=False,
-            layers_to_capture=(),
-            served_sources=(),
-            unreachable=(),
+        return plan(
+            ids_used=None, used_default=False, layers_to_capture=(), served_sources=(), unreachable=(),
             crash=f"unsupported: {architecture} has no set_eagle3_layers_to_capture before sglang 0.5.6",
         )
 
@@ -290,18 +286,9 @@ def sglang_capture_plan(
         crash = "no aux hidden state captured: the target returns a bare tensor where SGLang unpacks (hidden, aux)"
 
     served = () if crash is not None else tuple(boundary_to_source(b, num_layers) for b in reached)
-    return SGLangCapturePlan(
-        version=version,
-        architecture=architecture,
-        num_layers=num_layers,
-        config_ids=ids,
-        ids_used=ids_used,
-        used_default=used_default,
-        layers_to_capture=tuple(stored),
-        served_sources=served,
-        unreachable=unreachable,
-        crash=crash,
-        notes=tuple(notes),
+    return plan(
+        ids_used=ids_used, used_default=used_default, layers_to_capture=tuple(stored), served_sources=served,
+        unreachable=unreachable, crash=crash, notes=tuple(notes),
     )
 
 

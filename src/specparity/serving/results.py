@@ -264,16 +264,10 @@ class FcCapture:
 
     def meta_dict(self) -> dict[str, Any]:
         """The JSON part (everything but the tensors)."""
-        return {
-            "dtype": self.dtype,
-            "sglang_version": self.sglang_version,
-            "hook_calls": self.hook_calls,
-            "aux_states_captured": self.aux_states_captured,
-            "aux_states_expected": self.aux_states_expected,
-            "kernel_stub_calls": list(self.kernel_stub_calls),
-            "kernel_stub_active": self.kernel_stub_active,
-            "num_samples": len(self.per_sample),
-        }
+        tensors = ("per_sample", "aux_per_sample")
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in tensors}
+        # the tuple as a JSON list, in its field's place; then the sample count
+        return meta | {"kernel_stub_calls": list(self.kernel_stub_calls), "num_samples": len(self.per_sample)}
 
 
 @dataclass
