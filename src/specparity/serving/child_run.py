@@ -55,14 +55,8 @@ def _check_probes(probes: Sequence[Sequence[int]]) -> ServingFailure | None:
 
 
 def make_request(
-    op: str,
-    target: str | Path,
-    draft: str | Path,
-    *,
-    server_args: Mapping[str, object] | None,
-    device: str,
-    probes: Sequence[Sequence[int]] = (),
-    atlas: bool = True,
+    op: str, target: str | Path, draft: str | Path, *, server_args: Mapping[str, object] | None, device: str,
+    probes: Sequence[Sequence[int]] = (), atlas: bool = True,
 ) -> WorkerRequest | ServingFailure:
     """Check the deployment's directories, probes and args; the child's request or why there is none."""
     t, d = Path(target), Path(draft)

@@ -78,6 +78,20 @@ class Engine(Protocol):
     def versions_lines(self) -> list[str]: ...
 
 
+class EngineBase:
+    """What the two engine adapters share: :meth:`Engine.spec_args` read off a table of the engine's keywords."""
+
+    name: str
+    label: str
+    # the engine's keywords for the contract's num_steps, eagle_topk and num_draft_tokens; None: it takes none
+    spec_keys: tuple[str | None, str | None, str | None]
+
+    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
+                  num_draft_tokens: int | None) -> dict[str, object]:
+        values = (num_steps, eagle_topk, num_draft_tokens)
+        return {k: v for k, v in zip(self.spec_keys, values, strict=True) if k is not None and v is not None}
+
+
 def get_engine(name: str) -> Engine:
     """The adapter for ``name``; ValueError naming the known engines otherwise."""
     if name == "sglang":

@@ -9,33 +9,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specparity.serving import results
+from specparity.serving.engine import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.results import (
-        CaptureResult,
-        Explanation,
-        IdReading,
-        OutcomeRequest,
-        Progress,
-        ServingFailure,
-    )
 
 
-class SglangEngine:
+class SglangEngine(EngineBase):
     """SGLang: the parent side in ``client.py``, the child in ``worker.py``, one adapter per release family."""
 
     name, label = "sglang", "SGLang"
-
-    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
-                  num_draft_tokens: int | None) -> dict[str, object]:
-        from specparity.serving.results import SPEC_SERVER_ARGS
-
-        values = (num_steps, eagle_topk, num_draft_tokens)
-        return {k: v for k, v in zip(SPEC_SERVER_ARGS, values, strict=True) if v is not None}
+    spec_keys = results.SPEC_SERVER_ARGS
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
-                timeout_s: float, python: str | None) -> results.ResolvedDeployment | ServingFailure:
+                timeout_s: float, python: str | None) -> results.ResolvedDeployment | results.ServingFailure:
         from specparity.serving.sglang.client import resolve_deployment
 
         dep = resolve_deployment(target, draft, server_args=args, device=device, timeout_s=timeout_s, python=python)
@@ -45,7 +32,8 @@ class SglangEngine:
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
+                progress: results.Progress | None,
+                outcome: results.OutcomeRequest | None = None) -> results.CaptureResult:
         from specparity.serving.sglang.client import capture_deployment
 
         # the outcome: SGLang's own drafter replayed on served and recorded inputs in the capture's child (its
@@ -58,7 +46,7 @@ class SglangEngine:
         return dataclasses.replace(result, failures=_why_sglang_cannot_read(result.failures, Path(draft)))
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
-                version: str) -> IdReading | None:
+                version: str) -> results.IdReading | None:
         return None  # SGLang's reading is judged from its own resolution (ResolvedDeployment)
 
     def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
@@ -69,7 +57,7 @@ class SglangEngine:
                           draft_path=draft_path)
 
     def explain(self, target: Path, draft: Path, *, args: Mapping[str, object], python: str | None,
-                timeout_s: float) -> Explanation:
+                timeout_s: float) -> results.Explanation:
         from specparity.serving.sglang.explain import explain
 
         return explain(target, draft, sglang_args=args, python=python, timeout_s=timeout_s)
@@ -91,7 +79,8 @@ class SglangEngine:
         return lines
 
 
-def _why_sglang_cannot_read(failures: Sequence[ServingFailure], draft: Path) -> tuple[ServingFailure, ...]:
+def _why_sglang_cannot_read(failures: Sequence[results.ServingFailure],
+                            draft: Path) -> tuple[results.ServingFailure, ...]:
     """SGLang's own start-up failure on a draft config it cannot read (a speculators-format draft: transformers'
     AutoConfig wants a model_type), told as ``draft_unreadable`` with the conversion and SGLang's own message kept;
     other failures unchanged. SGLang is always asked first: a release that learns the format is never refused here."""

@@ -1,19 +1,38 @@
 """The capture level's shared SGLang pieces, used by both families' runs (``since_0_4_4``, ``since_0_5_11``): the
 CUDA-sync no-op for a CPU torch, the benchmark's tree-cache stand-in, the embedding tap on decoder layer 0 and the
-Triton KV-copy stand-in. Each is a documented stand-in (:mod:`specparity.serving.stand_ins` records every use).
+Triton KV-copy stand-in (each a documented stand-in: :mod:`specparity.serving.stand_ins` records every use); the
+fc tap's common part and what every capture does once its engine is up (:func:`capture_forward`).
 Runs only inside the child process.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from specparity.serving import stand_ins
+from specparity.serving.results import (
+    FC_NOT_CALLED,
+    CaptureResult,
+    FcCapture,
+    LayerAtlas,
+    ResolvedDeployment,
+    ServingFailure,
+)
+from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.common import (
+    exception_failure,
+    judge_fc_capture,
+    nonfinite_failures,
+    split_rows,
+)
 
 
 @contextmanager
@@ -66,6 +85,111 @@ class EmbeddingTap:
 
     def remove(self) -> None:
         self._handle.remove()
+
+
+class FcTapBase:
+    """Forward pre-hook on the drafter's fc plus a forward hook on the target's decoder stack.
+
+    Each family's ``FcTap`` says in ``_on_target`` which target call's aux hidden states it keeps
+    (:meth:`_keep_aux`); the fc inputs are every call's.
+    """
+
+    def __init__(self, fc: torch.nn.Module, target_inner: torch.nn.Module) -> None:
+        self.fc_inputs: list[torch.Tensor] = []
+        self.aux_count = 0
+        self.aux_packed: torch.Tensor | None = None
+        self.target_calls = 0
+        self._handles = [fc.register_forward_pre_hook(self._on_fc),
+                         target_inner.register_forward_hook(self._on_target)]
+
+    def _on_fc(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        self.fc_inputs.append(args[0].detach().clone())
+
+    def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        raise NotImplementedError
+
+    def _keep_aux(self, aux_states: Any) -> None:
+        """The aux hidden states the target returned beside its hidden states, concatenated as fc sees them."""
+        aux = list(aux_states)
+        self.aux_count = len(aux)
+        if aux:
+            self.aux_packed = torch.cat([t.detach() for t in aux], dim=-1).clone()
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def capture_forward(request: WorkerRequest, deployment: ResolvedDeployment, *, target: Any, drafter: Any,
+                    tap_class: Callable[[torch.nn.Module, torch.nn.Module], FcTapBase],
+                    prefill: Callable[[], object], layer_atlas: Callable[[list[int]], LayerAtlas],
+                    stub_calls: Callable[[], tuple[str, ...]], stub_active: Callable[[], bool],
+                    timings: dict[str, float], t0: float, progress: Progress,
+                    found: Sequence[ServingFailure] = ()) -> CaptureResult:
+    """A capture once the engine is up and ``deployment`` read from it: the spec prefill of every probe in one
+    batch (``prefill``) with fc tapped, judged; then the layer atlas and, where asked, the drafter replay.
+
+    ``found``: what the family found wrong at start-up, listed after the fc judgement. ``timings`` is the
+    deployment's own; ``t0`` the start of the capture (``total_s``).
+    """
+    steps = 3 if request.atlas else 2
+    lengths = [len(p) for p in request.probes]
+    failures = list(found)
+    fc_mod = drafter.model.fc
+    t1 = time.perf_counter()
+    tap = tap_class(fc_mod, target.model)
+    raised: ServingFailure | None = None
+    try:
+        if sum(lengths) > 0:
+            prefill()
+    except Exception as exc:
+        raised = exception_failure(exc, prefix="during the prefill forward: ")
+    finally:
+        tap.remove()
+    timings["fc_forward_s"] = time.perf_counter() - t1
+    first = tap.fc_inputs[0] if tap.fc_inputs else None
+    judged = judge_fc_capture(
+        hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
+        width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
+        expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
+        aux_expected=deployment.num_aux_hidden_states, fc_applied=deployment.fc_applied,
+        target_ran=tap.target_calls > 0)
+    # SGLang's own exception comes first; "fc never called" would only restate a forward that died before the
+    # drafter (e.g. boundary 0 on llama before 0.5.22, D9); what the hooks did see, e.g. a short count, is kept.
+    failures[:0] = judged if raised is None else [raised, *(f for f in judged if f.kind != FC_NOT_CALLED)]
+    fc: FcCapture | None = None
+    if first is not None and int(first.shape[0]) == sum(lengths):
+        per_sample = split_rows(first, lengths)
+        aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
+        fc = FcCapture(per_sample=per_sample, dtype=str(first.dtype).removeprefix("torch."),
+                       sglang_version=deployment.sglang_version, hook_calls=len(tap.fc_inputs),
+                       aux_states_captured=tap.aux_count, aux_states_expected=deployment.num_aux_hidden_states,
+                       kernel_stub_calls=stub_calls(), aux_per_sample=aux, kernel_stub_active=stub_active())
+        failures.extend(nonfinite_failures(per_sample, what="fc input"))
+    progress(2, steps)
+    atlas: LayerAtlas | None = None
+    if request.atlas and sum(lengths) > 0:
+        t2 = time.perf_counter()
+        try:
+            atlas = layer_atlas(lengths)
+            failures.extend(nonfinite_failures(
+                [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"))
+        except Exception as exc:
+            failures.append(exception_failure(exc, prefix="during the atlas forward: "))
+        timings["atlas_forward_s"] = time.perf_counter() - t2
+        progress(3, steps)
+    if request.replay and sum(lengths) > 0:  # specparity.replay (outcome): drafter on recorded vs served fc
+        if raised is None:
+            from specparity.serving.sglang.replay_hooks import run_replay
+
+            run_replay(drafter, request.replay, probes=request.probes, prefill=prefill)
+        else:  # the same prefill would raise again; say so in replay_hooks' status protocol
+            Path(str(request.replay["out"]) + ".json").write_text(json.dumps(
+                {"ok": False, "passes": {}, "error": f"not run: the capture prefill failed ({raised.message})"}))
+    if fc is not None:  # the stub list is final only after every forward
+        fc.kernel_stub_calls = stub_calls()
+    timings["total_s"] = time.perf_counter() - t0
+    return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))
 
 
 TRITON_KV_COPY = ("Triton KV-copy launch on CPU: memory_pool.copy_all_layer_kv_cache_tiled runs the sgl_kernel "

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specparity.serving.engine import EngineBase
 from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
@@ -21,15 +22,12 @@ if TYPE_CHECKING:
     )
 
 
-class VllmEngine:
+class VllmEngine(EngineBase):
     """vLLM's real engine: the parent side in ``client.py``, the child in ``worker.py``, the tap in ``tap.py``."""
 
     name, label = "vllm", "vLLM"
-
-    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
-                  num_draft_tokens: int | None) -> dict[str, object]:
-        # vLLM's EAGLE proposer drafts one chain: num_speculative_tokens is the chain length
-        return {} if num_steps is None else {"num_speculative_tokens": num_steps}
+    # vLLM's EAGLE proposer drafts one chain: num_speculative_tokens is the chain length
+    spec_keys = ("num_speculative_tokens", None, None)
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
                 timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:

@@ -18,19 +18,15 @@ of these releases made explicit:
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from specparity.serving.results import (
-    FC_NOT_CALLED,
     SGLANG_EXCEPTION,
     SPEC_SERVER_ARGS,
     CaptureResult,
-    FcCapture,
     LayerAtlas,
     ResolvedDeployment,
     ServingFailure,
@@ -44,8 +40,6 @@ from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     json_safe,
-    judge_fc_capture,
-    nonfinite_failures,
     served_sources,
     split_rows,
     with_applied_norms,
@@ -196,69 +190,15 @@ class LegacyAdapter:
             else [], fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
             model_class=type(target).__name__, timings=timings)
         deployment = with_applied_norms(deployment, drafter.model, fc_source="sglang_module")
-        lengths = [len(p) for p in request.probes]
-        failures: list[ServingFailure] = []
-        if not runners.setter_calls:
-            failures.append(ServingFailure(SGLANG_EXCEPTION, "the target's ModelRunner never called "
-                                           "set_eagle3_layers_to_capture; the capture list is not SGLang's"))
-        t1 = time.perf_counter()
-        tap = run.FcTap(fc_mod, target.model)
-        raised: ServingFailure | None = None
-        try:
-            if sum(lengths) > 0:
-                run.spec_prefill(runners, request.probes, self.glue)
-        except Exception as exc:
-            raised = exception_failure(exc, prefix="during the prefill forward: ")
-        finally:
-            tap.remove()
-        timings["fc_forward_s"] = time.perf_counter() - t1
-        first = tap.fc_inputs[0] if tap.fc_inputs else None
-        judged = judge_fc_capture(
-            hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
-            width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
-            expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
-            aux_expected=FC_WIDTH_K, fc_applied=deployment.fc_applied, target_ran=tap.target_calls > 0)
-        if raised is not None:
-            # SGLang's own exception comes first; "fc never called" would only restate a forward that
-            # died before the drafter (what the hooks did see, e.g. a short count, is kept).
-            failures[:0] = [raised, *(f for f in judged if f.kind != FC_NOT_CALLED)]
-        else:
-            failures[:0] = judged
-        fc: FcCapture | None = None
-        if first is not None and int(first.shape[0]) == sum(lengths):
-            per_sample = split_rows(first, lengths)
-            aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
-            fc = FcCapture(per_sample=per_sample, dtype=str(first.dtype).removeprefix("torch."),
-                           sglang_version=self.sglang_version, hook_calls=len(tap.fc_inputs),
-                           aux_states_captured=tap.aux_count, aux_states_expected=FC_WIDTH_K,
-                           kernel_stub_calls=_stub_calls(), aux_per_sample=aux,
-                           kernel_stub_active=_stub_active())
-            failures.extend(nonfinite_failures(per_sample, what="fc input"))
-        progress(2, steps)
-        atlas: LayerAtlas | None = None
-        if request.atlas and sum(lengths) > 0:
-            t2 = time.perf_counter()
-            try:
-                atlas = self._atlas(runners, request.probes, lengths)
-                failures.extend(nonfinite_failures(
-                    [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"))
-            except Exception as exc:
-                failures.append(exception_failure(exc, prefix="during the atlas forward: "))
-            timings["atlas_forward_s"] = time.perf_counter() - t2
-            progress(3, steps)
-        if request.replay and sum(lengths) > 0:  # specparity.replay (outcome): drafter on recorded vs served fc
-            if raised is None:
-                from specparity.serving.sglang.replay_hooks import run_replay
-
-                run_replay(drafter, request.replay, probes=request.probes,
-                           prefill=lambda: run.spec_prefill(runners, request.probes, self.glue))
-            else:  # the same prefill would raise again; say so in replay_hooks' status protocol
-                Path(str(request.replay["out"]) + ".json").write_text(json.dumps(
-                    {"ok": False, "passes": {}, "error": f"not run: the capture prefill failed ({raised.message})"}))
-        if fc is not None:  # the stub list is final only after every forward
-            fc.kernel_stub_calls = _stub_calls()
-        timings["total_s"] = time.perf_counter() - t0
-        return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))
+        found = () if runners.setter_calls else (ServingFailure(
+            SGLANG_EXCEPTION, "the target's ModelRunner never called set_eagle3_layers_to_capture; the capture "
+            "list is not SGLang's"),)
+        return run_common.capture_forward(
+            request, deployment, target=target, drafter=drafter, tap_class=run.FcTap,
+            prefill=lambda: run.spec_prefill(runners, request.probes, self.glue),
+            layer_atlas=lambda lengths: self._atlas(runners, request.probes, lengths),
+            stub_calls=_stub_calls, stub_active=_stub_active, timings=timings, t0=t0, progress=progress,
+            found=found)
 
     def _atlas(self, runners: run.Runners, probes: tuple[tuple[int, ...], ...], lengths: list[int]) -> LayerAtlas:
         """Residual stream at every boundary via SGLang's own capture, after the fc capture.

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from specparity.serving.sglang.run_common import _cuda_sync_noop_on_cpu, tree_cache_namespace
+from specparity.serving.sglang.run_common import FcTapBase, _cuda_sync_noop_on_cpu, tree_cache_namespace
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def target_extend(runners: Runners, probes: tuple[tuple[int, ...], ...], glue: L
     return hidden.detach().clone()
 
 
-class FcTap:
+class FcTap(FcTapBase):
     """Forward pre-hook on the drafter's fc plus a forward hook on the target's decoder stack.
 
     The target hook sees ``(hidden, aux_hidden_states)`` from ``LlamaModel.forward`` when something was
@@ -224,29 +224,9 @@ class FcTap:
     (0.5.3 ``layers/logits_processor.py:355-359``).
     """
 
-    def __init__(self, fc: torch.nn.Module, target_inner: torch.nn.Module) -> None:
-        self.fc_inputs: list[torch.Tensor] = []
-        self.aux_count = 0
-        self.aux_packed: torch.Tensor | None = None
-        self.target_calls = 0
-        self._handles = [fc.register_forward_pre_hook(self._on_fc),
-                         target_inner.register_forward_hook(self._on_target)]
-
-    def _on_fc(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        self.fc_inputs.append(args[0].detach().clone())
-
     def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         self.target_calls += 1
         if self.aux_packed is not None:
             return
         if isinstance(output, tuple) and len(output) == 2 and isinstance(output[1], list | tuple):
-            aux = list(output[1])
-            self.aux_count = len(aux)
-            if aux:
-                self.aux_packed = torch.cat([t.detach() for t in aux], dim=-1).clone()
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-
-
+            self._keep_aux(output[1])

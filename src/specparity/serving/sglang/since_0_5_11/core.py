@@ -9,19 +9,12 @@ the attention backend, and the batch. The call sequence mirrors ``Scheduler.init
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from specparity.serving.results import (
-    FC_NOT_CALLED,
     SPEC_SERVER_ARGS,
     CaptureResult,
-    FcCapture,
-    LayerAtlas,
     ResolvedDeployment,
     ServingFailure,
     SpecSettings,
@@ -32,12 +25,10 @@ from specparity.serving.sglang.common import (
     cpu_mem_fraction,
     exception_failure,
     json_safe,
-    judge_fc_capture,
-    nonfinite_failures,
     served_sources,
-    split_rows,
     with_applied_norms,
 )
+from specparity.serving.sglang.run_common import capture_forward
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
 
@@ -258,83 +249,17 @@ class Adapter:
         )
         # the norms the drafter SGLang built applies, read from its modules (not re-derived from the config)
         deployment = with_applied_norms(deployment, drafter.model, fc_source="sglang_module")
-        lengths = [len(p) for p in request.probes]
-        failures: list[ServingFailure] = []
-        t1 = time.perf_counter()
-        tap = self.run.FcTap(fc_mod, target.model)
-        raised: ServingFailure | None = None
-        try:
-            if sum(lengths) > 0:
-                self.run.spec_prefill(workers, request.probes)
-        except Exception as exc:
-            raised = exception_failure(exc, prefix="during the prefill forward: ")
-        finally:
-            tap.remove()
-        timings["fc_forward_s"] = time.perf_counter() - t1
-        first = tap.fc_inputs[0] if tap.fc_inputs else None
-        judged = judge_fc_capture(
-            hook_calls=len(tap.fc_inputs),
-            rows=None if first is None else int(first.shape[0]),
-            width=None if first is None else int(first.shape[-1]),
-            expected_rows=sum(lengths),
-            expected_width=fc_mod.in_features,
-            aux_captured=tap.aux_count,
-            aux_expected=deployment.num_aux_hidden_states,
-            fc_applied=deployment.fc_applied,
-            target_ran=tap.target_calls > 0,
+        return capture_forward(
+            request,
+            deployment,
+            target=target,
+            drafter=drafter,
+            tap_class=self.run.FcTap,
+            prefill=lambda: self.run.spec_prefill(workers, request.probes),
+            layer_atlas=lambda lengths: self.run.layer_atlas(workers, request.probes, lengths),
+            stub_calls=self.run.kernel_stub_calls,
+            stub_active=self.run.kernel_stub_active,
+            timings=timings,
+            t0=t0,
+            progress=progress,
         )
-        # SGLang's own exception comes first; "fc never called" would only restate a forward that died
-        # before the drafter (e.g. boundary 0 on llama before 0.5.22, D9); as the pre-worker-v2 adapter does.
-        failures[:0] = judged if raised is None else [raised, *(f for f in judged if f.kind != FC_NOT_CALLED)]
-        fc: FcCapture | None = None
-        if first is not None and int(first.shape[0]) == sum(lengths):
-            per_sample = split_rows(first, lengths)
-            aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
-            fc = FcCapture(
-                per_sample=per_sample,
-                dtype=str(first.dtype).removeprefix("torch."),
-                sglang_version=self.sglang_version,
-                hook_calls=len(tap.fc_inputs),
-                aux_states_captured=tap.aux_count,
-                aux_states_expected=deployment.num_aux_hidden_states,
-                kernel_stub_calls=self.run.kernel_stub_calls(),
-                aux_per_sample=aux,
-                kernel_stub_active=self.run.kernel_stub_active(),
-            )
-            failures.extend(nonfinite_failures(per_sample, what="fc input"))
-        progress(2, 3 if request.atlas else 2)
-        atlas: LayerAtlas | None = None
-        if request.atlas and sum(lengths) > 0:
-            t2 = time.perf_counter()
-            try:
-                atlas = self.run.layer_atlas(workers, request.probes, lengths)
-                failures.extend(
-                    f
-                    for f in nonfinite_failures(
-                        [torch.stack(list(s.values())) for s in atlas.per_sample], what="layer atlas"
-                    )
-                )
-            except Exception as exc:
-                failures.append(exception_failure(exc, prefix="during the atlas forward: "))
-            timings["atlas_forward_s"] = time.perf_counter() - t2
-            progress(3, 3)
-        if (
-            request.replay and sum(lengths) > 0
-        ):  # specparity.replay (outcome): drafter on recorded vs served fc
-            from specparity.serving.sglang.replay_hooks import run_replay
-
-            if raised is None:
-                run_replay(
-                    drafter,
-                    request.replay,
-                    probes=request.probes,
-                    prefill=lambda: self.run.spec_prefill(workers, request.probes),
-                )
-            else:  # the same prefill would raise again; say so in replay_hooks' status protocol
-                Path(str(request.replay["out"]) + ".json").write_text(json.dumps(
-                    {"ok": False, "passes": {},
-                     "error": f"not run: the capture prefill failed ({raised.message})"}))
-        if fc is not None:  # the stub list is final only after every forward
-            fc.kernel_stub_calls = self.run.kernel_stub_calls()
-        timings["total_s"] = time.perf_counter() - t0
-        return CaptureResult(deployment=deployment, fc=fc, atlas=atlas, failures=tuple(failures))

@@ -17,6 +17,7 @@ from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import split_rows
+from specparity.serving.sglang.run_common import FcTapBase
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 
@@ -102,21 +103,8 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     return Workers(server_args=sa, tp_worker=tp_worker, spec_worker=spec_worker, algorithm=algo)
 
 
-class FcTap:
+class FcTap(FcTapBase):
     """Forward pre-hook on the drafter's fc plus a forward hook on the target's decoder stack."""
-
-    def __init__(self, fc: torch.nn.Module, target_inner: torch.nn.Module) -> None:
-        self.fc_inputs: list[torch.Tensor] = []
-        self.aux_count = 0
-        self.target_calls = 0
-        self.aux_packed: torch.Tensor | None = None
-        self._handles = [
-            fc.register_forward_pre_hook(self._on_fc),
-            target_inner.register_forward_hook(self._on_target),
-        ]
-
-    def _on_fc(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        self.fc_inputs.append(args[0].detach().clone())
 
     def _on_target(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         # models/llama.py:502-505: (hidden, AuxHiddenStateList) when something was captured.
@@ -124,14 +112,7 @@ class FcTap:
         if self.target_calls > 1:
             return
         if isinstance(output, tuple) and len(output) == 2:
-            aux = list(output[1])
-            self.aux_count = len(aux)
-            if aux:
-                self.aux_packed = torch.cat([t.detach() for t in aux], dim=-1).clone()
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
+            self._keep_aux(output[1])
 
 
 def _batch(workers: Workers, probes: tuple[tuple[int, ...], ...], *, tag: str, spec: bool) -> Any:
