@@ -36,6 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from bare_vllm import BARE_GENERATE  # noqa: E402
+
 from specparity.realmodel.fetch import fetch  # noqa: E402
 from specparity.realmodel.scenarios import CONTRACT, VLLM, draft_for  # noqa: E402
 
@@ -46,23 +48,6 @@ t = time.perf_counter()
 rc = subprocess.call(sys.argv[1:])
 wall = time.perf_counter() - t
 print("@@bench", rc, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, flush=True)
-"""
-VLLM_BARE = r"""
-import json, os, sys
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-from vllm import LLM, SamplingParams
-probes = json.loads(open(sys.argv[3]).read())
-longest = max(len(p) for p in probes)
-llm = LLM(model=sys.argv[1], seed=0, enforce_eager=True, disable_log_stats=False, enable_prefix_caching=False,
-          max_num_seqs=1, max_model_len=max(256, longest + 16 + 3 + 8), max_num_batched_tokens=max(256, longest + 27),
-          dtype="float32", gpu_memory_utilization=0.3,
-          speculative_config={"method": "eagle3", "model": sys.argv[2], "num_speculative_tokens": 3})
-params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-for p in probes:
-    llm.generate([{"prompt_token_ids": p}], params, use_tqdm=False)
-sys.stdout.flush()
-os._exit(0)
 """
 HF_PREFILL = r"""
 import json, sys, torch
@@ -136,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(margins(rep)))
         if not args.skip_vllm:
             healthy = draft_for(VLLM[0], tmp)
-            _, bare_s, bare_mb = measured([args.vllm_python, "-c", VLLM_BARE, str(target), str(healthy), str(ids)])
+            _, bare_s, bare_mb = measured([args.vllm_python, "-c", BARE_GENERATE, "1", str(target), str(healthy),
+                                           str(ids)])
             rep = tmp / "vllm.json"
             env = {**os.environ}
             rc, gate_s, gate_mb = measured([*cli, "--draft", str(healthy), "--engine", "vllm", "--python",

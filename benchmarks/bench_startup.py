@@ -26,24 +26,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.deploy_files import pyproject_with_deployments  # noqa: E402
+
 CONTRACT = REPO / "contracts" / "tiny-llama-eagle3.json"
 GOAL_S = 0.3
 
-PYPROJECT = """
-[tool.pytest.ini_options]
-addopts = "-p no:cacheprovider"
-
-[tool.specparity.deployments.llama-a]
-contract = "contracts/tiny-llama-eagle3.json"
-target = "models/target"
-draft = "models/draft-a"
-
-[tool.specparity.deployments.llama-b]
-contract = "contracts/tiny-llama-eagle3.json"
-target = "models/target"
-draft = "models/draft-b"
-engine_args = { speculative_num_steps = 3 }
-"""
+PYPROJECT = pyproject_with_deployments({
+    "llama-a": {"contract": "contracts/tiny-llama-eagle3.json", "target": "models/target", "draft": "models/draft-a"},
+    "llama-b": {"contract": "contracts/tiny-llama-eagle3.json", "target": "models/target", "draft": "models/draft-b",
+                "engine_args": {"speculative_num_steps": 3}},
+})
 
 
 def _deploy_repo(root: Path) -> None:

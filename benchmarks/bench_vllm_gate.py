@@ -21,44 +21,23 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+from bare_vllm import BARE_GENERATE
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLE = REPO / "fixtures" / "vllm"
 CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
 
-BASELINE = r"""
-import json, os, sys
-tp = int(sys.argv[1])
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-if tp == 1:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-else:
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % (os.cpu_count() or 1)) for r in range(tp)))
-def main():
-    from vllm import LLM, SamplingParams
-    probes = json.loads(sys.argv[4])
-    llm = LLM(model=sys.argv[2], seed=0, enforce_eager=True, disable_log_stats=False, enable_prefix_caching=False,
-              max_num_seqs=1, max_model_len=256, max_num_batched_tokens=256, dtype="float32",
-              gpu_memory_utilization=0.3, tensor_parallel_size=tp,
-              speculative_config={"method": "eagle3", "model": sys.argv[3], "num_speculative_tokens": 3})
-    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    for p in probes:
-        llm.generate([{"prompt_token_ids": p}], params, use_tqdm=False)
-    sys.stdout.flush()
-    os._exit(0)
-if __name__ == "__main__":
-    main()
-"""
 
-
-def baseline(python: str, tp: int, probes: list[list[int]]) -> float:
+def baseline(python: str, tp: int, probes: Path) -> float:
     """Wall time of the bare run, start to the main process's exit; its process group (TP workers, engine
     core) is then killed, as the gate's child runner does (serving/process.py)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", BASELINE, str(tp), str(BUNDLE / "target"), str(BUNDLE / "draft"),
-                             json.dumps(probes)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen([python, "-c", BARE_GENERATE, str(tp), str(BUNDLE / "target"), str(BUNDLE / "draft"),
+                             str(probes)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         rc = proc.wait()
@@ -87,13 +66,16 @@ def main() -> int:
     from specparity.contract import load_contract, probe_pack_path, read_probe_pack
 
     c = load_contract(CONTRACT)
-    probes = [s.input_ids.tolist() for s in read_probe_pack(probe_pack_path(c, CONTRACT)).samples]
+    samples = read_probe_pack(probe_pack_path(c, CONTRACT)).samples
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for tp in args.tp:
-        b = baseline(args.python, tp, probes)
-        g, status = gate(args.python, tp, BUNDLE / "draft")
-        print(f"TP={tp}: bare LLM.generate {b:6.1f} s, gate (level all, verdict {status}) {g:6.1f} s, "
-              f"ratio {g / b:.2f}x (goal <= 1.3x)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        probes = Path(tmp) / "probes.json"
+        probes.write_text(json.dumps([s.input_ids.tolist() for s in samples]))
+        for tp in args.tp:
+            b = baseline(args.python, tp, probes)
+            g, status = gate(args.python, tp, BUNDLE / "draft")
+            print(f"TP={tp}: bare LLM.generate {b:6.1f} s, gate (level all, verdict {status}) {g:6.1f} s, "
+                  f"ratio {g / b:.2f}x (goal <= 1.3x)", flush=True)
     return 0
 
 

@@ -21,28 +21,19 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from tests.deploy_files import draft_with_ids, pyproject_with_deployments
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "fixtures" / "default"
 CONTRACT = REPO / "contracts" / "tiny-llama-eagle3.json"
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
-PYPROJECT = """\
-[tool.pytest.ini_options]
-addopts = "-p no:cacheprovider"
-
-[tool.specparity.deployments.tiny-healthy]
-contract = "contracts/tiny-llama-eagle3.json"
-target = "models/target"
-draft = "drafters/healthy"
-level = "capture"
-
-[tool.specparity.deployments.tiny-kimi]
-contract = "contracts/tiny-llama-eagle3.json"
-target = "models/target"
-draft = "drafters/kimi"
-level = "static"
-"""
+PYPROJECT = pyproject_with_deployments({
+    "tiny-healthy": {"contract": "contracts/tiny-llama-eagle3.json", "target": "models/target",
+                     "draft": "drafters/healthy", "level": "capture"},
+    "tiny-kimi": {"contract": "contracts/tiny-llama-eagle3.json", "target": "models/target",
+                  "draft": "drafters/kimi", "level": "static"},
+})
 
 
 def _env() -> dict[str, str]:
@@ -114,11 +105,8 @@ def test_pytest_m_parity_in_a_foreign_deploy_repo_runs_both_deployments(venv: Pa
     shutil.copy(CONTRACT.with_suffix(".probes.safetensors"), repo / "contracts")
     shutil.copytree(BUNDLE / "target", repo / "models" / "target")
     shutil.copytree(BUNDLE / "draft", repo / "drafters" / "healthy")
-    kimi = repo / "drafters" / "kimi"  # the seed incident: the embedding first, the rest shifted
-    shutil.copytree(BUNDLE / "draft", kimi)
-    cfg = json.loads((kimi / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
-    (kimi / "config.json").write_text(json.dumps(cfg))
+    # the seed incident: the embedding first, the rest shifted
+    draft_with_ids(BUNDLE / "draft", repo / "drafters" / "kimi", [-1, 1, 3])
     (repo / "pyproject.toml").write_text(PYPROJECT)
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
 

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.deploy_files import draft_with_ids, pyproject_with_deployments
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "contracts" / "tiny-llama-eagle3.json"
@@ -60,11 +61,19 @@ gate.run_gate = fake
 
 
 @pytest.fixture
-def canned(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+def canned_calls(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The pytester dir set up for the canned gate (its conftest, the contract as c.json); the file the canned
+    gate logs its calls to. ``CANNED`` (the verdict) is left to the test."""
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("CALLS", str(calls))
     pytester.makeconftest(CANNED)
     shutil.copy(CONTRACT, pytester.path / "c.json")
+    return calls
+
+
+@pytest.fixture
+def canned(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, canned_calls: Path):  # type: ignore[no-untyped-def]
+    calls = canned_calls
 
     def run(kind: str, *args: str):  # type: ignore[no-untyped-def]
         monkeypatch.setenv("CANNED", kind)
@@ -114,12 +123,9 @@ def test_bad_contract_fails_with_file_and_field(canned) -> None:  # type: ignore
     assert "Traceback" not in result.stdout.str()
 
 
-def test_options_from_ini_and_level(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("CALLS", str(calls))
+def test_options_from_ini_and_level(pytester: pytest.Pytester, monkeypatch, canned_calls) -> None:  # type: ignore[no-untyped-def]
+    calls = canned_calls
     monkeypatch.setenv("CANNED", "pass")
-    pytester.makeconftest(CANNED)
-    shutil.copy(CONTRACT, pytester.path / "c.json")
     pytester.makeini("""
         [pytest]
         parity_contract = c.json
@@ -191,11 +197,7 @@ def test_a_later_run_never_reuses_an_earlier_verdict(canned) -> None:  # type: i
 
 @pytest.mark.sglang
 def test_real_gate_pass_and_kimi_bug(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    draft = tmp_path / "draft-kimi"
-    shutil.copytree(BUNDLE / "draft", draft)
-    cfg = json.loads((draft / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [-1, 1, 3]
-    (draft / "config.json").write_text(json.dumps(cfg))
+    draft = draft_with_ids(BUNDLE / "draft", tmp_path / "draft-kimi", [-1, 1, 3])
     common = ["-m", "parity", "--parity-contract", str(CONTRACT), "--parity-target", str(BUNDLE / "target"),
               "--parity-level", "capture", "-p", "no:cacheprovider"]
     ok = pytester.runpytest_subprocess(*common, "--parity-draft", str(BUNDLE / "draft"))
@@ -210,23 +212,13 @@ def test_real_gate_pass_and_kimi_bug(pytester: pytest.Pytester, tmp_path: Path) 
 
 # --- node ids, collection and several deployments ------------------------------------------------
 
-DEPLOYMENTS = '''
-[tool.pytest.ini_options]
-addopts = "-p no:cacheprovider"
-
-[tool.specparity.deployments.llama-a]
-contract = "c.json"
-target = "models/target"
-draft = "models/draft-a"
-engine_args = { speculative_num_steps = 3, speculative_eagle_topk = 1, a = "3", b = "True", e = "none", f = [1] }
-
-[tool.specparity.deployments.llama-b]
-contract = "c.json"
-target = "models/target"
-draft = "models/draft-b"
-level = "capture"
-engine = "sglang"
-'''
+DEPLOYMENTS = pyproject_with_deployments({
+    "llama-a": {"contract": "c.json", "target": "models/target", "draft": "models/draft-a",
+                "engine_args": {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "a": "3", "b": "True",
+                                "e": "none", "f": [1]}},
+    "llama-b": {"contract": "c.json", "target": "models/target", "draft": "models/draft-b", "level": "capture",
+                "engine": "sglang"},
+})
 
 
 def test_node_ids_do_not_depend_on_the_invocation_dir(canned, pytester: pytest.Pytester) -> None:  # type: ignore[no-untyped-def]
@@ -257,12 +249,9 @@ def test_collect_only_counts_and_lists_the_items(canned) -> None:  # type: ignor
     deselected.stdout.fnmatch_lines(["collected 6 items / 6 deselected / 0 selected"])
 
 
-def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("CALLS", str(calls))
+def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, canned_calls) -> None:  # type: ignore[no-untyped-def]
+    calls = canned_calls
     monkeypatch.setenv("CANNED", "pass")
-    pytester.makeconftest(CANNED)
-    shutil.copy(CONTRACT, pytester.path / "c.json")
     pytester.makepyprojecttoml(DEPLOYMENTS)
     result = pytester.runpytest_subprocess("-m", "parity", "-v", "--parity-report", "reports")
     result.stdout.fnmatch_lines([
@@ -291,12 +280,9 @@ def test_two_deployments_in_one_session(pytester: pytest.Pytester, monkeypatch, 
     assert sorted(p.name for p in (pytester.path / "xreports").iterdir()) == ["llama-a", "llama-b"]
 
 
-def test_deployments_from_ini_lines(pytester: pytest.Pytester, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    calls = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("CALLS", str(calls))
+def test_deployments_from_ini_lines(pytester: pytest.Pytester, monkeypatch, canned_calls) -> None:  # type: ignore[no-untyped-def]
+    calls = canned_calls
     monkeypatch.setenv("CANNED", "fail")
-    pytester.makeconftest(CANNED)
-    shutil.copy(CONTRACT, pytester.path / "c.json")
     pytester.makeini("""
         [pytest]
         parity_deployments =

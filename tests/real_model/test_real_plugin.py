@@ -7,10 +7,8 @@ one-layer-late copy of the drafter fails its capture items, naming the off-by-on
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
+from tests.deploy_files import draft_with_ids, pyproject_with_deployments
 
 from specparity.realmodel.fetch import RealModel
 from specparity.realmodel.scenarios import CONTRACT, DRAFT
@@ -19,27 +17,10 @@ pytestmark = [pytest.mark.real_model, pytest.mark.sglang, pytest.mark.slow]
 
 
 def test_parity_items_on_the_real_model(pytester: pytest.Pytester, real_model: RealModel) -> None:
-    late = pytester.path / "draft-late"
-    shutil.copytree(DRAFT, late)
-    cfg = json.loads((late / "config.json").read_text())
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]
-    (late / "config.json").write_text(json.dumps(cfg))
-    pytester.makepyprojecttoml(f'''
-[tool.pytest.ini_options]
-addopts = "-p no:cacheprovider"
-
-[tool.specparity.deployments.smollm2]
-contract = "{CONTRACT}"
-target = "{real_model.fp32}"
-draft = "{DRAFT}"
-level = "capture"
-
-[tool.specparity.deployments.smollm2-late]
-contract = "{CONTRACT}"
-target = "{real_model.fp32}"
-draft = "{late}"
-level = "capture"
-''')
+    late = draft_with_ids(DRAFT, pytester.path / "draft-late", [2, 15, 27])
+    pytester.makepyprojecttoml(pyproject_with_deployments({
+        name: {"contract": CONTRACT, "target": real_model.fp32, "draft": draft, "level": "capture"}
+        for name, draft in (("smollm2", DRAFT), ("smollm2-late", late))}))
     result = pytester.runpytest_subprocess("-m", "parity", "-v", timeout=1800)
     out = result.stdout.str()
     assert "parity::smollm2::static PASSED" in out and "parity::smollm2::capture[probe-0] PASSED" in out, out

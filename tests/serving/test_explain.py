@@ -105,6 +105,21 @@ def run_explain(tmp_path: Path, target: Path, draft: Path, *args: str) -> tuple[
     return r.exit_code, r.output, json.loads(out.read_text()) if out.is_file() else {}
 
 
+def explain_qwen35(tmp_path: Path, draft: dict[str, object]) -> tuple[int, str, dict[str, object]] | None:
+    """``explain`` on Qwen3.5-MoE (40 layers, H=2048) with ``draft``; None where the installed SGLang answers before
+    the deployment is judged (its own refusal, no such architecture, the absent GPU), each answer checked here."""
+    target, draft_dir = deployment(tmp_path, QWEN35_MOE, draft)
+    code, text, data = run_explain(tmp_path, target, draft_dir)
+    if qwen35_refused_here(code, text):
+        return None
+    if not NEW_ARCHS:
+        assert_refused_as_unknown(code, text)
+        return None
+    if qwen35_needs_the_absent_gpu(code, text, data):
+        return None
+    return code, text, data
+
+
 def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> None:
     target, draft = deployment(tmp_path, KIMI_K25, eagle3_draft(7168, 163840, [2, 30, 58]))
     code, text, data = run_explain(tmp_path, target, draft, "--sglang-arg", "tp_size=8")
@@ -236,15 +251,10 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
 def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path) -> None:
     """Qwen3.5-MoE (hybrid linear/full attention): on device=cuda SGLang's Mamba-cache check asks this machine's
     platform (arg_groups/mamba_hook.py:113-121); with no GPU here that is a note, and the layout still resolves."""
-    target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(2048, 248320, [1, 19, 35]))
-    code, text, data = run_explain(tmp_path, target, draft)
-    if qwen35_refused_here(code, text):
+    explained = explain_qwen35(tmp_path, eagle3_draft(2048, 248320, [1, 19, 35]))
+    if explained is None:
         return
-    if not NEW_ARCHS:
-        assert_refused_as_unknown(code, text)
-        return
-    if qwen35_needs_the_absent_gpu(code, text, data):
-        return
+    code, text, data = explained
     assert code == 0, text
     assert data["target_architecture"] == "Qwen3_5MoeForConditionalGeneration" and data["num_layers"] == 40
     assert data["served_sources"] == ["layer:1", "layer:19", "layer:35"]
@@ -256,15 +266,10 @@ def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path
 
 def test_draft_sized_for_another_target_is_refused(tmp_path: Path) -> None:
     """fc takes 3 x 64 but the 40-layer H=2048 target serves 3 x 2048: SGLang would fail; exit 1 names it."""
-    target, draft = deployment(tmp_path, QWEN35_MOE, eagle3_draft(64, 512, [1, 3, 5]))
-    code, text, data = run_explain(tmp_path, target, draft)
-    if qwen35_refused_here(code, text):
+    explained = explain_qwen35(tmp_path, eagle3_draft(64, 512, [1, 3, 5]))
+    if explained is None:
         return
-    if not NEW_ARCHS:
-        assert_refused_as_unknown(code, text)
-        return
-    if qwen35_needs_the_absent_gpu(code, text, data):
-        return
+    code, text, data = explained
     assert code == 1, text
     assert "6144" in text and "fc takes 192" in text and data["problems"]
 

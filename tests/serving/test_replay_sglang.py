@@ -151,11 +151,16 @@ def _served(runs: dict[str, OutcomeRun]) -> dict[str, OutcomeRun]:
     return served
 
 
-def _first(run: OutcomeRun) -> tuple[float, float]:
+def _first(run: OutcomeRun) -> tuple[float, float, OutcomeReport]:
+    """The first draft position's acceptance on the recorded and the served input, and the report."""
     assert run.report is not None
     rec, srv = run.report.recorded.per_position[0], run.report.served.per_position[0]
     assert rec is not None and srv is not None
-    return rec, srv
+    return rec, srv, run.report
+
+
+def _per_position(report: OutcomeReport) -> str:
+    return f"per position recorded {report.recorded.per_position} served {report.served.per_position}"
 
 
 @pytest.mark.skipif(capture_level_supported(),
@@ -221,12 +226,9 @@ def test_training_side_drafter_equals_sglangs_real_forward(
 
 @OUTCOME
 def test_healthy_deployment_accepts_alike_on_both_inputs(runs: dict[str, OutcomeRun]) -> None:
-    rec, srv = _first(runs["healthy"])
-    report = runs["healthy"].report
-    assert report is not None
+    rec, srv, report = _first(runs["healthy"])
     print(f"healthy: first draft recorded {rec:.4f} served {srv:.4f}; AL {report.summary.recorded_acceptance_length:.3f}"
-          f" vs {report.summary.served_acceptance_length:.3f}; per position recorded {report.recorded.per_position}"
-          f" served {report.served.per_position}")
+          f" vs {report.summary.served_acceptance_length:.3f}; {_per_position(report)}")
     assert abs(rec - srv) <= 0.02
     assert rec >= 0.6 and srv >= 0.6
     assert report.summary.diagnosis == "healthy" and report.findings == []
@@ -257,12 +259,10 @@ _KIMI_SERVED = pytest.mark.skipif(
 @_KIMI_SERVED
 def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) -> None:
     """[-1,1,3] on sglang 0.5.23 serves embedding, layer:1, layer:3: acceptance on the served input drops."""
-    rec, srv = _first(runs["kimi"])
-    healthy_rec, _ = _first(runs["healthy"])
-    report = runs["kimi"].report
-    assert report is not None
-    print(f"kimi: first draft recorded {rec:.4f} served {srv:.4f} ({100 * (srv - rec):+.1f} points); per position "
-          f"recorded {report.recorded.per_position} served {report.served.per_position}")
+    rec, srv, report = _first(runs["kimi"])
+    healthy_rec, _, _ = _first(runs["healthy"])
+    print(f"kimi: first draft recorded {rec:.4f} served {srv:.4f} ({100 * (srv - rec):+.1f} points); "
+          f"{_per_position(report)}")
     assert rec == pytest.approx(healthy_rec)  # same drafter, same recorded input: the config changes nothing there
     assert srv < rec - 0.02
 
@@ -270,21 +270,16 @@ def test_kimi_miswiring_lowers_served_acceptance(runs: dict[str, OutcomeRun]) ->
 @OUTCOME
 @_KIMI_SERVED
 def test_kimi_miswiring_collapses_acceptance_and_reads_as_wiring(runs: dict[str, OutcomeRun]) -> None:
-    rec, srv = _first(runs["kimi"])
-    report = runs["kimi"].report
-    assert report is not None
+    rec, srv, report = _first(runs["kimi"])
     assert rec - srv >= 0.30
     assert report.summary.diagnosis == "wiring"
 
 
 @OUTCOME
 def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None:
-    rec, srv = _first(runs["shuffled"])
-    report = runs["shuffled"].report
-    assert report is not None
-    print(f"shuffled fc: first draft recorded {rec:.4f} served {srv:.4f}; per position recorded "
-          f"{report.recorded.per_position} served {report.served.per_position}")
-    healthy, _ = _first(runs["healthy"])
+    rec, srv, report = _first(runs["shuffled"])
+    print(f"shuffled fc: first draft recorded {rec:.4f} served {srv:.4f}; {_per_position(report)}")
+    healthy, _, _ = _first(runs["healthy"])
     assert rec < healthy - 0.2 and abs(rec - srv) <= 0.02  # the drafter is broken; the wiring is not
     assert report.summary.diagnosis == "model_quality"  # contract states no acceptance: the default floor
     # below the floor on its own inputs is an error even without a training-time figure (issue 11 item 8)

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meta_static import INSTALLED as _INSTALLED
 from meta_static import SKIP, make_0523_adapter
 from static_configs import hardware_note_expected
 
 if SKIP:
     pytest.skip(SKIP, allow_module_level=True)
 
-from specparity.idrules.sglang import sglang_capture_plan
+from static_checks import assert_resolved_as_planned, text_config
+
 from specparity.serving import ResolvedDeployment
 from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.sglang.explain import explain_failure, explain_resolved
@@ -41,11 +41,6 @@ PAIRED_TARGETS = {p["target"] for p in SOURCES["pairs"]}
 LONE_TARGETS = sorted(set(SOURCES["targets"]) - PAIRED_TARGETS)
 
 
-def _text(cfg: dict[str, Any]) -> dict[str, Any]:
-    text = cfg.get("text_config")
-    return text if isinstance(text, dict) else cfg
-
-
 def _deployment(tmp_path: Path, target: str, draft: dict[str, Any]) -> WorkerRequest:
     (tmp_path / "target").mkdir()
     (tmp_path / "draft").mkdir()
@@ -57,24 +52,20 @@ def _deployment(tmp_path: Path, target: str, draft: dict[str, Any]) -> WorkerReq
 def _check(r: object, *, target_cfg: dict[str, Any], ids: list[int] | None, expected: list[str] | None) -> None:
     """The static result and its explanation: resolved, equal to domain.md and to the conventions module."""
     arch = target_cfg["architectures"][0]
-    num_layers = int(_text(target_cfg)["num_hidden_layers"])
+    num_layers = int(text_config(target_cfg)["num_hidden_layers"])
     if hardware_note_expected(arch):
         # SGLang asks this machine's (absent) GPU before the model exists: a note and exit 3, never a crash
         assert not isinstance(r, ResolvedDeployment), r
         assert r.kind == "needs_hardware", r  # type: ignore[attr-defined]
         assert explain_failure(r).exit_code == 3  # type: ignore[arg-type]
         return
-    assert isinstance(r, ResolvedDeployment), r
-    assert r.target_architecture == arch and r.num_layers == num_layers
-    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=arch, version=str(_INSTALLED))
-    assert r.layers_to_capture == plan.layers_to_capture
-    assert r.served_sources == plan.served_sources
+    r, plan = assert_resolved_as_planned(r, architecture=arch, num_layers=num_layers, ids=ids)
     if expected is not None:
         assert list(r.served_sources) == expected
     e = explain_resolved(r)
     assert e.exit_code == 0, (e.summary, e.lines)
     assert e.data["served_sources"] == list(plan.served_sources)
-    assert e.data["fc_in_features"] == len(plan.served_sources) * int(_text(target_cfg)["hidden_size"])
+    assert e.data["fc_in_features"] == len(plan.served_sources) * int(text_config(target_cfg)["hidden_size"])
 
 
 @pytest.mark.parametrize("pair", SOURCES["pairs"], ids=lambda p: p["draft"].removesuffix(".json"))
@@ -103,7 +94,7 @@ def specforge_style_draft(hidden: int, vocab: int, ids: list[int] | None) -> dic
 @pytest.mark.parametrize("target", LONE_TARGETS, ids=lambda t: t.removesuffix(".json"))
 def test_public_target_with_a_specforge_style_drafter(target: str, ids_kind: str, tmp_path: Path) -> None:
     target_cfg = json.loads((PUBLIC / "targets" / target).read_text())
-    text = _text(target_cfg)
+    text = text_config(target_cfg)
     num_layers = int(text["num_hidden_layers"])
     # SpecForge's default ids [1, L//2-1, L-4] (domain.md section 3.1); without ids SGLang's default
     # [2, L//2, L-3] serves the same layers on every architecture here (none is MiniMax-M3's VL class)
@@ -151,7 +142,7 @@ def test_unpaired_specforge_drafter_on_its_architecture(draft_file: str, tmp_pat
     arch, sizes = UNPAIRED_TARGETS[draft_file]
     cfg = target_config(arch)
     record_property("stand_ins", json.dumps(stand_ins(arch)))  # Ling: the remote-code module written here
-    text = _text(cfg)
+    text = text_config(cfg)
     if "num_hidden_layers" in sizes:
         text.pop("layer_types", None)  # sized for the class's default depth; the config class derives it again
     text.update(sizes)

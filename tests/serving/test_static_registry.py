@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from meta_static import INSTALLED as _INSTALLED
 from meta_static import SKIP, make_0523_adapter
 from static_configs import (
     NEEDS_GPU,
@@ -30,8 +29,9 @@ from static_configs import (
 if SKIP:
     pytest.skip(SKIP, allow_module_level=True)
 
-from specparity.idrules.sglang import sglang_capture_plan
-from specparity.serving import ResolvedDeployment, ServingFailure
+from static_checks import assert_resolved_as_planned, text_config
+
+from specparity.serving import ServingFailure
 from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION
 from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.sglang.since_0_5_11.static import resolve_static
@@ -73,8 +73,7 @@ def test_real_setter_on_meta_equals_conventions(architecture: str, ids_kind: str
     (tmp_path / "target" / "config.json").write_text(json.dumps(cfg))
     for name, text in target_files(architecture).items():
         (tmp_path / "target" / name).write_text(text)
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    num_layers = int(text["num_hidden_layers"])  # type: ignore[index]
+    num_layers = int(text_config(cfg)["num_hidden_layers"])
     ids = {"first_not_1": [2, num_layers // 2, num_layers - 3], "first_1": [1, num_layers // 2 - 1, num_layers - 4],
            "default": None}[ids_kind]
     r = resolve_static(ADAPTER, WorkerRequest(op="resolve", target=str(tmp_path / "target"),
@@ -89,11 +88,7 @@ def test_real_setter_on_meta_equals_conventions(architecture: str, ids_kind: str
         assert isinstance(r, ServingFailure) and r.kind == SGLANG_EXCEPTION, r
         assert SGLANG_REFUSES[architecture] in r.message, r.message
         return
-    assert isinstance(r, ResolvedDeployment), r
-    assert r.target_architecture == architecture and r.num_layers == num_layers
-    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=str(_INSTALLED))
-    assert r.layers_to_capture == plan.layers_to_capture
-    assert r.served_sources == plan.served_sources
+    r, _ = assert_resolved_as_planned(r, architecture=architecture, num_layers=num_layers, ids=ids)
     assert (r.draft_config_ids is None) is (ids is None)
 
 

@@ -221,20 +221,9 @@ def test_family_b_cuda_graph_hazard_only_on_cuda_with_graphs_and_non_default_ids
 
 
 def _static_deployment(**kw: Any) -> Any:
-    from specparity.serving import ResolvedDeployment, SpecSettings
+    from tests.resolved_deployments import tiny_deployment
 
-    bundle = REPO / "fixtures" / "default"
-    spec = SpecSettings(3, 1, 4)
-    base = dict(
-        sglang_version="0.5.23", adapter="sglang-family-E", target_path=str(bundle / "target"),
-        draft_path=str(bundle / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
-        target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
-        draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,
-        requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
-        ids_fallback_reason=None, layers_to_capture=(2, 4, 6), served_sources=(layer(1), layer(3), layer(5)),
-        fc_in_features=192, fc_out_features=64, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
-        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={}, timings={})
-    return ResolvedDeployment(**{**base, **kw})
+    return tiny_deployment(REPO / "fixtures" / "default", **{"adapter": "sglang-family-E", **kw})
 
 
 def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from fixtures.eagle3_draft import weights_from
 from safetensors.torch import save_file
 
 from specparity.replay.drafter import MIDLAYER_NAMES, DraftShape, Eagle3Drafter
@@ -22,8 +23,9 @@ def tiny_shape(**kw: Any) -> DraftShape:
 
 
 def tiny_weights(shape: DraftShape, *, seed: int) -> dict[str, torch.Tensor]:
+    """Random drafter weights in the bundled drafter's layout (fixtures/eagle3_draft.weights_from); unlike the
+    bundle's, the norm weights are random around 1."""
     gen = torch.Generator().manual_seed(seed)
-    h, hd = shape.hidden, shape.head_dim
 
     def mat(rows: int, cols: int) -> torch.Tensor:
         return torch.randn(rows, cols, generator=gen) / cols**0.5
@@ -31,21 +33,7 @@ def tiny_weights(shape: DraftShape, *, seed: int) -> dict[str, torch.Tensor]:
     def vec(n: int) -> torch.Tensor:
         return 1.0 + 0.1 * torch.randn(n, generator=gen)
 
-    return {
-        "fc.weight": mat(h, shape.fc_in_features),
-        "midlayer.self_attn.q_proj.weight": mat(shape.heads * hd, 2 * h),
-        "midlayer.self_attn.k_proj.weight": mat(shape.kv_heads * hd, 2 * h),
-        "midlayer.self_attn.v_proj.weight": mat(shape.kv_heads * hd, 2 * h),
-        "midlayer.self_attn.o_proj.weight": mat(h, shape.heads * hd),
-        "midlayer.mlp.gate_proj.weight": mat(shape.intermediate, h),
-        "midlayer.mlp.up_proj.weight": mat(shape.intermediate, h),
-        "midlayer.mlp.down_proj.weight": mat(h, shape.intermediate),
-        "midlayer.input_layernorm.weight": vec(h),
-        "midlayer.hidden_norm.weight": vec(h),
-        "midlayer.post_attention_layernorm.weight": vec(h),
-        "norm.weight": vec(h),
-        "lm_head.weight": mat(shape.draft_vocab, h),
-    }
+    return weights_from(shape, fc_in=shape.fc_in_features, mat=mat, norm=vec)
 
 
 def tiny_drafter(*, seed: int = 0, **kw: Any) -> Eagle3Drafter:

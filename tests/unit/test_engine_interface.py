@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.resolved_deployments import tiny_deployment
 
 from specparity import gate
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
 from specparity.errors import InputError
 from specparity.replay.outcome import loop_summary
-from specparity.serving import LoopAcceptance, ResolvedDeployment, SpecSettings
+from specparity.serving import LoopAcceptance, ResolvedDeployment
 from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
 from specparity.serving.vllm.client import loop_acceptance
 
@@ -22,17 +23,8 @@ CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
 
 
 def _vllm_deployment(served: tuple[str, ...] = ("layer:0", "layer:2", "layer:4")) -> ResolvedDeployment:
-    spec = SpecSettings(3, 1, 4)
-    return ResolvedDeployment(
-        sglang_version="0.32.0", adapter="vllm_0_32", target_path=str(BUNDLE / "target"),
-        draft_path=str(BUNDLE / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
-        target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
-        draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,
-        requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
-        ids_fallback_reason=None, layers_to_capture=(1, 3, 5), served_sources=served,
-        fc_in_features=192, fc_out_features=64, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
-        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={}, timings={},
-        engine="vllm")
+    return tiny_deployment(BUNDLE, sglang_version="0.32.0", adapter="vllm_0_32", layers_to_capture=(1, 3, 5),
+                           served_sources=served, engine="vllm")
 
 
 def test_unknown_engine_is_bad_input() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.resolved_deployments import tiny_deployment
 
 from specparity import engine_args, gate
 from specparity.contract import load_contract, read_contract_probes
@@ -42,18 +43,7 @@ def test_unknown_level_is_bad_input() -> None:
 
 
 def _deployment() -> ResolvedDeployment:
-    from specparity.serving import SpecSettings
-
-    spec = SpecSettings(3, 1, 4)
-    return ResolvedDeployment(
-        sglang_version="0.5.23", adapter="sglang-0.5.23", target_path=str(BUNDLE / "target"),
-        draft_path=str(BUNDLE / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
-        target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
-        draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,
-        requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
-        ids_fallback_reason=None, layers_to_capture=(2, 4, 6), served_sources=("layer:1", "layer:3", "layer:5"),
-        fc_in_features=192, fc_out_features=64, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
-        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={}, timings={})
+    return tiny_deployment(BUNDLE)
 
 
 def test_a_capture_without_tensors_is_never_a_pass() -> None:
