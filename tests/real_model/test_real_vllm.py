@@ -2,7 +2,8 @@
 
 Runs in the vllm-0.32 env. The healthy deployment carries vLLM's ids for the trained layers ([2, 15, 27]); the
 SpecForge export as it is ([1, 14, 26]) is one layer early on vLLM, named with its fix, and vLLM's own counters
-show what the loop accepts either way. fp32 and bf16 serving.
+show what the loop accepts either way. The healthy deployment is the export with the report's own fix applied,
+served in bf16 (one gate run for both); the export and the seed's wiring are served in fp32.
 """
 
 from __future__ import annotations
@@ -38,19 +39,6 @@ def as_exported(real_model: RealModel, work: Path, engine_python: str) -> Verdic
     return _gate(real_model.fp32, draft_for(AS_EXPORTED, work), engine_python)
 
 
-def test_healthy_deployment_passes_with_the_real_loops_acceptance(real_model: RealModel, work: Path,
-                                                                   engine_python: str) -> None:
-    # served in bf16: the fp32 healthy deployment is the report's own fix below
-    v = _gate(real_model.bf16, draft_for(HEALTHY, work), engine_python)
-    assert v.status == "pass", [str(f) for f in v.errors]
-    assert list(v.served_layout or []) == ["layer:1", "layer:14", "layer:26"]
-    assert v.outcome is not None and v.outcome.diagnosis == "healthy"
-    loop = v.outcome.engine_loop
-    assert loop is not None and loop["engine"] == "vllm" and loop["drafts"] > 0
-    # vLLM's own loop accepts what a drafter that learned something real proposes
-    assert loop["per_position"][0] > 0.2, loop
-
-
 def test_the_export_as_it_is_is_one_layer_early_and_named(as_exported: Verdict) -> None:
     assert as_exported.status == "fail"
     kinds = {f.kind for f in as_exported.errors}
@@ -64,15 +52,39 @@ def test_the_export_as_it_is_is_one_layer_early_and_named(as_exported: Verdict) 
     assert as_exported.outcome is not None and as_exported.outcome.engine_loop is not None
 
 
-def test_the_reports_own_fix_passes(as_exported: Verdict, real_model: RealModel, work: Path,
-                                    engine_python: str) -> None:
+@pytest.fixture(scope="module")
+def fixed(as_exported: Verdict, real_model: RealModel, work: Path, engine_python: str) -> tuple[Path, Verdict]:
+    """The report's own fix applied to a copy of the export, served in bf16: this is the healthy deployment
+    (vLLM's ids for the trained layers), so one gate run checks both the fix and the healthy deployment."""
     assert as_exported.fix is not None
     out = work / "patched"
     shutil.copytree(DRAFT, out)  # the fix goes into a copy; the export itself stays as it is
     cfg = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps(apply_json_patch(cfg, as_exported.fix.json_patch)))
-    v = _gate(real_model.fp32, out, engine_python)
+    return out, _gate(real_model.bf16, out, engine_python)
+
+
+def _ids(draft: Path) -> list[int]:
+    return list(json.loads((draft / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+
+
+def test_the_reports_own_fix_passes(fixed: tuple[Path, Verdict]) -> None:
+    out, v = fixed
+    assert _ids(out) == list(HEALTHY.ids or ())  # the fix writes exactly the healthy deployment's ids
     assert v.status == "pass", [str(f) for f in v.errors]
+
+
+def test_healthy_deployment_passes_with_the_real_loops_acceptance(fixed: tuple[Path, Verdict]) -> None:
+    # served in bf16; the fp32 serving path is the export's and the seed's below
+    out, v = fixed
+    assert _ids(out) == list(HEALTHY.ids or ())
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert list(v.served_layout or []) == ["layer:1", "layer:14", "layer:26"]
+    assert v.outcome is not None and v.outcome.diagnosis == "healthy"
+    loop = v.outcome.engine_loop
+    assert loop is not None and loop["engine"] == "vllm" and loop["drafts"] > 0
+    # vLLM's own loop accepts what a drafter that learned something real proposes
+    assert loop["per_position"][0] > 0.2, loop
 
 
 def test_the_seeds_wiring_is_named_and_the_loop_accepts_far_less(real_model: RealModel, work: Path,
