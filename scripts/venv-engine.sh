@@ -62,23 +62,31 @@ if [ -f "$VENV/.specparity-stamp" ] && [ "$(cat "$VENV/.specparity-stamp")" = "$
 fi
 start=$(date +%s)
 echo "specparity: preparing $VENV for $what; first time: a few minutes" >&2
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 torch_index=()
 [ -n "${SPECPARITY_TORCH_INDEX:-}" ] && torch_index=(--extra-index-url "$SPECPARITY_TORCH_INDEX")
-. scripts/_pip.sh  # torch_layer: torch shared by hard links; pinned_install: the lists through a wheelhouse
-if grep -v '^#' "$torch_list" | grep -q '+cpu'; then  # comments may name the CPU build
-  torch_layer "$VENV/bin/python" "$torch_list" --no-deps "${torch_index[@]}"
-else  # a CUDA build needs its nvidia-* libraries to import, even on CPU
-  torch_layer "$VENV/bin/python" "$torch_list" "${torch_index[@]}"
+effective_list=$list
+if [ -n "$pin" ]; then
+  effective_list=$(mktemp); trap 'rm -f "$effective_list"' EXIT
+  sed "s/^sglang==.*/sglang==$pin/" "$list" > "$effective_list"
 fi
-if [ -z "$pin" ]; then
-  pinned_install "$VENV/bin/python" "$list"
-else
-  tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
-  sed "s/^sglang==.*/sglang==$pin/" "$list" > "$tmp"
-  pinned_install "$VENV/bin/python" "$tmp"
+. scripts/_pip.sh  # torch_layer, env_layer_key/restore/save, pinned_install (the lists through a wheelhouse)
+# The env's pinned packages (torch, the engine's list, dev.txt) are the same on every build from the same lists:
+# once built they are kept as an env layer outside the clone and later builds hard-link them (scripts/_pip.sh);
+# only specparity itself, editable, is installed per clone.
+key=$(env_layer_key "$PY" "$torch_list" "$effective_list" constraints/dev.txt -- "${torch_index[@]}")
+if ! env_layer_restore "$PY" "$VENV" "$key"; then
+  fresh=0
+  [ -x "$VENV/bin/python" ] || { "$PY" -m venv "$VENV"; fresh=1; }
+  if grep -v '^#' "$torch_list" | grep -q '+cpu'; then  # comments may name the CPU build
+    torch_layer "$VENV/bin/python" "$torch_list" --no-deps "${torch_index[@]}"
+  else  # a CUDA build needs its nvidia-* libraries to import, even on CPU
+    torch_layer "$VENV/bin/python" "$torch_list" "${torch_index[@]}"
+  fi
+  pinned_install "$VENV/bin/python" "$effective_list"
+  pinned_install "$VENV/bin/python" constraints/dev.txt
+  # kept only from a fresh venv: one built over an earlier env may hold that env's leftovers
+  if [ "$fresh" = 1 ]; then env_layer_save "$VENV" "$key"; fi
 fi
-pinned_install "$VENV/bin/python" constraints/dev.txt
 "$VENV/bin/python" -m pip -q --disable-pip-version-check install --no-deps -e .
 # The env is what was asked for: the engine's release, and for vLLM its torch and the tap's entry point
 ENGINE=$engine DIST=$dist EXPECT=$expect TORCH_LIST=$torch_list "$VENV/bin/python" - <<'PY'
