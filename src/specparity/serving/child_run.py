@@ -25,8 +25,8 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.transport import ChildOutcome
+from specparity.serving.worker_common import WorkerRequest
 
 
 class CaptureExtras(TypedDict, total=False):

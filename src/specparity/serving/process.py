@@ -26,11 +26,10 @@ from typing import IO
 import specparity
 from specparity.serving import warm
 from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
-from specparity.serving.sglang.adapter import WorkerRequest
 from specparity.serving.transport import ChildOutcome, read_result
+from specparity.serving.worker_common import PROGRESS_PREFIX, WorkerRequest
 
 WORKER_MODULE = "specparity.serving.sglang.worker"
-PROGRESS_PREFIX = "@@specparity-progress"
 STDERR_TAIL_LINES = 25
 
 

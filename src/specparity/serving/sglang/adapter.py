@@ -12,8 +12,8 @@ import dataclasses
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -26,33 +26,10 @@ from specparity.serving.results import (
 )
 from specparity.serving.sglang.families import FAMILIES, adapter_name, family_for, release_of
 
+# the job both engines' workers take (serving/worker_common.py), importable from here as before
+from specparity.serving.worker_common import WorkerRequest as WorkerRequest
+
 Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class WorkerRequest:
-    """One job for the child process (travels as JSON)."""
-
-    op: str  # "resolve" | "capture"
-    target: str
-    draft: str
-    server_args: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    probes: tuple[tuple[int, ...], ...] = ()
-    atlas: bool = True
-    replay: dict[str, str] | None = None  # specparity.replay: {"inputs", "out"} (sglang/replay_hooks.py)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "target": self.target, "draft": self.draft,
-                "server_args": dict(self.server_args), "device": self.device,
-                "probes": [list(p) for p in self.probes], "atlas": self.atlas, "replay": self.replay}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> WorkerRequest:
-        return cls(op=str(d["op"]), target=str(d["target"]), draft=str(d["draft"]),
-                   server_args=dict(d.get("server_args") or {}), device=str(d.get("device", "cpu")),
-                   probes=tuple(tuple(int(x) for x in p) for p in d.get("probes", [])),
-                   atlas=bool(d.get("atlas", True)), replay=d.get("replay"))
 
 
 class SglangAdapter(Protocol):

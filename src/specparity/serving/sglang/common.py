@@ -1,7 +1,8 @@
 """Version-independent helpers shared by every SGLang adapter (no sglang import here).
 
-Reading checkpoints, mapping SGLang boundary indices to canonical names, turning exceptions into
-typed failures, collecting SGLang's log lines, and judging a raw fc capture.
+Mapping SGLang boundary indices to canonical names, turning exceptions into typed failures, collecting
+SGLang's log lines, and judging a raw fc capture. Reading the draft checkpoint's ``fc`` and the non-finite check,
+which vLLM's worker needs too, live in :mod:`specparity.serving.worker_common`.
 """
 
 from __future__ import annotations
@@ -9,11 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,73 +22,18 @@ from specparity.serving.results import (
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
     NEEDS_HARDWARE,
-    NONFINITE,
     SGLANG_EXCEPTION,
     UNSUPPORTED_VERSION,
     ResolvedDeployment,
     ServingFailure,
 )
+
+# both engines' workers read these; they live in serving/worker_common.py and stay importable from here
+from specparity.serving.worker_common import FcShape as FcShape
+from specparity.serving.worker_common import checkpoint_shapes as checkpoint_shapes
+from specparity.serving.worker_common import fc_shape_from_checkpoint as fc_shape_from_checkpoint
+from specparity.serving.worker_common import nonfinite_failures as nonfinite_failures
 from specparity.sources import boundary_to_source
-
-
-@dataclass(frozen=True)
-class FcShape:
-    """``fc`` as stored in the draft checkpoint."""
-
-    in_features: int
-    out_features: int
-    bias: bool
-    weight_key: str
-
-
-def _safetensors_keys(path: Path) -> dict[str, Any]:
-    # safetensors layout: u64 little-endian header length, then a JSON header (no tensor data read).
-    with path.open("rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header: dict[str, Any] = json.loads(fh.read(n))
-    header.pop("__metadata__", None)
-    return header
-
-
-def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only.
-
-    The files are the ones SGLang loads (specparity.checkpoint_files: shards named by an index, no
-    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway).
-    """
-    from specparity.checkpoint_files import weight_files
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for f in weight_files(draft_dir).files:
-        if f.suffix == ".safetensors":
-            for k, v in _safetensors_keys(f).items():
-                shapes[k] = tuple(int(x) for x in v["shape"])
-            continue
-        import torch
-
-        state = torch.load(f, map_location="meta", weights_only=True)
-        for k, t in state.items():
-            if hasattr(t, "shape"):
-                shapes[k] = tuple(int(x) for x in t.shape)
-    return shapes
-
-
-def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
-    """``fc`` in/out features and bias from the checkpoint; ``None`` when there is no ``fc.weight``.
-
-    Name rule as SGLang's loader sees it (sglang 0.5.23 models/llama_eagle3.py:338-353): the key is
-    ``fc.weight`` with an optional module prefix (``model.fc.weight``); ``fc_norm.*`` is a different module.
-    """
-    shapes = checkpoint_shapes(draft_dir)
-    candidates = sorted(k for k in shapes if k == "fc.weight" or k.endswith(".fc.weight"))
-    if not candidates:
-        return None
-    key = min(candidates, key=len)
-    out_f, in_f = shapes[key][0], shapes[key][1]
-    return FcShape(
-        in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes, weight_key=key
-    )
-
 
 NORM_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
 
@@ -314,22 +258,6 @@ def judge_fc_capture(
             )
         )
     return failures
-
-
-def nonfinite_failures(per_sample: Sequence[Any], *, what: str) -> list[ServingFailure]:
-    """One ``nonfinite`` failure per sample whose tensor holds NaN or Inf."""
-    import torch
-
-    out: list[ServingFailure] = []
-    for i, t in enumerate(per_sample):
-        bad = ~torch.isfinite(t)
-        if bool(bad.any()):
-            n = int(bad.sum())
-            row = int(bad.any(dim=-1).nonzero()[0, 0]) if t.dim() > 1 else 0
-            out.append(
-                ServingFailure(NONFINITE, f"{what} has {n} NaN/Inf value(s), first at row {row}", sample=i)
-            )
-    return out
 
 
 def split_rows(tensor: Any, lengths: Sequence[int]) -> list[Any]:

@@ -26,13 +26,13 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.common import (
     exception_failure,
     judge_fc_capture,
-    nonfinite_failures,
     split_rows,
 )
+from specparity.serving.worker_common import WorkerRequest, nonfinite_failures
 
 
 @contextmanager

@@ -5,7 +5,7 @@ so every deployment runs in a fresh process: a new interpreter, or with ``SPECPA
 forked from a zygote that has only imported the engine (:mod:`specparity.serving.zygote`, which calls
 :func:`warm` once and :func:`run` per job). This module:
 
-1. reads the :class:`~specparity.serving.sglang.adapter.WorkerRequest`;
+1. reads the :class:`~specparity.serving.worker_common.WorkerRequest`;
 2. finds the installed SGLang version without importing it, and picks the adapter (or reports
    ``sglang_missing`` / ``unsupported_version``);
 3. on ``cpu`` sets ``SGLANG_USE_CPU_ENGINE=1`` before the first sglang import (``is_cpu()`` is
@@ -27,12 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PROGRESS_PREFIX = "@@specparity-progress"
 STUB_DIR = Path(__file__).resolve().parent / "kernel_stub"
-
-
-def _progress(done: int, total: int) -> None:
-    print(f"{PROGRESS_PREFIX} {done} {total}", flush=True)
 
 
 def install_kernel_stub_if_needed(device: str) -> bool:
@@ -163,8 +158,8 @@ def warm(device: str) -> Prepared:
 
 def run(argv: list[str], prepared: Prepared | None = None) -> int:
     """One job: ``argv`` = [REQUEST.json, OUT_DIR]; ``prepared`` comes from the zygote, else from here."""
-    from specparity.serving.sglang.adapter import WorkerRequest
     from specparity.serving.transport import write_result
+    from specparity.serving.worker_common import WorkerRequest, report_progress
 
     request_path, out_dir = Path(argv[0]), Path(argv[1])
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
@@ -177,7 +172,7 @@ def run(argv: list[str], prepared: Prepared | None = None) -> int:
     if request.op == "resolve":
         write_result(out_dir, with_version_note(with_environment(adapter.resolve(request), request.device), entry))
     elif request.op == "capture":
-        write_result(out_dir, with_version_note(with_environment(adapter.capture(request, progress=_progress),
+        write_result(out_dir, with_version_note(with_environment(adapter.capture(request, progress=report_progress),
                                                                  request.device), entry))
     else:
         raise ValueError(f"unknown op {request.op!r}")

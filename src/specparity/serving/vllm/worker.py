@@ -26,13 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-PROGRESS_PREFIX = "@@specparity-progress"
 GENERATE_TOKENS = 16  # greedy tokens per probe for the real loop (engine arg ``generate_tokens``)
 DEFAULT_SPEC_TOKENS = 3
-
-
-def _progress(done: int, total: int) -> None:
-    print(f"{PROGRESS_PREFIX} {done} {total}", flush=True)
 
 
 def innermost_vllm_frame(exc: BaseException) -> str:
@@ -127,8 +122,8 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
 
     from specparity.idrules.vllm import drafter_aux_count
     from specparity.serving.results import ResolvedDeployment, SpecSettings
-    from specparity.serving.sglang.common import fc_shape_from_checkpoint
     from specparity.serving.vllm.ranks import layout
+    from specparity.serving.worker_common import fc_shape_from_checkpoint
 
     mc, sc = vllm_config.model_config, vllm_config.speculative_config
     tcfg = mc.hf_config
@@ -241,17 +236,17 @@ def capture(request: Any) -> Any:
         LayerAtlas,
         ServingFailure,
     )
-    from specparity.serving.sglang.common import nonfinite_failures
     from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout, rank_failures
+    from specparity.serving.worker_common import nonfinite_failures, report_progress
     from specparity.sources import FINAL_NORM, boundary_to_source
 
     kw, n_spec, gen = llm_kwargs(request)
     total = len(request.probes) + 2
     t0 = time.perf_counter()
-    _progress(0, total)
+    report_progress(0, total)
     llm = LLM(**kw)
     startup = time.perf_counter() - t0
-    _progress(1, total)
+    report_progress(1, total)
     config = llm.llm_engine.vllm_config
     pc = config.parallel_config
     evidence = RankEvidence(llm)
@@ -264,7 +259,7 @@ def capture(request: Any) -> Any:
             out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
             outputs.append([int(t) for t in out[0].outputs[0].token_ids])
             evidence.end_probe()
-            _progress(2 + i, total)
+            report_progress(2 + i, total)
     except TapMissing as exc:
         dep = _deployment(request, config, kw, n_spec, fc_meta=None, timings={"startup_s": startup},
                           served_layout=layout(pc, evidence))
@@ -346,9 +341,9 @@ def capture(request: Any) -> Any:
 def main(argv: list[str]) -> int:
     request_path, out_dir = Path(argv[0]), Path(argv[1])
     from specparity.serving.results import UNSUPPORTED_VERSION, VLLM_MISSING, CaptureResult, ServingFailure
-    from specparity.serving.sglang.adapter import WorkerRequest
     from specparity.serving.transport import write_result
     from specparity.serving.vllm.versions import capture_refusal, select_cpu_platform
+    from specparity.serving.worker_common import WorkerRequest
 
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
     # the local workers: one per rank of the TP x PP world (one node)

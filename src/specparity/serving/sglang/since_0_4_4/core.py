@@ -33,7 +33,7 @@ from specparity.serving.results import (
     SpecSettings,
 )
 from specparity.serving.sglang import run_common
-from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import (
     NORM_FLAGS,
@@ -48,6 +48,7 @@ from specparity.serving.sglang.since_0_4_4 import run, shims
 from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K as FC_WIDTH_K
 from specparity.serving.sglang.since_0_4_4.common import read_draft_ids as read_draft_ids
 from specparity.serving.sglang.since_0_4_4.common import server_args_kwargs as server_args_kwargs
+from specparity.serving.worker_common import WorkerRequest
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 SPEC_KEYS = SPEC_SERVER_ARGS

@@ -21,7 +21,6 @@ from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, Ser
 from specparity.serving.sglang import meta_build
 from specparity.serving.sglang.common import (
     exception_failure,
-    fc_shape_from_checkpoint,
     gpu_query_failure,
     harness_gap_failure,
     unknown_architecture_failure,
@@ -34,6 +33,7 @@ from specparity.serving.sglang.meta_build import (
 )
 from specparity.serving.sglang.setter_source import SetterTrace
 from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K, read_draft_ids, server_args_kwargs
+from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 
 def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:

@@ -19,7 +19,7 @@ from specparity.serving.results import (
     ServingFailure,
     SpecSettings,
 )
-from specparity.serving.sglang.adapter import Progress, WorkerRequest
+from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     cpu_mem_fraction,
@@ -31,6 +31,7 @@ from specparity.serving.sglang.common import (
 from specparity.serving.sglang.run_common import capture_forward
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
+from specparity.serving.worker_common import WorkerRequest
 
 SPEC_KEYS = SPEC_SERVER_ARGS
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.

@@ -29,7 +29,6 @@ from specparity.serving.sglang import model_modules
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
-    fc_shape_from_checkpoint,
     gpu_query_failure,
     unknown_architecture_failure,
     with_applied_norms,
@@ -41,6 +40,7 @@ from specparity.serving.sglang.meta_build import (
     read_capture,
 )
 from specparity.serving.sglang.setter_source import SetterTrace
+from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
 # sglang 0.5.23 models/gpt_oss.py:730-737 and models/minimax_m3.py:1955-1963 capture when end_layer is
