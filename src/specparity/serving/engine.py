@@ -1,95 +1,30 @@
 """The one interface the gate, explain and the plugin see of a serving engine, and what they ask through it.
 
-``get_engine("sglang" | "vllm")`` returns the engine's adapter; each engine's room implements :class:`Engine`
-side by side (``serving/sglang/engine.py``, ``serving/vllm/engine.py``), and nothing above ``serving/`` names an
-engine's modules. Every method returns typed results (:class:`ResolvedDeployment`, :class:`CaptureResult`,
-:class:`ServingFailure`, :class:`Explanation`) in canonical source names, so compare/ and replay/ never learn which
-engine served.
+``get_engine("sglang" | "vllm")`` returns the engine's adapter, an :class:`Engine`
+(:mod:`specparity.serving.engine_base`, which holds the interface and the base both implementations extend);
+each engine's room implements it side by side (``serving/sglang/engine.py``, ``serving/vllm/engine.py``), and
+nothing above ``serving/`` names an engine's modules. Every method returns typed results in canonical source names,
+so compare/ and replay/ never learn which engine served.
 
-- ``spec_args``: the contract's speculative settings in the engine's own spelling.
-- ``resolve``: static resolution with the engine's own code, no forward.
-- ``capture``: one engine start per gate run: the fc input per probe and the target's residual stream at every
-  boundary; given an :class:`OutcomeRequest`, also the outcome evidence of that same run, typed on the
-  :class:`CaptureResult`: the engine's own drafter on served and recorded inputs (SGLang, ``replay``: its replay
-  hooks, ``serving/drafter_replay.py``) and the acceptance its real serving loop counted (vLLM, ``acceptance``).
-- ``reading`` and ``layout_fix``: the engine's id conventions (``specparity.idrules.<engine>``): which ids it reads
-  from a draft config and what they mean there, and the draft-config patch that makes it serve given sources.
-- ``explain``: ``specparity explain``: what the engine will feed fc, and how it got there. No contract.
-- ``versions`` and ``versions_lines``: the releases it supports (``specparity versions``, JSON and terminal).
-
-Below the interface, the engine-neutral part of what the gate asks of any engine: :func:`engine_args_for`,
+Beside the registry, the engine-neutral part of what the gate asks of any engine: :func:`engine_args_for`,
 :func:`outcome_request` and :func:`convention_findings`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from specparity.compare.findings import Finding, FindingKind, Severity
-from specparity.serving.results import (
-    ENGINES,
-    CaptureResult,
-    Explanation,
-    IdReading,
-    OutcomeRequest,
-    Progress,
-    ResolvedDeployment,
-    ServingFailure,
-)
+from specparity.serving.engine_base import Engine
+from specparity.serving.results import ENGINES, Explanation, IdReading, OutcomeRequest, ResolvedDeployment
 
 if TYPE_CHECKING:
-    from specparity.compare.fix import DraftConfigFix
     from specparity.contract import Contract, ProbePack
 
 
 __all__ = ["Engine", "Explanation", "IdReading", "convention_findings", "engine_args_for", "get_engine",
            "outcome_request"]
-
-
-class Engine(Protocol):
-    """A serving engine adapter (module docstring)."""
-
-    name: str
-    label: str  # as reports spell it: "SGLang", "vLLM"
-
-    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
-                  num_draft_tokens: int | None) -> dict[str, object]: ...
-
-    def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
-                timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure: ...
-
-    def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
-                args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult: ...
-
-    def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
-                version: str) -> IdReading | None: ...
-
-    def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
-                   architecture: str, version: str, draft_path: str) -> DraftConfigFix: ...
-
-    def explain(self, target: Path, draft: Path, *, args: Mapping[str, object], python: str | None,
-                timeout_s: float) -> Explanation: ...
-
-    def versions(self) -> list[dict[str, Any]]: ...
-
-    def versions_lines(self) -> list[str]: ...
-
-
-class EngineBase:
-    """What the two engine adapters share: :meth:`Engine.spec_args` read off a table of the engine's keywords."""
-
-    name: str
-    label: str
-    # the engine's keywords for the contract's num_steps, eagle_topk and num_draft_tokens; None: it takes none
-    spec_keys: tuple[str | None, str | None, str | None]
-
-    def spec_args(self, num_steps: int | None, eagle_topk: int | None,
-                  num_draft_tokens: int | None) -> dict[str, object]:
-        values = (num_steps, eagle_topk, num_draft_tokens)
-        return {k: v for k, v in zip(self.spec_keys, values, strict=True) if k is not None and v is not None}
 
 
 def get_engine(name: str) -> Engine:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specparity.serving import results
-from specparity.serving.engine import EngineBase
+from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.serving.engine import EngineBase
+from specparity.serving.engine_base import EngineBase
 from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
