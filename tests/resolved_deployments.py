@@ -18,7 +18,7 @@ def tiny_deployment(bundle: Path, **fields: Any) -> ResolvedDeployment:
     as SGLang 0.5.23 resolves them (layers 2, 4, 6 captured: layer:1, 3, 5 served); ``fields`` replace any field."""
     spec = SpecSettings(3, 1, 4)
     base = ResolvedDeployment(
-        sglang_version="0.5.23", adapter="sglang-0.5.23", target_path=str(bundle / "target"),
+        engine_version="0.5.23", adapter="sglang-0.5.23", target_path=str(bundle / "target"),
         draft_path=str(bundle / "draft"), device="cpu", target_architecture="LlamaForCausalLM", num_layers=8,
         target_hidden_size=64, target_vocab_size=512, target_dtype="float32",
         draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64, draft_vocab_size=256,

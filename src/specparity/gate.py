@@ -222,9 +222,9 @@ def _explain_unsupported_norms(findings: list[Finding], dep: ResolvedDeployment 
         if f.kind is FindingKind.NORM_MISMATCH and flag in dep.unsupported_norms and f.details.get("expected"):
             since = "0.5.17" if flag == "norm_before_fc" else "0.5.12"
             f = Finding(f.kind, f.severity,
-                        f"the contract needs {flag}, which sglang {dep.sglang_version} cannot apply: its drafter "
+                        f"the contract needs {flag}, which sglang {dep.engine_version} cannot apply: its drafter "
                         f"builds no such norm and ignores the key (domain.md D5), so fc gets an un-normed input",
-                        f.chunk, {**f.details, "unsupported_by_version": dep.sglang_version},
+                        f.chunk, {**f.details, "unsupported_by_version": dep.engine_version},
                         fix=f"serve with sglang >= {since}, where {flag} is built from the draft config")
         out.append(f)
     return out
@@ -287,7 +287,7 @@ def _chunks(contract: Contract, run: _Run) -> list[ChunkReport]:
 def _engine_version(run: _Run) -> str | None:
     """The engine release that served (or failed to): the deployment's, else the one a failure was stamped with."""
     if run.deployment is not None:
-        return run.deployment.sglang_version
+        return run.deployment.engine_version
     return next((f.engine_version for f in run.failures if f.engine_version), None)
 
 
@@ -316,13 +316,13 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
     if dep is not None:
         eng = get_engine(run.engine)
         lf = eng.layout_fix(c.fc_input.sources, cfg, num_layers=dep.num_layers, architecture=dep.target_architecture,
-                            version=dep.sglang_version, draft_path=str(run.draft))
+                            version=dep.engine_version, draft_path=str(run.draft))
         if lf.json_patch or not lf.feasible:
             layout_fix_text = lf.summary
             fix = FixSuggestion(lf.summary, lf.file, lf.json_patch)
         findings += convention_findings(eng, c, dep, cfg, fix_summary=layout_fix_text)
     facts = DeploymentFacts(
-        sglang_version=_engine_version(run), architecture=dep.target_architecture if dep else None,
+        engine_version=_engine_version(run), architecture=dep.target_architecture if dep else None,
         fc_calls=0 if dep is not None and not dep.fc_applied and not run.failures else None,
         served_width=dep.fc_in_features if dep else None, ids_fallback_reason=dep.ids_fallback_reason if dep else None,
         requested_spec=dep.requested_spec.to_dict() if dep else {}, resolved_spec=dep.resolved_spec.to_dict() if dep else {},
@@ -342,7 +342,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                                     engine=run.engine)
     if run.table is not None and dep is not None and not run.failures:
         findings += static_capture_findings(dep.served_sources, run.table.served_sources(), engine=run.engine,
-                                            version=dep.sglang_version, architecture=dep.target_architecture)
+                                            version=dep.engine_version, architecture=dep.target_architecture)
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
         findings += adapter_findings(dep)
@@ -382,7 +382,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
                 "warnings": list(dep.spec_warnings), "engine_label": get_engine(run.engine).label}
     return Verdict(
         contract_name=c.name, contract_hash=c.content_hash, level=level, status=status,  # type: ignore[arg-type]
-        sglang_version=_engine_version(run),
+        engine_version=_engine_version(run),
         target_architecture=dep.target_architecture if dep else c.target.architecture, draft_path=str(run.draft),
         expected_layout=list(c.fc_input.sources), served_layout=served_layout, chunks=_chunks(c, run),
         findings=findings, fix=fix, resolved_spec_config=spec, outcome=run.outcome, heatmap=heat,

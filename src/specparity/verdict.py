@@ -116,7 +116,7 @@ class Verdict:
     contract_hash: str | None
     level: Level
     status: Status
-    sglang_version: str | None
+    engine_version: str | None  # the release of ``engine`` that was checked
     target_architecture: str | None
     draft_path: str | None
     expected_layout: Sequence[str]
@@ -133,7 +133,7 @@ class Verdict:
     environment: Mapping[str, str] = field(default_factory=dict)
     # stand-ins that were active in the child (README "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
     stand_ins: Sequence[str] = ()
-    engine: str = "sglang"  # the serving engine; sglang_version holds its version
+    engine: str = "sglang"  # the serving engine ("sglang" | "vllm")
     # the served layout (ResolvedDeployment.layout): engine, executor, TP/PP/DP/EP sizes, ranks expected and reported
     layout: Mapping[str, Any] = field(default_factory=dict)
 
@@ -154,9 +154,9 @@ class Verdict:
             "contract": self.contract_name,
             "contract_hash": self.contract_hash,
             "level": self.level,
-            "sglang_version": self.sglang_version,
+            "sglang_version": self.engine_version,  # engine_version's deprecated alias, removed in 0.2.0
             "engine": self.engine,
-            "engine_version": self.sglang_version,
+            "engine_version": self.engine_version,
             "target_architecture": self.target_architecture,
             "draft_path": self.draft_path,
             "expected_layout": list(self.expected_layout),
@@ -198,7 +198,7 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         contract_hash=d.get("contract_hash"),
         level=d["level"],
         status=d["verdict"],
-        sglang_version=d.get("sglang_version"),
+        engine_version=d["engine_version"] if "engine_version" in d else d.get("sglang_version"),  # an older report
         target_architecture=d.get("target_architecture"),
         draft_path=d.get("draft_path"),
         expected_layout=list(d["expected_layout"]),

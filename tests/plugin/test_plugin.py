@@ -44,7 +44,7 @@ def fake(contract, target, draft, *, sglang_args=None, level="all", python=None,
         status = "error"
         findings = [Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
                             "TypeError: unsupported operand at sglang/srt/models/llama.py:340", details={"check": "engine"})]
-    return Verdict(contract_name="tiny", contract_hash="ab" * 32, level=level, status=status, sglang_version="0.5.23",
+    return Verdict(contract_name="tiny", contract_hash="ab" * 32, level=level, status=status, engine_version="0.5.23",
                    target_architecture="LlamaForCausalLM", draft_path=str(draft), expected_layout=exp,
                    served_layout=served, chunks=[ChunkReport(i, e, s, 1.0 if e == s else 0.5, 0.0 if e == s else 0.1)
                                                  for i, (e, s) in enumerate(zip(exp, served))],

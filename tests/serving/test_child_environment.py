@@ -96,7 +96,7 @@ def test_gate_with_python_reports_the_childs_sglang_and_torch(tmp_path: Path, en
         capture_output=True, text=True, timeout=600, check=False, env=run_env, cwd=REPO)
     assert out.is_file(), proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["sglang_version"] == env.sglang, report["findings"]
+    assert report["engine_version"] == env.sglang, report["findings"]
     child = report["environment"]
     assert child["sglang"] == env.sglang and child["torch"].startswith(torch_version), child
     assert Path(child["sglang_path"]).is_relative_to(old_env.resolve()) or str(old_env) in child["sglang_path"]

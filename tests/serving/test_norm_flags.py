@@ -32,7 +32,7 @@ def _dep(**kw: object):  # type: ignore[no-untyped-def]
 
 
 def test_with_applied_norms_overrides_what_the_config_said() -> None:
-    dep = _dep(norm_before_fc=True, sglang_version="0.5.3")  # as the old code reported it: configured
+    dep = _dep(norm_before_fc=True, engine_version="0.5.3")  # as the old code reported it: configured
     fixed = with_applied_norms(dep, SimpleNamespace(), fc_source="sglang_module")
     assert (fixed.norm_before_fc, fixed.fc_norm, fixed.norm_output, fixed.fc_source) == (
         False, False, False, "sglang_module")
@@ -42,7 +42,7 @@ def test_a_norm_the_version_cannot_apply_is_said_as_such() -> None:
     generic = Finding(FindingKind.NORM_MISMATCH, Severity.ERROR, "the served drafter has norm_before_fc=False, "
                       "training used norm_before_fc=True", details={"flag": "norm_before_fc", "expected": True,
                                                                     "served": False})
-    dep = _dep(sglang_version="0.5.3", unsupported_norms=NORM_FLAGS, ignored_norm_config=("norm_before_fc",))
+    dep = _dep(engine_version="0.5.3", unsupported_norms=NORM_FLAGS, ignored_norm_config=("norm_before_fc",))
     [f] = gate._explain_unsupported_norms([generic], dep)
     assert f.kind is FindingKind.NORM_MISMATCH and f.severity is Severity.ERROR
     assert "sglang 0.5.3 cannot apply" in f.message and f.fix is not None and ">= 0.5.17" in f.fix

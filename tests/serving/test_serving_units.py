@@ -47,7 +47,7 @@ STUB = (
 
 def _deployment(**over: object) -> ResolvedDeployment:
     base: dict[str, object] = dict(
-        sglang_version="0.5.23",
+        engine_version="0.5.23",
         adapter="sglang-0.5.23",
         target_path="/t",
         draft_path="/d",
@@ -114,7 +114,7 @@ def test_transport_round_trip(tmp_path: Path) -> None:
     fc = FcCapture(
         per_sample=per,
         dtype="float32",
-        sglang_version="0.5.23",
+        engine_version="0.5.23",
         hook_calls=1,
         aux_states_captured=3,
         aux_states_expected=3,
@@ -133,6 +133,14 @@ def test_transport_round_trip(tmp_path: Path) -> None:
     assert all(torch.equal(a, b * 2) for a, b in zip(back.fc.aux_per_sample, per, strict=True))
     assert back.atlas is not None and back.atlas.sources() == ("embedding", "final_norm")
     assert torch.equal(back.atlas.per_sample[1]["final_norm"], atlas.per_sample[1]["final_norm"])
+    # a child of an older specparity names the engine's version sglang_version: read alike
+    doc = json.loads((tmp_path / "result.json").read_text())
+    for part in (doc["deployment"], doc["fc"]):
+        part["sglang_version"] = part.pop("engine_version")
+    (tmp_path / "result.json").write_text(json.dumps(doc))
+    older = read_result(tmp_path)
+    assert older is not None and older.deployment == back.deployment and older.fc is not None
+    assert older.fc.meta_dict() == fc.meta_dict()
 
 
 # ------------------------------------------------------------------------------------------ rules

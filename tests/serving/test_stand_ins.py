@@ -20,7 +20,7 @@ STUB_DIR = Path(__file__).resolve().parents[2] / "src" / "specparity" / "serving
 def _deployment() -> ResolvedDeployment:
     spec = SpecSettings(3, 1, 4)
     return ResolvedDeployment(
-        sglang_version="0.5.23", adapter="sglang-0.5.23", target_path="/t", draft_path="/d", device="cpu",
+        engine_version="0.5.23", adapter="sglang-0.5.23", target_path="/t", draft_path="/d", device="cpu",
         target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64, target_vocab_size=512,
         target_dtype="float32", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64,
         draft_vocab_size=256, requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(1, 3, 5),
@@ -76,7 +76,7 @@ def test_active_stand_ins_ride_on_the_deployment_into_the_report(monkeypatch: py
     assert (dep.environment["device"] == "cpu" and dep.environment["torch"] == torch.__version__.split("+")[0]) \
         or dep.environment["torch"] == torch.__version__
     assert ResolvedDeployment.from_dict(dep.to_dict()).stand_ins == dep.stand_ins  # crosses the process boundary
-    v = Verdict(contract_name="c", contract_hash=None, level="static", status="pass", sglang_version="0.5.23",
+    v = Verdict(contract_name="c", contract_hash=None, level="static", status="pass", engine_version="0.5.23",
                 target_architecture="LlamaForCausalLM", draft_path="/d", expected_layout=[], served_layout=None,
                 environment=dep.environment, stand_ins=dep.stand_ins)
     assert v.to_dict()["stand_ins"] == list(dep.stand_ins)

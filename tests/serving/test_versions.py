@@ -234,11 +234,11 @@ def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -
 
     entry = select_adapter("0.6.1")
     assert isinstance(entry, AdapterEntry) and entry.untested
-    dep = with_version_note(_static_deployment(sglang_version="0.6.1"), entry)
+    dep = with_version_note(_static_deployment(engine_version="0.6.1"), entry)
     assert dep.adapter_notes[0][:2] == ("untested_version", "warning") and "0.6.1" in dep.adapter_notes[0][2]
     assert ResolvedDeployment.from_dict(json.loads(json.dumps(dep.to_dict()))) == dep  # survives the child pipe
     crash = ServingFailure(SGLANG_EXCEPTION, "boom")
-    captured = with_version_note(CaptureResult(_static_deployment(sglang_version="0.6.1"), None, None, (crash,)),
+    captured = with_version_note(CaptureResult(_static_deployment(engine_version="0.6.1"), None, None, (crash,)),
                                  entry)
     assert captured.deployment.adapter_notes == dep.adapter_notes and captured.failures == (crash,)
     tested = select_adapter("0.5.23")
@@ -263,7 +263,7 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
     assert note[0] == "draft_ids_ignored" and note[1] == severity
     assert "[1, 3, 4]" in note[2] and "layer:1, layer:3, layer:4" in note[2] and "0.4.8" in note[2]
     assert "model_runner.py:307" in note[3] and "models/llama.py:700-706" in note[3]
-    dep = _static_deployment(sglang_version="0.4.8", adapter="sglang-family-A", draft_config_ids=None,
+    dep = _static_deployment(engine_version="0.4.8", adapter="sglang-family-A", draft_config_ids=None,
                              layers_to_capture=(2, 4, 5), served_sources=(layer(1), layer(3), layer(4)),
                              adapter_notes=(note,))
     contract = REPO / "contracts" / "tiny-llama-eagle3.json"
@@ -286,7 +286,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         return
     assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
     assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
-    [f] = decision.adapter_findings(_static_deployment(sglang_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    [f] = decision.adapter_findings(_static_deployment(engine_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
     assert f.kind.value == "config_mismatch" and f.severity.value == "error"
 
 
@@ -427,13 +427,13 @@ def test_family_d_static_level_reports_boundary_0_as_the_crash_it_is(release: st
     """0.5.20 has 0.5.23's module layout but no layer_boundary: [-1,1,3] crashes llama (D9), never 'embedding'."""
     from specparity.serving.sglang.since_0_5_11.adapter import boundary0_crash
 
-    dep = _static_deployment(sglang_version=release, draft_config_ids=(-1, 1, 3), layers_to_capture=(0, 2, 4),
+    dep = _static_deployment(engine_version=release, draft_config_ids=(-1, 1, 3), layers_to_capture=(0, 2, 4),
                              served_sources=(EMBEDDING, layer(1), layer(3)))
     failure = boundary0_crash(dep)
     assert (failure is not None) == crashes
     if failure is not None:
         assert failure.kind == SGLANG_EXCEPTION and TYPE_ERROR_HS_NONE in failure.message and release in failure.message
-    assert boundary0_crash(_static_deployment(sglang_version=release)) is None  # (2, 4, 6): nothing to predict
+    assert boundary0_crash(_static_deployment(engine_version=release)) is None  # (2, 4, 6): nothing to predict
 
 
 def test_family_d_atlas_reads_the_embedding_by_a_tap_where_boundary_0_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -560,14 +560,14 @@ def test_ids_1_3_5_fc_input_equals_hf_on_every_version(
         _capture_refused(r)
         resolved = _resolve(serving_cache, models, "ids_1_3_5")
         assert not isinstance(resolved, ServingFailure), resolved
-        assert resolved.adapter == entry.name and resolved.sglang_version == SGLANG_VERSION
+        assert resolved.adapter == entry.name and resolved.engine_version == SGLANG_VERSION
         _ids_ignored(resolved, severity="error")  # trained on layer:1,3,5; served layer:1,3,4
         # D4: fc always has a bias here, and the bundled checkpoint has none (it stays random)
         assert resolved.fc_bias and any(n[0] == "config_mismatch" and "fc.bias" in n[2]
                                         for n in resolved.adapter_notes), resolved.adapter_notes
         return
     assert r.failures == (), r.failures
-    assert r.deployment.adapter == entry.name and r.deployment.sglang_version == SGLANG_VERSION
+    assert r.deployment.adapter == entry.name and r.deployment.engine_version == SGLANG_VERSION
     assert r.fc is not None and r.fc.hook_calls == 1
     assert [tuple(t.shape) for t in r.fc.per_sample] == [(len(p), 3 * H) for p in PROBES]
     for fc, hs in zip(r.fc.per_sample, hf_hidden_states, strict=True):

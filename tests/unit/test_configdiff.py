@@ -44,7 +44,7 @@ def contract_dict() -> dict[str, Any]:
 def resolved_dict(**changes: Any) -> dict[str, Any]:
     """Shaped like serving.results.ResolvedDeployment.to_dict() for a correct deployment."""
     d: dict[str, Any] = {
-        "sglang_version": "0.5.23", "target_architecture": "LlamaForCausalLM", "num_layers": 8,
+        "engine_version": "0.5.23", "target_architecture": "LlamaForCausalLM", "num_layers": 8,
         "target_hidden_size": 64, "target_vocab_size": 256, "target_dtype": "float32",
         "draft_architecture": "LlamaForCausalLMEagle3", "draft_hidden_size": 64, "draft_vocab_size": 128,
         "requested_spec": {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},

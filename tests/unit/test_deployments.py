@@ -88,7 +88,7 @@ class _ResolvingEngine:
         self.args = dict(args)
         spec = SpecSettings(*(args.get(k) for k in SPEC_SERVER_ARGS))  # as since_0_5_11/core.py builds requested_spec
         return ResolvedDeployment(
-            sglang_version="0.5.23", adapter="sglang-0.5.23", target_path=str(target), draft_path=str(draft),
+            engine_version="0.5.23", adapter="sglang-0.5.23", target_path=str(target), draft_path=str(draft),
             device="cpu", target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64,
             target_vocab_size=512, target_dtype="float32", draft_architecture="LlamaForCausalLMEagle3",
             draft_hidden_size=64, draft_vocab_size=256, requested_spec=spec, resolved_spec=SpecSettings(3, 1, 4),

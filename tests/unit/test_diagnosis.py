@@ -40,7 +40,7 @@ def _diagnose(table: AttributionTable | None, deployment: DeploymentFacts | None
               expected: tuple[str, ...] = CONTRACT, layout_fix: str | None = None,
               **facts: object) -> list[Finding]:
     exp = ExpectedFacts(name="tiny-llama-eagle3", sources=expected, hidden_size=H, **facts)  # type: ignore[arg-type]
-    return diagnose(exp, deployment or DeploymentFacts(sglang_version="0.5.23", architecture="LlamaForCausalLM"),
+    return diagnose(exp, deployment or DeploymentFacts(engine_version="0.5.23", architecture="LlamaForCausalLM"),
                     table=table, tolerance=FP32, layout_fix=layout_fix)
 
 
@@ -66,7 +66,7 @@ def test_extra_embedding_from_minus_one_id() -> None:
 
 def test_default_ids_give_off_by_one_and_the_fallback_is_named() -> None:
     # no eagle_config -> SGLang default [2, 4, 5] = layer:{1, 3, 4}
-    dep = DeploymentFacts(sglang_version="0.5.23", architecture="LlamaForCausalLM",
+    dep = DeploymentFacts(engine_version="0.5.23", architecture="LlamaForCausalLM",
                           ids_fallback_reason="draft config has no eagle_config")
     findings = _diagnose(_table(["layer:1", "layer:3", "layer:4"]), dep)
     assert _kinds(findings) == [FindingKind.DEFAULT_IDS_FALLBACK, FindingKind.OFF_BY_ONE]
@@ -238,7 +238,7 @@ def test_contract_self_inconsistent_when_recording_is_not_what_contract_says() -
 
 
 def test_environment_failures() -> None:
-    dep = DeploymentFacts(sglang_version="0.5.23", engine_error="TypeError: unsupported operand (hs + None)",
+    dep = DeploymentFacts(engine_version="0.5.23", engine_error="TypeError: unsupported operand (hs + None)",
                           timeout_s=600.0)
     findings = _diagnose(None, dep)
     assert _kinds(findings) == [FindingKind.ENGINE_ERROR, FindingKind.TIMEOUT]
@@ -247,7 +247,7 @@ def test_environment_failures() -> None:
 
 def test_all_findings_at_once() -> None:
     dep = DeploymentFacts(
-        sglang_version="0.5.23", architecture="LlamaForCausalLM",
+        engine_version="0.5.23", architecture="LlamaForCausalLM",
         ids_fallback_reason="eagle_config malformed",
         requested_spec={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 8},
         resolved_spec={"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},

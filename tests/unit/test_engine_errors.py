@@ -128,7 +128,7 @@ def test_a_report_from_before_engine_error_still_reads_and_decides_the_same() ->
 
 def _verdict(findings: tuple[Finding, ...], chunks: tuple[ChunkReport, ...], **kw: object) -> Verdict:
     return Verdict(contract_name="c", contract_hash="ab" * 32, level="capture", status=decision.status_of(findings),
-                   sglang_version="0.32.0", target_architecture="LlamaForCausalLM", draft_path="d",
+                   engine_version="0.32.0", target_architecture="LlamaForCausalLM", draft_path="d",
                    expected_layout=EXPECTED, served_layout=None, chunks=chunks, findings=findings,
                    engine="vllm", **kw)  # type: ignore[arg-type]
 
@@ -192,7 +192,7 @@ def test_static_findings_on_vllm_quote_vllm_never_sglang() -> None:
     exp = ExpectedFacts(name="t", sources=EXPECTED, hidden_size=64,
                         norm_flags={"norm_before_fc": True, "fc_norm": False, "norm_output": False})
     for engine, version in (("vllm", "0.32.0"), ("sglang", "0.5.23")):
-        dep = DeploymentFacts(sglang_version=version, engine=engine, fc_calls=0,
+        dep = DeploymentFacts(engine_version=version, engine=engine, fc_calls=0,
                               requested_spec={"num_steps": 3}, resolved_spec={"num_steps": 2},
                               norm_flags={"norm_before_fc": False, "fc_norm": False, "norm_output": False})
         text = "\n".join(f.message for f in diagnose(exp, dep, table=None, tolerance=default_tolerance("float32")))

@@ -23,7 +23,7 @@ CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
 
 
 def _vllm_deployment(served: tuple[str, ...] = ("layer:0", "layer:2", "layer:4")) -> ResolvedDeployment:
-    return tiny_deployment(BUNDLE, sglang_version="0.32.0", adapter="vllm_0_32", layers_to_capture=(1, 3, 5),
+    return tiny_deployment(BUNDLE, engine_version="0.32.0", adapter="vllm_0_32", layers_to_capture=(1, 3, 5),
                            served_sources=served, engine="vllm")
 
 

@@ -16,7 +16,7 @@ KEYS = {"engine", "engine_version", "target_architecture", "num_layers", "draft_
 
 def dep(**kw: object) -> ResolvedDeployment:
     base = ResolvedDeployment(
-        sglang_version="0.5.23", adapter="sglang-family-E", target_path="/t", draft_path="/d", device="cpu",
+        engine_version="0.5.23", adapter="sglang-family-E", target_path="/t", draft_path="/d", device="cpu",
         target_architecture="LlamaForCausalLM", num_layers=8, target_hidden_size=64, target_vocab_size=512,
         target_dtype="bfloat16", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=64,
         draft_vocab_size=256, requested_spec=SpecSettings(None, None, None), resolved_spec=SpecSettings(5, 4, 8),
@@ -98,7 +98,7 @@ def test_a_cuda_query_without_a_gpu_is_needs_hardware_and_other_errors_are_not()
 # ------------------------------------------------- issue 24 item 4: exit codes follow what explain prints
 def _family_a(**kw: object) -> ResolvedDeployment:
     """What family A (0.4.8) resolves for the bundled default: ids [1, 3, 5] ignored, defaults served."""
-    base = dep(sglang_version="0.4.8", adapter="sglang-family-A", target_dtype="float16", draft_vocab_size=512,
+    base = dep(engine_version="0.4.8", adapter="sglang-family-A", target_dtype="float16", draft_vocab_size=512,
                draft_config_ids=None, layers_to_capture=(2, 4, 5), served_sources=("layer:1", "layer:3", "layer:4"),
                fc_bias=True, draft_fc_module=(192, 64, True), ids_read=False, ignored_config_ids=(1, 3, 5),
                adapter_notes=(("draft_ids_ignored", "error", "sglang 0.4.8 ignores the draft's ids", "cite"),),
@@ -114,7 +114,7 @@ def test_an_error_note_is_exit_1_and_a_warning_is_not() -> None:
 
 
 def test_a_default_with_no_recorded_reason_is_exit_3_and_says_so() -> None:
-    e = explain_resolved(_family_a(sglang_version="0.5.10", ids_read=True, ignored_config_ids=None, adapter_notes=()))
+    e = explain_resolved(_family_a(engine_version="0.5.10", ids_read=True, ignored_config_ids=None, adapter_notes=()))
     assert e.exit_code == 3 and "recorded no reason" in e.summary, e.summary
     assert any(line.startswith("unknown") for line in e.lines) and e.data["unknown"]
 
@@ -134,3 +134,5 @@ def test_without_a_recorded_setter_the_rule_is_labelled_as_0_5_23s() -> None:
 def test_the_citation_survives_the_child_to_parent_json() -> None:
     d = _family_a()
     assert ResolvedDeployment.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+    older = {("sglang_version" if k == "engine_version" else k): x for k, x in d.to_dict().items()}
+    assert ResolvedDeployment.from_dict(older) == d  # the field's old name, from a child of an older specparity

@@ -45,7 +45,7 @@ def verdicts(draw: st.DrawFn) -> Verdict:
                                max_abs_err=0.01 if captured else None) for i, s in enumerate(EXPECTED))
     return Verdict(contract_name="c", contract_hash="ab" * 32, level=level,  # type: ignore[arg-type]
                    status=decision.status_of(findings),  # type: ignore[arg-type]
-                   sglang_version=draw(st.sampled_from(VERSIONS[engine])), target_architecture="LlamaForCausalLM",
+                   engine_version=draw(st.sampled_from(VERSIONS[engine])), target_architecture="LlamaForCausalLM",
                    draft_path="d", expected_layout=EXPECTED, served_layout=EXPECTED if captured else None,
                    chunks=chunks, findings=tuple(findings), engine=engine)
 
@@ -82,7 +82,7 @@ def test_every_face_agrees_on_the_decision_the_engine_and_the_kinds(v: Verdict) 
     # terminal: the status word, the engine and its release, every finding by kind; no other engine named
     text = render_text(v)
     assert text.split()[0] == WORD[v.status]
-    assert f"({v.engine} {v.sglang_version}, LlamaForCausalLM)" in text.splitlines()[0]
+    assert f"({v.engine} {v.engine_version}, LlamaForCausalLM)" in text.splitlines()[0]
     assert [k for k in kinds if f" {k}: " in text] == kinds
     assert other not in text.lower(), text
     if not any(c.captured for c in v.chunks):
@@ -92,7 +92,8 @@ def test_every_face_agrees_on_the_decision_the_engine_and_the_kinds(v: Verdict) 
 
     # JSON: the same decision, engine and kinds
     doc = json.loads(render_json(v))
-    assert (doc["verdict"], doc["engine"], doc["engine_version"]) == (v.status, v.engine, v.sglang_version)
+    assert (doc["verdict"], doc["engine"], doc["engine_version"]) == (v.status, v.engine, v.engine_version)
+    assert doc["sglang_version"] == doc["engine_version"]  # the deprecated alias, whichever engine (until 0.2.0)
     assert [f["kind"] for f in doc["findings"]] == kinds
 
     # HTML: the banner's status, every finding's kind, the engine in the environment table; no other engine
@@ -107,7 +108,7 @@ def test_every_face_agrees_on_the_decision_the_engine_and_the_kinds(v: Verdict) 
     suite = ET.fromstring(render_junit(v)).find("testsuite")
     assert suite is not None
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert (props["verdict"], props["engine"], props["engine_version"]) == (v.status, v.engine, v.sglang_version)
+    assert (props["verdict"], props["engine"], props["engine_version"]) == (v.status, v.engine, v.engine_version)
     failed = [(c.get("name"), el) for c in suite.findall("testcase") for el in c if el.tag in ("failure", "error")]
     assert bool(failed) == (v.status != "pass")
     assert {n for n, _ in failed} <= {v.engine, "static", "capture", "outcome", "verdict"}

@@ -92,7 +92,7 @@ def _fed_back(kw: dict[str, Any], *, replay: Any) -> Any:
     rows = [s.fc_input for s in pack.samples]
     atlas = [{**dict(zip(("layer:1", "layer:3", "layer:5"), r.chunk(3, dim=-1), strict=True)),
               "final_norm": s.final_norm} for r, s in zip(rows, pack.samples, strict=True)]
-    fc = FcCapture(per_sample=rows, dtype="float32", sglang_version="0.5.23", hook_calls=1,
+    fc = FcCapture(per_sample=rows, dtype="float32", engine_version="0.5.23", hook_calls=1,
                    aux_states_captured=3, aux_states_expected=3, kernel_stub_calls=())
     return CaptureResult(deployment=_deployment(), fc=fc, atlas=LayerAtlas(atlas, num_layers=8), failures=(),
                          replay=replay)

@@ -104,7 +104,7 @@ def _pc(**kw: Any) -> SimpleNamespace:
 
 
 def _verdict(lay: dict[str, Any]) -> Verdict:
-    return Verdict(contract_name="c", contract_hash=None, level="capture", status="pass", sglang_version="0.32.0",
+    return Verdict(contract_name="c", contract_hash=None, level="capture", status="pass", engine_version="0.32.0",
                    target_architecture="LlamaForCausalLM", draft_path="d", expected_layout=["layer:1"],
                    served_layout=["layer:1"], engine="vllm", layout=lay)
 
@@ -120,6 +120,8 @@ def test_the_layout_names_sizes_nodes_and_ranks_in_every_report() -> None:
     assert 'name="layout.sizes" value="TP=2 PP=1 DP=1 EP=2"' in render_junit(v)
     again = verdict_from_dict(json.loads(json.dumps(v.to_dict())))
     assert again.layout == v.layout
+    older = {k: x for k, x in v.to_dict().items() if k != "engine_version"}  # a report from before engine_version
+    assert verdict_from_dict(older).engine_version == v.engine_version == "0.32.0"
 
 
 def test_a_missing_rank_is_named_in_the_layout_and_no_layout_is_no_line() -> None:

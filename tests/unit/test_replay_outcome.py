@@ -160,7 +160,7 @@ def _perfect_replay(pack: ProbePack) -> DrafterReplay:
 def _capture(fc: list[torch.Tensor], *, replay: DrafterReplay | ServingFailure | None = None,
              acceptance: LoopAcceptance | None = None) -> CaptureResult:
     return CaptureResult(deployment=None, atlas=None, failures=(), replay=replay, acceptance=acceptance,
-                         fc=FcCapture(per_sample=fc, dtype="float32", sglang_version="test", hook_calls=1,
+                         fc=FcCapture(per_sample=fc, dtype="float32", engine_version="test", hook_calls=1,
                                       aux_states_captured=3, aux_states_expected=3, kernel_stub_calls=()))
 
 

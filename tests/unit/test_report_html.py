@@ -54,7 +54,7 @@ def heatmap_values() -> list[list[float]]:
 def failing_verdict(**kw: object) -> Verdict:
     base: dict[str, object] = dict(
         contract_name="tiny-llama-eagle3", contract_hash="ab" * 32, level="all", status="fail",
-        sglang_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path="fixtures/default/draft",
+        engine_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path="fixtures/default/draft",
         expected_layout=EXPECTED, served_layout=SERVED,
         chunks=tuple(ChunkReport(i, e, s, cosine=0.3, max_abs_err=2.0, recorded=e, min_passing_atol=2.0)
                      for i, (e, s) in enumerate(zip(EXPECTED, SERVED, strict=True))),

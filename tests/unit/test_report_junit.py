@@ -21,7 +21,7 @@ FIX = "set eagle_config.eagle_aux_hidden_state_layer_ids = [1, 3, 5] in d/config
 def verdict(**kw: object) -> Verdict:
     base: dict[str, object] = dict(
         contract_name="tiny-llama-eagle3", contract_hash="ab" * 32, level="all", status="pass",
-        sglang_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path="d",
+        engine_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path="d",
         expected_layout=EXPECTED, served_layout=EXPECTED,
     )
     base.update(kw)
@@ -93,7 +93,8 @@ def test_failing_verdict_one_testcase_per_check() -> None:
 
 def test_properties_carry_verdict_hash_version_and_every_finding() -> None:
     p = props(suite_of(failing()))
-    assert p["verdict"] == "fail" and p["contract_hash"] == "ab" * 32 and p["sglang_version"] == "0.5.23"
+    assert p["verdict"] == "fail" and p["contract_hash"] == "ab" * 32 and p["engine_version"] == "0.5.23"
+    assert p["sglang_version"] == "0.5.23"  # engine_version's deprecated alias (until 0.2.0)
     assert p["served_layout"] == "embedding, layer:1, layer:3"
     assert [p[f"finding.{n}"] for n in range(4)] == [
         "default_ids_fallback: SGLang used its default ids",

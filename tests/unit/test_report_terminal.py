@@ -23,7 +23,7 @@ EXPECTED = ("layer:1", "layer:3", "layer:5")
 def verdict(**kw: object) -> Verdict:
     base: dict[str, object] = dict(
         contract_name="tiny-llama-eagle3", contract_hash="ab" * 32, level="all", status="pass",
-        sglang_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path=DRAFT,
+        engine_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path=DRAFT,
         expected_layout=EXPECTED, served_layout=EXPECTED,
     )
     base.update(kw)
@@ -121,7 +121,7 @@ def test_error_golden_quotes_the_sglang_exception() -> None:
 
 
 def test_timeout_without_fix_points_at_debug_traceback() -> None:
-    v = verdict(status="error", sglang_version=None, target_architecture=None, served_layout=None,
+    v = verdict(status="error", engine_version=None, target_architecture=None, served_layout=None,
                 findings=(Finding(FindingKind.TIMEOUT, Severity.ERROR, "SGLang did not finish within 600 s"),))
     assert render_text(v).splitlines()[:2] == [
         "ERROR  could not check fc input against contract 'tiny-llama-eagle3' (serving engine unknown) on this machine: "

@@ -45,7 +45,7 @@ def patched(as_is: Verdict, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_specforge_drafter_as_is_fails_naming_the_off_by_one(as_is: Verdict) -> None:
-    assert as_is.status == "fail" and as_is.engine == "vllm" and (as_is.sglang_version or "").startswith("0.32")
+    assert as_is.status == "fail" and as_is.engine == "vllm" and (as_is.engine_version or "").startswith("0.32")
     kinds = {f.kind for f in as_is.errors}
     assert FindingKind.ENGINE_CONVENTION_MISMATCH in kinds and FindingKind.OFF_BY_ONE in kinds
     assert as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
@@ -203,5 +203,5 @@ def test_a_tp_the_heads_do_not_divide_is_vllms_refusal_with_its_reason(vllm_pyth
     v = _gate(BUNDLE / "draft", vllm_python, level="static", tensor_parallel_size=3)
     assert v.status == "fail" and v.exit_code == 1, [str(f) for f in v.errors]
     [f] = [f for f in v.errors if f.kind is FindingKind.ENGINE_ERROR]
-    assert (f.details["engine"], f.details["version"], f.details["cause"]) == ("vllm", v.sglang_version, "deployment")
-    assert (v.sglang_version or "").startswith("0.32") and "divisible by tensor parallel size (3)" in f.message
+    assert (f.details["engine"], f.details["version"], f.details["cause"]) == ("vllm", v.engine_version, "deployment")
+    assert (v.engine_version or "").startswith("0.32") and "divisible by tensor parallel size (3)" in f.message

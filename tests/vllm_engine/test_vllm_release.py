@@ -33,7 +33,7 @@ def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: s
     import vllm
 
     as_is = _gate(BUNDLE / "draft", vllm_python, "static")
-    assert as_is.sglang_version == vllm.__version__ == "0.33.0"
+    assert as_is.engine_version == vllm.__version__ == "0.33.0"
     assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
     assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}
     assert as_is.fix is not None and list(as_is.fix.json_patch) == [

@@ -52,7 +52,7 @@ class DeploymentFacts:
     ``engine_error`` / ``timeout_s``: the engine could not complete the check.
     """
 
-    sglang_version: str | None = None
+    engine_version: str | None = None  # the release of ``engine`` that served
     architecture: str | None = None
     fc_calls: int | None = None
     captured_states: int | None = None
@@ -96,14 +96,14 @@ def _fmt(x: float) -> str:
 
 
 def _where(d: DeploymentFacts) -> str:
-    parts = [p for p in (f"{d.engine} {d.sglang_version}" if d.sglang_version else None, d.architecture) if p]
+    parts = [p for p in (f"{d.engine} {d.engine_version}" if d.engine_version else None, d.architecture) if p]
     return f" ({', '.join(parts)})" if parts else ""
 
 
 def _environment(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
     out: list[Finding] = []
     label = engine_label(dep.engine)
-    named = {"engine": dep.engine, "version": dep.sglang_version}
+    named = {"engine": dep.engine, "version": dep.engine_version}
     if dep.engine_error is not None:
         out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
                            f"{label} failed before the fc input could be checked{_where(dep)}: {dep.engine_error}",

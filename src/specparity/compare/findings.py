@@ -171,5 +171,7 @@ def adapter_findings(dep: Any) -> list[Finding]:
     """What the engine's version family knows about a resolved deployment (``ResolvedDeployment.adapter_notes``)
     as findings: the gate reports them, and ``specparity explain`` exits by the same decision."""
     return [Finding(FindingKind(kind), Severity(severity), message,
-                    details={"sglang_version": dep.sglang_version, "adapter": dep.adapter, "cite": cite})
+                    # "sglang_version": engine_version's deprecated alias (as in the report's top level), removed in 0.2.0
+                    details={"engine_version": dep.engine_version, "sglang_version": dep.engine_version,
+                             "adapter": dep.adapter, "cite": cite})
             for kind, severity, message, cite in dep.adapter_notes]

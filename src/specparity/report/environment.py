@@ -3,7 +3,7 @@ transformers, device, and the stand-ins that were active.
 
 The values come from the evidence the engine's child process returned (``Verdict.environment``,
 ``Verdict.stand_ins``), read through the verdict's JSON form so that keys added later show up too;
-``sglang_version`` fills in the engine version where the child reported nothing. A value the
+``engine_version`` fills in the engine version where the child reported nothing. A value the
 evidence does not carry is shown as ``not recorded``, never guessed from the gate's own interpreter
 (with ``--python`` the child runs another one).
 """
@@ -39,10 +39,10 @@ def environment(verdict: Verdict) -> dict[str, Any]:
     out = dict(env) if isinstance(env, Mapping) else {}
     if out and "stand_ins" in d and "stand_ins" not in out:  # "none" only when the child reported at all
         out["stand_ins"] = d["stand_ins"]
-    if not out.get("engine") and (verdict.sglang_version or out.get("sglang") or out.get("vllm")):
+    if not out.get("engine") and (verdict.engine_version or out.get("sglang") or out.get("vllm")):
         out["engine"] = verdict.engine  # the verdict's own engine, never assumed to be SGLang
-    if verdict.sglang_version and not (out.get("engine_version") or out.get("sglang")):
-        out["engine_version"] = verdict.sglang_version
+    if verdict.engine_version and not (out.get("engine_version") or out.get("sglang")):
+        out["engine_version"] = verdict.engine_version
     return out
 
 

@@ -98,9 +98,9 @@ def build_junit(verdict: Verdict) -> ET.Element:
         ("contract", verdict.contract_name),
         ("contract_hash", verdict.contract_hash or ""),
         ("level", verdict.level),
-        ("sglang_version", verdict.sglang_version or ""),  # the engine's version, whichever engine (kept name)
+        ("sglang_version", verdict.engine_version or ""),  # engine_version's deprecated alias, removed in 0.2.0
         ("engine", verdict.engine),
-        ("engine_version", verdict.sglang_version or ""),
+        ("engine_version", verdict.engine_version or ""),
         ("target_architecture", verdict.target_architecture or ""),
         ("expected_layout", ", ".join(verdict.expected_layout)),
     ]

@@ -81,8 +81,8 @@ def fmt_cosine(value: float | None) -> str:
 def context(verdict: Verdict) -> str:
     """``sglang 0.5.23, LlamaForCausalLM``: the parts that are known."""
     parts = []
-    if verdict.sglang_version:
-        parts.append(f"{verdict.engine} {verdict.sglang_version}")
+    if verdict.engine_version:
+        parts.append(f"{verdict.engine} {verdict.engine_version}")
     if verdict.target_architecture:
         parts.append(verdict.target_architecture)
     return ", ".join(parts) if parts else "serving engine unknown"

@@ -56,13 +56,14 @@ def directory_fingerprint(path: str | Path) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _sglang_version_of(python: str) -> str:
+def _dist_version_of(python: str, dist: str) -> str:
+    """The version of distribution ``dist`` that interpreter ``python`` imports, ``absent`` or ``unknown (...)``."""
     if python == sys.executable:
         try:
-            return importlib.metadata.version("sglang")
+            return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             return "absent"
-    code = "import importlib.metadata as m\ntry: print(m.version('sglang'))\nexcept m.PackageNotFoundError: print('absent')"
+    code = f"import importlib.metadata as m\ntry: print(m.version({dist!r}))\nexcept m.PackageNotFoundError: print('absent')"
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=False,
                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
@@ -74,7 +75,7 @@ def _sglang_version_of(python: str) -> str:
 def interpreter_identity(python: str | None) -> str:
     """The interpreter a child runs under (resolved path) and the SGLang version it imports."""
     exe = python or sys.executable
-    return f"{os.path.realpath(exe)} sglang={_sglang_version_of(exe)}"
+    return f"{os.path.realpath(exe)} sglang={_dist_version_of(exe, 'sglang')}"
 
 
 def cache_key(

@@ -72,17 +72,17 @@ def convention_findings(engine: Engine, contract: Contract, dep: ResolvedDeploym
     vLLM serves hidden_states[1, 3, 5] = layer:0, 2, 4)."""
     raw = contract.layer_ids
     reading = engine.reading(draft_config, num_layers=dep.num_layers, architecture=dep.target_architecture,
-                             version=dep.sglang_version)
+                             version=dep.engine_version)
     if reading is None or raw.ids is None or reading.ids is None or list(reading.ids) != list(raw.ids):
         return []
     expected = tuple(contract.fc_input.sources)
     if tuple(reading.sources) == expected:
         return []
-    msg = (f"{engine.label} {dep.sglang_version} reads {reading.key} {list(reading.ids)} as "
+    msg = (f"{engine.label} {dep.engine_version} reads {reading.key} {list(reading.ids)} as "
            f"{', '.join(reading.sources)}; under {raw.tool}'s convention ({raw.convention.value}) the same ids mean "
            f"{', '.join(expected)}. {reading.rule}")
     return [Finding(FindingKind.ENGINE_CONVENTION_MISMATCH, Severity.ERROR, msg,
-                    details={"check": "static", "engine": engine.name, "engine_version": dep.sglang_version,
+                    details={"check": "static", "engine": engine.name, "engine_version": dep.engine_version,
                              "key": reading.key, "ids": list(reading.ids), "served": list(reading.sources),
                              "expected": list(expected), "training_convention": raw.convention.value},
                     fix=fix_summary)]

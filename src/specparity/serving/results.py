@@ -89,7 +89,7 @@ class SpecSettings:
 
 @dataclass(frozen=True)
 class ResolvedDeployment:
-    """What SGLang resolved for one (target, draft, server args) deployment, read from SGLang itself.
+    """What the engine resolved for one (target, draft, engine args) deployment, read from the engine itself.
 
     ``layers_to_capture`` are SGLang boundary indices (provenance); ``served_sources`` are the same
     positions in canonical names, in fc-chunk order (ascending, deduplicated, reachable only).
@@ -98,7 +98,7 @@ class ResolvedDeployment:
     path; ``ids_fallback_reason`` then says why.
     """
 
-    sglang_version: str
+    engine_version: str  # the release of ``engine`` that resolved it
     adapter: str
     target_path: str
     draft_path: str
@@ -143,7 +143,7 @@ class ResolvedDeployment:
     # what the adapter family knows about this version that the report must say, as
     # (kind, severity, message, cite): untested_version, draft_ids_ignored (family A), cuda_graph_ids_hazard (B)
     adapter_notes: tuple[tuple[str, str, str, str], ...] = ()
-    # which engine resolved this; ``sglang_version`` then holds that engine's version (the field predates vLLM)
+    # which engine resolved this ("sglang" | "vllm"); ``engine_version`` is its release
     engine: str = "sglang"
     # the child's own environment, as it imported it (worker.child_environment): python, sglang and its
     # path, torch, transformers, device; reports name it, so a --python run shows what it measured
@@ -166,11 +166,6 @@ class ResolvedDeployment:
     # a capture which ranks reported, from which nodes (serving/vllm/ranks.py layout; report/layout.py renders it)
     layout: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def engine_version(self) -> str:
-        """The serving engine's version (``sglang_version`` is kept as the stored field name)."""
-        return self.sglang_version
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -187,6 +182,8 @@ class ResolvedDeployment:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ResolvedDeployment:
+        if "engine_version" not in d and "sglang_version" in d:  # the field's old name (a child of an older specparity)
+            d = {**d, "engine_version": d["sglang_version"]}
         kw: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in d:
@@ -244,7 +241,7 @@ class ServingFailure:
 
 @dataclass
 class FcCapture:
-    """What SGLang fed the drafter's ``fc``, per probe sample: tensors ``[T_i, k*H_t]``.
+    """What the engine fed the drafter's ``fc``, per probe sample: tensors ``[T_i, k*H_t]``.
 
     Row ``t`` belongs to token ``t`` of the sample (no shift, domain.md §1). ``per_sample`` is the fc
     input as the forward pre-hook saw it (after ``norm_before_fc``/``fc_norm`` when those are on);
@@ -254,7 +251,7 @@ class FcCapture:
 
     per_sample: list[torch.Tensor]
     dtype: str
-    sglang_version: str
+    engine_version: str
     hook_calls: int
     aux_states_captured: int
     aux_states_expected: int

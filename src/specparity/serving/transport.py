@@ -90,7 +90,7 @@ def _fc(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> FcCapture:
     return FcCapture(
         per_sample=[tensors[f"fc/{i}"] for i in range(n)],
         dtype=str(meta["dtype"]),
-        sglang_version=str(meta["sglang_version"]),
+        engine_version=str(meta["engine_version"] if "engine_version" in meta else meta["sglang_version"]),  # old name
         hook_calls=int(meta["hook_calls"]),
         aux_states_captured=int(meta["aux_states_captured"]),
         aux_states_expected=int(meta["aux_states_expected"]),

@@ -87,9 +87,9 @@ def _fc_line(dep: ResolvedDeployment) -> tuple[str, list[str]]:
 def _rule_words(dep: ResolvedDeployment, family: ArchFamily) -> str:
     """The rule of this release's setter family, in words, with the default it stores for this target."""
     try:
-        v = parse_version(dep.sglang_version)
+        v = parse_version(dep.engine_version)
         stored = sglang_default_boundaries(dep.num_layers, architecture=dep.target_architecture,
-                                           version=dep.sglang_version)
+                                           version=dep.engine_version)
         default = f"default boundaries {list(stored)}"
     except ValueError:
         v, default = (), "default boundaries [2, L//2, L-3]"
@@ -110,23 +110,23 @@ def _rule(dep: ResolvedDeployment, family: ArchFamily) -> tuple[str, dict[str, A
     cites = dep.capture_rule_source
     if cites:
         *outer, inner = cites
-        where = f"sglang {dep.sglang_version} " + "".join(f"{citation_text(c)} delegates to " for c in outer)
+        where = f"sglang {dep.engine_version} " + "".join(f"{citation_text(c)} delegates to " for c in outer)
         where += citation_text(inner)
         sources = [{"function": f, "file": path, "first_line": a, "last_line": b, "code": code,
                     "role": "delegates" if i < len(outer) else "rule"}
                    for i, (f, path, a, b, code) in enumerate(cites)]
-        return f"{words} ({where})", {"cited_release": dep.sglang_version, "sources": sources}
+        return f"{words} ({where})", {"cited_release": dep.engine_version, "sources": sources}
     where = _RULES[family]
     if dep.target_architecture in _DELEGATES:
         where += f"; {dep.target_architecture} delegates to its language model ({_DELEGATES[dep.target_architecture]})"
-    label = ("" if dep.sglang_version == "0.5.23" else
-             f"; not sglang {dep.sglang_version}'s own lines: its setter was not recorded")
+    label = ("" if dep.engine_version == "0.5.23" else
+             f"; not sglang {dep.engine_version}'s own lines: its setter was not recorded")
     return f"{words} (as read in sglang 0.5.23: {where}{label})", {"cited_release": "0.5.23", "sources": []}
 
 
 def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | None]:
     """``(ids line, ids_source, draft_ids for the JSON, why the answer is unknown or None)``."""
-    v = dep.sglang_version
+    v = dep.engine_version
     if not dep.ids_read:  # family A (D1): the release never reads them
         asked = dep.ignored_config_ids
         source = f"draft config.json, ignored by sglang {v} (its setter takes no ids)"
@@ -169,7 +169,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
     errors = [kind for kind, sev, _ in shown if sev == "error"]
     lines = [
         f"target   {dep.target_architecture}: {dep.num_layers} layers, hidden {dep.target_hidden_size}, "
-        f"{dep.target_dtype} (sglang {dep.sglang_version})",
+        f"{dep.target_dtype} (sglang {dep.engine_version})",
         f"draft    {dep.draft_model_class or dep.draft_architecture}: hidden {dep.draft_hidden_size}",
         ids_line,
         f"rule     {rule}: {_applied(dep)}",
@@ -183,7 +183,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         *(f"problem  {p}" for p in problems),
     ]
     data = {
-        "engine": "sglang", "engine_version": dep.sglang_version, "target_architecture": dep.target_architecture,
+        "engine": "sglang", "engine_version": dep.engine_version, "target_architecture": dep.target_architecture,
         "num_layers": dep.num_layers, "target_hidden_size": dep.target_hidden_size,
         "draft_architecture": dep.draft_model_class or dep.draft_architecture,
         "draft_ids": draft_ids, "ids_read": dep.ids_read, "ids_source": ids_source,
@@ -199,9 +199,9 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         "adapter_notes": [{"kind": k, "severity": sev, "message": m, "cite": c} for k, sev, m, c in dep.adapter_notes],
     }
     status = _note_status(dep)
-    head = f"SGLang {dep.sglang_version} feeds fc {served}"
+    head = f"SGLang {dep.engine_version} feeds fc {served}"
     if problems:
-        code, summary = EXIT_PARITY_FAILURE, (f"SGLang {dep.sglang_version} would not serve this drafter as built: "
+        code, summary = EXIT_PARITY_FAILURE, (f"SGLang {dep.engine_version} would not serve this drafter as built: "
                                               f"{problems[0]}")
     elif status == "fail":
         code, summary = EXIT_PARITY_FAILURE, (f"{head}, yet the deployment does not serve what the draft config "

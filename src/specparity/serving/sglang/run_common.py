@@ -162,7 +162,7 @@ def capture_forward(request: WorkerRequest, deployment: ResolvedDeployment, *, t
         per_sample = split_rows(first, lengths)
         aux = split_rows(tap.aux_packed, lengths) if tap.aux_packed is not None else []
         fc = FcCapture(per_sample=per_sample, dtype=str(first.dtype).removeprefix("torch."),
-                       sglang_version=deployment.sglang_version, hook_calls=len(tap.fc_inputs),
+                       engine_version=deployment.engine_version, hook_calls=len(tap.fc_inputs),
                        aux_states_captured=tap.aux_count, aux_states_expected=deployment.num_aux_hidden_states,
                        kernel_stub_calls=stub_calls(), aux_per_sample=aux, kernel_stub_active=stub_active())
         failures.extend(nonfinite_failures(per_sample, what="fc input"))

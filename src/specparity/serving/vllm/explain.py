@@ -25,7 +25,7 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
     """The explanation of vLLM's static resolution."""
     from specparity.idrules.vllm import drafter_aux_count, read_ids
 
-    read = read_ids(draft_config, num_layers=dep.num_layers, version=dep.sglang_version)
+    read = read_ids(draft_config, num_layers=dep.num_layers, version=dep.engine_version)
     ids_source = (f"draft config.json: {read.key}" if read.key is not None else
                   f"vLLM default (2, L//2, L-3): {dep.ids_fallback_reason}")
     problems = []
@@ -39,7 +39,7 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
     spec = dep.resolved_spec
     lines = (
         f"target   {dep.target_architecture}: {dep.num_layers} layers, hidden {dep.target_hidden_size}, "
-        f"{dep.target_dtype} (vllm {dep.sglang_version})",
+        f"{dep.target_dtype} (vllm {dep.engine_version})",
         f"draft    {dep.draft_architecture}: hidden {dep.draft_hidden_size}",
         f"ids      {list(read.ids) if read.ids is not None else 'none'} from {ids_source}",
         f"rule     {RULE}",
@@ -49,14 +49,14 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
         f"spec     num_speculative_tokens {spec.num_steps} (one chain)",
         *(f"problem  {p}" for p in problems),
     )
-    data = {"engine": "vllm", "engine_version": dep.sglang_version, "target_architecture": dep.target_architecture,
+    data = {"engine": "vllm", "engine_version": dep.engine_version, "target_architecture": dep.target_architecture,
             "num_layers": dep.num_layers, "draft_ids": list(read.ids) if read.ids is not None else None,
             "ids_source": ids_source, "convention": {"rule": RULE}, "layers_to_capture": list(dep.layers_to_capture),
             "served_sources": list(dep.served_sources), "ids_fallback": dep.ids_fallback_reason,
             "fc_in_features": dep.fc_in_features, "resolved_spec": spec.to_dict(), "problems": problems}
     code = EXIT_PARITY_FAILURE if problems else EXIT_PASS
-    summary = (f"vLLM {dep.sglang_version} feeds fc {served}" if not problems
-               else f"vLLM {dep.sglang_version} would not serve this drafter as built: {problems[0]}")
+    summary = (f"vLLM {dep.engine_version} feeds fc {served}" if not problems
+               else f"vLLM {dep.engine_version} would not serve this drafter as built: {problems[0]}")
     return Explanation(code, summary, data, lines)
 
 

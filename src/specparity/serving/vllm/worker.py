@@ -166,7 +166,7 @@ def _deployment(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int,
     resolved = SpecSettings(num_steps=int(sc.num_speculative_tokens), eagle_topk=1,
                             num_draft_tokens=int(sc.num_speculative_tokens) + 1) if sc is not None else spec
     return ResolvedDeployment(
-        sglang_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
+        engine_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
         device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
         num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
         target_dtype=str(mc.dtype).removeprefix("torch."),
@@ -329,7 +329,7 @@ def capture(request: Any) -> Any:
                  for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in failures)]
     aux_cap = len((evidence.meta(lead) or {}).get("aux_layers") or ())
     fc_capture = FcCapture(
-        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), sglang_version=dep.sglang_version,
+        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), engine_version=dep.engine_version,
         hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])), aux_states_captured=aux_cap,
         aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
         aux_per_sample=[],

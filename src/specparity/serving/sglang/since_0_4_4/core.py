@@ -106,7 +106,7 @@ class LegacyAdapter:
         ec = getattr(draft_hf_config, "eagle_config", None)
         ec = ec if isinstance(ec, dict) else {}
         return ResolvedDeployment(
-            sglang_version=self.sglang_version, adapter=self.name,
+            engine_version=self.sglang_version, adapter=self.name,
             target_path=request.target, draft_path=request.draft, device=request.device,
             target_architecture=model_class, num_layers=num_layers,
             target_hidden_size=int(hf.hidden_size), target_vocab_size=int(model_config.vocab_size),

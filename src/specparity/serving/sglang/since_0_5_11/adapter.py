@@ -117,7 +117,7 @@ def boundary0_crash(dep: ResolvedDeployment) -> ServingFailure | None:
     the static level must say so, never claim the embedding is served (the capture level raises it)."""
     from specparity.serving.sglang.since_0_5_11.static_compat import _boundary0_crash
 
-    return _boundary0_crash(dep.sglang_version, dep.draft_config_ids, dep.layers_to_capture,
+    return _boundary0_crash(dep.engine_version, dep.draft_config_ids, dep.layers_to_capture,
                             num_layers=dep.num_layers, model_class=dep.target_architecture)
 
 

@@ -175,7 +175,7 @@ class Adapter:
         spec_lines = tuple(w for w in warnings if "speculative" in w)
         flags = _draft_flags(draft_hf_config)
         return ResolvedDeployment(
-            sglang_version=self.sglang_version,
+            engine_version=self.sglang_version,
             adapter=self.name,
             target_path=request.target,
             draft_path=request.draft,
