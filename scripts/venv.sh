@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-inputs="constraints/sglang-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt constraints/fast.txt constraints/real-model.txt pyproject.toml scripts/venv.sh"
+inputs="constraints/sglang-0.5.23.txt constraints/sglang-server-0.5.23.txt constraints/torch-0.5.23.txt constraints/dev.txt constraints/fast.txt constraints/real-model.txt pyproject.toml scripts/venv.sh"
 stamp=$(cat $inputs | sha256sum | cut -c1-16)
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$stamp" ]; then
   exit 0
@@ -16,7 +16,7 @@ fi
 echo "specparity: preparing $VENV (first time: a few minutes; pip's cache makes later runs fast)" >&2
 pip() { "$VENV/bin/python" -m pip "$@"; }
 . scripts/_pip.sh  # torch_layer: torch shared by hard links; pinned_install: the lists through a wheelhouse; env layers
-lists=(constraints/sglang-0.5.23.txt constraints/dev.txt constraints/fast.txt constraints/real-model.txt)
+lists=(constraints/sglang-0.5.23.txt constraints/sglang-server-0.5.23.txt constraints/dev.txt constraints/fast.txt constraints/real-model.txt)
 # the pinned packages of an earlier build from the same lists, hard-linked (scripts/_pip.sh: env layers)
 key=$(env_layer_key "$PY" constraints/torch-0.5.23.txt "${lists[@]}")
 if ! env_layer_restore "$PY" "$VENV" "$key"; then

@@ -1,0 +1,321 @@
+"""The ``--forward-hooks`` factory that runs inside a live SGLang server's scheduler processes (one per TP rank).
+
+SGLang reads ``--forward-hooks`` as a JSON list of ``{"name", "target_modules": [fnmatch patterns], "hook_factory":
+"module:fn", "config": {...}}`` (0.5.23 ``srt/arg_groups/fields/observability.py:231-237``).
+``model_executor/hook_manager.py:11-55`` ``register_forward_hooks`` calls ``factory(config)`` once per spec (:33) and
+registers the returned callable with ``module.register_forward_hook`` on every module whose name matches (:42-54).
+It runs once per model runner, target and draft, in ``model_executor/model_runner_components/cuda_graph_setup.py:
+452-459`` ``finalize_cuda_graph_capture``: AFTER CUDA-graph capture, so nothing of ours is traced into a graph and
+the hooks fire only on the eager path (prefill/extend, and any batch no graph covers). ``--forward-hooks`` first
+appears in sglang 0.5.6 (``model_executor/model_runner.py:527-528``, after ``init_device_graphs``).
+
+specparity's one spec (``serving/sglang/live.py`` ``hook_specs``) puts :func:`factory`'s hook on each runner's inner
+``model`` (``config = {"evidence_dir": DIR}``). That hook is all an idle server runs:
+
+- its first call (the end of the runner's first forward) adopts the model: it adds a forward pre-hook of its own on
+  the same module, and notes ``ready/<pid>.json``;
+- the pre-hook, at the start of every forward, looks for ``<evidence>/ARMED`` (one ``stat``). Only while that file
+  exists (the gate creates it when a probe run starts and removes it after) does it install the taps, and it
+  removes them once the file is gone. So an idle server pays one hooked module per forward of each runner and one
+  ``stat``, and nothing of the taps. The first forward of each runner only adopts: the gate sends one priming
+  request after arming (``live.live_capture``);
+- the taps, while armed: on the drafter's ``fc``, its input ``input[0]`` (what SGLang feeds fc, after
+  ``norm_before_fc``/``fc_norm`` where the drafter has them, as the in-process pre-hook sees it;
+  ``models/llama_eagle3.py:236-247``); on the target's ``layers.<i>.input_layernorm`` and ``norm``, the residual
+  stream at every boundary (``specparity.sources``). 0.5.23's layers hand the residual to the next layer's input
+  norm (``layers/layer_boundary/stage.py:92-131`` ``_prepare``: the add+norm returns ``(normed, hidden +
+  residual)``), and SGLang's own aux capture reads that same updated residual (``stage.py:444-458``), so
+  ``embedding`` = layer 0's input-norm input (the stream entering layer 0, where ``stage.py:425-432`` captures
+  boundary 0), ``layer:i-1`` = layer i's input-norm output ``[1]`` (boundary i), ``layer:L-1`` and ``final_norm``
+  = ``norm``'s output ``[1]`` and ``[0]`` (``residual/batch.py:135-190``);
+- the end hook of an armed forward writes the record: what the taps collected, the target's aux hidden states (the
+  inner model returns ``(hidden, aux)`` when it captures, ``models/llama.py:500-505``), and the batch's token ids,
+  positions, ``extend_seq_lens``/``extend_prefix_lens`` and ``req_pool_indices`` (which rows are which request's).
+
+Each record is one safetensors file ``records/r<rank>-<runner>-<pid>-<seq>.safetensors`` (written to a temp name in
+the same directory, then renamed), tagged in its metadata with the model runner (``target``/``draft``), the
+``torch.distributed`` rank and world size, the forward mode (``EXTEND``, ``MIXED``, ...), the runner's call number
+and the process's sequence number, the tensor keys (``fc_input``; ``embedding``, ``layer:<i>``, ``final_norm``,
+``aux``; ``input_ids``, ...), the ``sgl_kernel`` stand-in's calls and the active stand-ins. DECODE and IDLE forwards
+are never written. Never pickle; the taps only clone (``detach().clone()``) and return None, so no tensor and no
+module output changes. The evidence directory must be a directory of this user with mode 0700, else the factory
+registers nothing (and says so on stderr).
+
+Inside SGLang's processes this module imports only the standard library at import time; torch and safetensors when
+a record is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import stat
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ARMED = "ARMED"
+RECORDS = "records"
+FACTORY_CALLS = "factory_calls"
+READY = "ready"
+RECORD_FORMAT = "specparity-live-sglang/1"
+# forward modes never written (sglang 0.5.23 model_executor/forward_batch_info.py:198-222)
+SKIPPED_MODES = frozenset({"DECODE", "IDLE"})
+
+
+def evidence_dir_problem(path: Path) -> str | None:
+    """Why ``path`` is not a safe evidence directory (not a directory, another owner, readable by others), or
+    None."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to uid {st.st_uid}, not {os.getuid()}"
+    if st.st_mode & 0o077:
+        return f"{path} has mode {oct(st.st_mode & 0o777)}; evidence directories are 0700"
+    return None
+
+
+class _Process:
+    """This process's hook state for one evidence directory: what the one SGLang-registered hook installs."""
+
+    def __init__(self, evidence: Path) -> None:
+        self.evidence = evidence
+        self.flag = str(evidence / ARMED)
+        self.records = evidence / RECORDS
+        self.local = threading.local()  # per forward thread: armed (this forward is recorded), pending
+        self.seq = itertools.count()
+        self.calls: dict[str, int] = {}
+        self.names: dict[int, tuple[dict[int, str], int]] = {}  # id(inner model) -> names, layers
+        self.adopted: set[int] = set()  # inner models that carry our start-of-forward pre-hook
+        self.taps: dict[int, list[Any]] = {}  # id(inner model) -> the tap handles installed while armed
+
+    # ------------------------------------------------------------------ per forward
+    def end_hook(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        """SGLang's forward hook on the inner ``model`` (the one ``--forward-hooks`` registers): the end of a forward.
+        The first call adopts the model (installs the start-of-forward pre-hook, :meth:`start_hook`); an armed
+        forward's record is written here."""
+        if id(module) not in self.adopted:
+            self.adopted.add(id(module))
+            module.register_forward_pre_hook(self.start_hook)
+            _note(self.evidence, READY, "target" if not hasattr(module, "fc") else "draft")
+            return
+        local = self.local
+        if not getattr(local, "armed", False):
+            return
+        pending, local.armed, local.pending = local.pending, False, []
+        try:
+            self.write(module, args, output, pending)
+        except Exception as exc:  # never break the server's forward; say why on its log
+            sys.stderr.write(f"specparity live hook: record not written: {type(exc).__name__}: {exc}\n")
+
+    def start_hook(self, module: Any, args: tuple[Any, ...]) -> None:
+        """The start of every forward of an adopted model: one ``stat`` of the flag. Armed: the taps are installed
+        (once) and this forward is recorded unless it is a DECODE/IDLE one; disarmed: the taps are removed."""
+        local = self.local
+        armed = os.path.exists(self.flag)
+        taps = self.taps.get(id(module))
+        if armed and taps is None:
+            self.taps[id(module)] = self._install(module)
+        elif not armed and taps is not None:
+            for handle in self.taps.pop(id(module)):
+                handle.remove()
+        if armed:
+            batch = next((a for a in args if hasattr(a, "forward_mode")), None)
+            mode = getattr(getattr(batch, "forward_mode", None), "name", "UNKNOWN")
+            armed = mode not in SKIPPED_MODES
+        local.armed, local.pending = armed, []
+
+    def _install(self, inner: Any) -> list[Any]:
+        """The taps on this model's modules: the drafter's ``fc``; the target's input norms and final norm."""
+        names, _ = self._module_names(inner)
+        modules = dict(inner.named_modules())
+        handles = []
+        if hasattr(inner, "fc"):
+            handles.append(inner.fc.register_forward_hook(self._tap("fc")))
+        else:
+            for name in names.values():
+                if name == "norm" or _layer_index(name, suffix="input_layernorm") is not None:
+                    handles.append(modules[name].register_forward_hook(self._tap("atlas")))
+        return handles
+
+    def _tap(self, tap: str) -> Callable[..., None]:
+        def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+            local = self.local
+            if getattr(local, "armed", False):
+                local.pending.append((tap, module, _take(tap, args, output)))
+
+        hook.__qualname__ = f"specparity_live_{tap}_tap"
+        return hook
+
+    # ------------------------------------------------------------------ the record
+    def _module_names(self, inner: Any) -> tuple[dict[int, str], int]:
+        """``{id(module): name}`` under the inner model, and its layer count (the highest ``layers.<i>`` + 1; under
+        pipeline parallelism the missing layers keep their place, ``models/llama.py:440-452`` make_pp_layers)."""
+        known = self.names.get(id(inner))
+        if known is None:
+            names = {id(m): n for n, m in inner.named_modules()}
+            indices = [i for i in (_layer_index(n) for n in names.values()) if i is not None]
+            known = self.names[id(inner)] = (names, max(indices) + 1 if indices else 0)
+        return known
+
+    def write(self, inner: Any, args: tuple[Any, ...], output: Any, pending: list[tuple[str, Any, Any]]) -> None:
+        batch = next((a for a in args if hasattr(a, "forward_mode")), None)
+        mode = getattr(getattr(batch, "forward_mode", None), "name", "UNKNOWN")
+        if mode in SKIPPED_MODES:
+            return
+        if evidence_dir_problem(self.evidence) is not None:
+            return
+        import torch
+
+        runner = "draft" if hasattr(inner, "fc") else "target"
+        names, num_layers = self._module_names(inner)
+        tensors: dict[str, torch.Tensor] = {}
+        for tap, module, taken in pending:
+            name = names.get(id(module))
+            if name is None or (tap == "fc") != (runner == "draft"):
+                continue  # another model's module, or the drafter's own norms (only its fc input is evidence)
+            for key, value in _boundaries(tap, name, taken, num_layers):
+                tensors[key] = value  # a later call of the same module in this forward wins
+        if runner == "target" and isinstance(output, tuple) and len(output) == 2:
+            aux = list(output[1]) if output[1] is not None else []
+            if aux and all(isinstance(t, torch.Tensor) for t in aux):
+                tensors["aux"] = torch.cat([t.detach() for t in aux], dim=-1).clone()
+        ids = getattr(batch, "input_ids", None)
+        if isinstance(ids, torch.Tensor):  # rows left over from a forward that raised before its end: dropped
+            tensors = {k: v for k, v in tensors.items() if v.dim() >= 1 and v.shape[0] == ids.shape[0]}
+        for key in ("input_ids", "positions", "extend_seq_lens", "extend_prefix_lens", "req_pool_indices"):
+            value = getattr(batch, key, None)
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value.detach().to("cpu", copy=True).to(torch.int64)
+        if runner == "draft" and "fc_input" not in tensors:
+            return  # a draft forward that never reached fc (draft decode steps): nothing to say
+        self.calls[runner] = call = self.calls.get(runner, -1) + 1
+        seq = next(self.seq)
+        rank, world = _rank()
+        from specparity.serving.sglang.live_stand_ins import active, kernel_stub_calls
+
+        stub = kernel_stub_calls()
+        meta = {"format": RECORD_FORMAT, "runner": runner, "rank": str(rank), "world_size": str(world),
+                "forward_mode": mode, "call": str(call), "seq": str(seq), "pid": str(os.getpid()),
+                "kernel_stub_calls": json.dumps(None if stub is None else list(stub)),
+                "stand_ins": json.dumps(list(active())), "tensors": json.dumps(sorted(tensors))}
+        self.records.mkdir(mode=0o700, exist_ok=True)
+        final = self.records / f"r{rank}-{runner}-{os.getpid()}-{seq:08d}.safetensors"
+        _save_atomic({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, meta, final)
+
+
+def _take(tap: str, args: tuple[Any, ...], output: Any) -> Any:
+    """The tensors one hook call keeps, cloned at once (a later fused kernel may update the stream in place):
+    fc's input; or a norm's ``(stream in, updated residual, normed)``, ``None`` where the call has none."""
+    if tap == "fc":
+        return args[0].detach().clone()
+    if isinstance(output, tuple):  # called with a residual: (normed, hidden + residual)
+        return (None, output[1].detach().clone(), output[0].detach().clone())
+    stream_in = args[0].detach().clone() if args and hasattr(args[0], "detach") else None
+    return (stream_in, None, output.detach().clone())
+
+
+def _boundaries(tap: str, name: str, taken: Any, num_layers: int) -> list[tuple[str, Any]]:
+    """The record keys of one hook call, in canonical source names (``specparity.sources``): boundary ``b`` (the
+    stream entering layer ``b``) is ``embedding`` for 0, else ``layer:<b-1>``."""
+    if tap == "fc":
+        return [("fc_input", taken)] if name == "fc" else []
+    stream_in, residual, normed = taken
+    if name == "norm":
+        out = [("final_norm", normed)]
+        if residual is not None and num_layers > 0:
+            out.append((f"layer:{num_layers - 1}", residual))
+        return out
+    index = _layer_index(name, suffix="input_layernorm")
+    if index is None:
+        return []
+    if residual is not None and index > 0:
+        return [(f"layer:{index - 1}", residual)]
+    if index == 0 and residual is None and stream_in is not None:
+        return [("embedding", stream_in)]
+    return []
+
+
+def _layer_index(name: str, *, suffix: str | None = None) -> int | None:
+    """``i`` for ``layers.<i>`` (or ``layers.<i>.<suffix>``), else None."""
+    parts = name.split(".")
+    want = 2 if suffix is None else 3
+    if len(parts) != want or parts[0] != "layers" or not parts[1].isdigit():
+        return None
+    if suffix is not None and parts[2] != suffix:
+        return None
+    return int(parts[1])
+
+
+def _rank() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return 0, 1
+
+
+def _save_atomic(tensors: dict[str, Any], meta: dict[str, str], final: Path) -> None:
+    from safetensors.torch import save_file
+
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".safetensors")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+_PROCESSES: dict[str, _Process] = {}
+
+
+def _note(evidence: Path, folder_name: str, entry: str) -> None:
+    """Append ``entry`` to ``<folder_name>/<pid>.json`` (with this process's rank), atomically; never raises."""
+    folder = evidence / folder_name
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        path = folder / f"{os.getpid()}.json"
+        seen: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        rank, world = _rank()
+        seen.update(pid=os.getpid(), rank=rank, world_size=world, entries=[*seen.get("entries", []), entry])
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(seen))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        pass
+
+
+def factory(config: dict[str, Any]) -> Callable[..., None] | None:
+    """SGLang's hook factory (``hook_manager.py:33``): the end-of-forward hook for the inner ``model`` of each model
+    runner, or None (SGLang then registers nothing and logs it) when the evidence directory is unsafe."""
+    evidence = Path(str(config.get("evidence_dir", "")))
+    problem = evidence_dir_problem(evidence) if str(evidence) not in ("", ".") else "no evidence_dir in the config"
+    if problem is not None:
+        sys.stderr.write(f"specparity live hook: not registered: {problem}\n")
+        return None
+    key = str(evidence.resolve())
+    process = _PROCESSES.get(key)
+    if process is None:
+        process = _PROCESSES[key] = _Process(evidence)
+    _note(evidence, FACTORY_CALLS, "model")
+
+    def specparity_live_end_hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+        process.end_hook(module, args, output)
+
+    return specparity_live_end_hook
