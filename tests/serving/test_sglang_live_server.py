@@ -117,9 +117,9 @@ class _Client:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """The whole process group: SIGTERM, SIGKILL what is left after 10 s, the leader reaped; returns once the group
+    """The whole process group: SIGTERM, SIGKILL what is left after 3 s, the leader reaped; returns once the group
     is empty (or 10 s after the SIGKILL)."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         deadline = time.monotonic() + wait_s

@@ -84,7 +84,7 @@ class DraftInner(torch.nn.Module):
         self.norm = Norm()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: Any) -> torch.Tensor:
-        return self.norm(self.fc(batch.spec_hidden))
+        return self.norm(self.fc(batch.spec_info.hidden_states))
 
 
 class Draft(torch.nn.Module):
@@ -113,7 +113,7 @@ def batch(probes: list[list[int]], mode: str = "EXTEND", prefix: list[int] | Non
         forward_mode=SimpleNamespace(name=mode), input_ids=ids, positions=torch.arange(len(ids)),
         extend_seq_lens=torch.tensor([len(p) for p in probes]),
         extend_prefix_lens=torch.tensor(prefix or [0] * len(probes)),
-        req_pool_indices=torch.arange(len(probes)), spec_hidden=None)
+        req_pool_indices=torch.arange(len(probes)), spec_info=SimpleNamespace(hidden_states=None))
 
 
 def serve(target: Target, draft: Draft, probes: list[list[int]], **kw: Any) -> None:
@@ -121,7 +121,7 @@ def serve(target: Target, draft: Draft, probes: list[list[int]], **kw: Any) -> N
     b = batch(probes, **kw)
     with torch.no_grad():
         _, aux = target.model(b.input_ids, b.positions, b)
-        b.spec_hidden = torch.cat(aux, dim=-1)
+        b.spec_info.hidden_states = torch.cat(aux, dim=-1)
         draft.model(b.input_ids, b.positions, b)
 
 
@@ -339,3 +339,42 @@ def test_stand_ins_site_directory_does_nothing_without_its_switch(tmp_path: Path
     assert out.stdout.split() == ["True"], out.stderr
     names, calls = live.server_stand_ins(ev)
     assert names and names[0].startswith("sgl_kernel import stand-in") and calls is None
+
+
+def test_a_body_replayed_in_a_graph_gives_the_fc_input_from_the_batch_and_names_the_missing_atlas(
+        evidence: Path, served: tuple[Target, Draft]) -> None:
+    """sglang 0.5.23's breakable prefill graph (on by default on CUDA) swaps each runner's inner forward for a
+    replay: the end hook still runs, the taps inside do not."""
+    target, draft = served
+    fc_inputs: list[torch.Tensor] = []
+    draft.model.fc.register_forward_pre_hook(lambda m, a: fc_inputs.append(a[0].clone()))
+    with live.armed(evidence):
+        serve(target, draft, PROBES)  # eager: the reference records
+    eager = live.evidence_to_capture(evidence, PROBES)
+    for old in (evidence / live_hooks.RECORDS).iterdir():
+        old.unlink()
+    for inner in (target.model, draft.model):
+        body = inner.forward
+        # an instance attribute, as prefill_cuda_graph_runner.py:2213-2214 sets it: the body runs with the taps off
+        inner.forward = lambda *a, _body=body: _run_untapped(_body, *a)  # type: ignore[method-assign]
+    with live.armed(evidence):
+        serve(target, draft, PROBES)
+    replayed = live.evidence_to_capture(evidence, PROBES)
+    assert replayed.fc is not None and eager.fc is not None
+    for got, want in zip(replayed.fc.per_sample, eager.fc.per_sample, strict=True):
+        assert torch.equal(got, want)
+    assert replayed.atlas is None
+    assert [f.kind for f in replayed.failures] == ["capture_shape"]
+    assert "cuda_graph_config.py:119-123" in replayed.failures[0].message
+
+
+def _run_untapped(body: Any, *args: Any) -> Any:
+    """Run ``body`` with every forward hook inside it silenced (a graph replay runs no Python hooks)."""
+    from torch.nn.modules import module as nn_module
+
+    saved = nn_module.Module.__call__
+    nn_module.Module.__call__ = lambda self, *a, **k: self.forward(*a, **k)  # type: ignore[method-assign]
+    try:
+        return body(*args)
+    finally:
+        nn_module.Module.__call__ = saved  # type: ignore[method-assign]

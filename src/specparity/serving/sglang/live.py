@@ -466,12 +466,13 @@ def _find_probe(records: Sequence[Record], probe: Sequence[int]) -> tuple[_Match
             for rec, s, n_rows in chunks:
                 seg_index = [x[0] for x in rec.segments()].index(s)
                 nxt = next((d for d in records if d.runner == "draft" and d.pid == rec.pid and d.seq > rec.seq
-                            and "fc_input" in d.tensors), None)
+                            and ("fc_input" in d.tensors or "spec_hidden" in d.tensors)), None)
                 if nxt is None:
                     break
                 dsegs = nxt.segments()
-                if seg_index >= len(dsegs) or dsegs[seg_index][1] != n_rows:
-                    break
+                pool = rec.segments()[seg_index][3]
+                if seg_index >= len(dsegs) or dsegs[seg_index][1] != n_rows or dsegs[seg_index][3] != pool:
+                    break  # not this chunk's draft extend (eagle_worker_v2.py:1593-1600 runs it right after)
                 drafts.append((nxt, dsegs[seg_index][0], n_rows))
             return _Match(chunks, drafts if len(drafts) == len(chunks) else []), ""
     return None, cache_hit or "no extend forward of it reached the hooks"
@@ -550,6 +551,7 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     aux_rows: list[Any] = []
     atlas_rows: list[dict[str, Any]] = []
     drafts_used = 0
+    graph_notes: set[str] = set()
     target_seen = False
     per_rank_diff = 0.0
     for i, probe in enumerate(probes):
@@ -564,7 +566,21 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
                 "(the drafter's draft extend did not run)"), sample=i))
             continue
         drafts_used += len(match.draft)
-        fc_rows.append(_rows(match.draft, "fc_input"))
+        rows_of_fc = _rows(match.draft, "fc_input")
+        if rows_of_fc is None:  # the fc tap did not fire; what fc was handed (live_hooks: a draft body in a graph)
+            rows_of_fc = _rows(match.draft, "spec_hidden")
+            pre_fc_norm = dep is not None and (dep.norm_before_fc or dep.fc_norm)
+            if rows_of_fc is None or pre_fc_norm:
+                failures.append(ServingFailure(FC_NOT_CALLED, (
+                    f"probe {i}: the drafter's fc tap did not fire (its prefill body ran in a CUDA graph: sglang "
+                    "0.5.23 turns the breakable prefill graph on by default on CUDA, model_executor/"
+                    "cuda_graph_config.py:119-123)" + ("; the fc input is normed after the batch's hidden states, "
+                                                       "so they are not fc's input" if pre_fc_norm else "")),
+                    sample=i))
+                continue
+            graph_notes.add("the fc input is the draft batch's spec_info.hidden_states (the drafter's body ran in "
+                            "a CUDA graph, so its fc tap did not fire; models/llama_eagle3.py:233-247)")
+        fc_rows.append(rows_of_fc)
         aux = _rows(match.target, "aux")
         if aux is not None:
             aux_rows.append(aux)
@@ -579,6 +595,7 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
                 failures.append(ServingFailure(RANK_MISSING, f"rank {rank} has no record of probe {i}", sample=i))
                 continue
             o = _rows(other.draft, "fc_input")
+            o = o if o is not None else _rows(other.draft, "spec_hidden")
             if o is None or o.shape != fc_rows[-1].shape:
                 failures.append(ServingFailure(CAPTURE_SHAPE, f"rank {rank}'s fc input of probe {i} is "
                                                f"{None if o is None else tuple(o.shape)}, rank {lead}'s "
@@ -614,8 +631,13 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
         atlas = LayerAtlas(per_sample=atlas_rows, num_layers=num_layers)
         failures.extend(nonfinite_failures([torch.stack(list(s.values())) for s in atlas_rows], what="layer atlas"))
     else:
-        failures.append(ServingFailure(CAPTURE_SHAPE, "the target's boundaries were not recorded for every probe "
-                                       "(the atlas hooks did not fire on every boundary)"))
+        failures.append(ServingFailure(CAPTURE_SHAPE, (
+            "the target's residual boundaries were not recorded for every probe: its prefill body ran without the "
+            "boundary taps firing (on CUDA, sglang 0.5.23's default breakable prefill graph replays it, "
+            "model_executor/cuda_graph_config.py:119-123; the layer atlas needs an eager prefill, "
+            "--cuda-graph-backend-prefill disabled on the server)")))
+    if dep is not None and graph_notes:
+        dep = replace(dep, notes=(*dep.notes, *sorted(graph_notes)))
     if dep is not None and len(by_rank) > 1:
         dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(by_rank)} reported; fc inputs differ across ranks by "
                                                f"at most {per_rank_diff:.3g}"))

@@ -197,7 +197,15 @@ class _Process:
             if isinstance(value, torch.Tensor):
                 tensors[key] = value.detach().to("cpu", copy=True).to(torch.int64)
         if runner == "draft" and "fc_input" not in tensors:
-            return  # a draft forward that never reached fc (draft decode steps): nothing to say
+            # the fc tap did not fire: a draft body replayed in a CUDA graph (0.5.23 prefill_cuda_graph_runner.py
+            # :2187-2212 swaps the inner model's forward for a replay, inside nn.Module.__call__, so this end hook
+            # still runs), or a draft decode step that never reaches fc. What fc would have been fed is the batch's
+            # spec_info.hidden_states (models/llama_eagle3.py:233-247), before any norm_before_fc/fc_norm.
+            hidden = getattr(getattr(batch, "spec_info", None), "hidden_states", None)
+            if not isinstance(hidden, torch.Tensor) or not isinstance(ids, torch.Tensor) or \
+                    hidden.dim() != 2 or hidden.shape[0] != ids.shape[0]:
+                return  # nothing fc-shaped in this forward: nothing to say
+            tensors["spec_hidden"] = hidden.detach().clone()
         self.calls[runner] = call = self.calls.get(runner, -1) + 1
         seq = next(self.seq)
         rank, world = _rank()
