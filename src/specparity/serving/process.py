@@ -48,15 +48,21 @@ def child_env(work: Path, *, python: str | None, base: dict[str, str] | None = N
     gate's own PYTHONPATH after it (it is the same environment).
     """
     env = dict(os.environ if base is None else base)
-    shim = work / "path"
-    shim.mkdir(parents=True, exist_ok=True)
-    link = shim / "specparity"
-    if not link.exists():
-        link.symlink_to(_package_dir(), target_is_directory=True)
+    shim = package_link(work / "path")
     inherited = env.get("PYTHONPATH", "") if python is None or python == sys.executable else ""
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), inherited) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def package_link(shim: Path) -> Path:
+    """``shim``, a directory holding one link, ``specparity``, to the gate's package: a PYTHONPATH entry that gives
+    another interpreter (an engine's child or server) specparity and nothing else of the gate's environment."""
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "specparity"
+    if not link.exists():
+        link.symlink_to(_package_dir(), target_is_directory=True)
+    return shim
 
 
 def _pump(stream: IO[str], sink: Callable[[str], None]) -> None:

@@ -39,6 +39,12 @@ NEEDS_HARDWARE = "needs_hardware"
 # a rank of the served world that should have reported evidence (vLLM collective_rpc) and did not: never a pass
 # on partial evidence
 RANK_MISSING = "rank_missing"
+# a live check (serving/live.py): the user's server exited or never answered /health (its log tail says why, where
+# no engine exception in it decides otherwise); a running server that could not be read; a running server started
+# without the engine's hook switches, so its fc input cannot be captured (the finding names the flags to add)
+SERVER_FAILED = "server_failed"
+SERVER_UNREACHABLE = "server_unreachable"
+HOOKS_MISSING = "hooks_missing"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -55,6 +61,9 @@ FAILURE_KINDS = (
     VLLM_MISSING,
     NEEDS_HARDWARE,
     RANK_MISSING,
+    SERVER_FAILED,
+    SERVER_UNREACHABLE,
+    HOOKS_MISSING,
 )
 ENGINES = ("sglang", "vllm")
 
