@@ -15,6 +15,11 @@ one way. Every method returns typed results (:class:`ResolvedDeployment`, :class
   from a draft config and what they mean there, and the draft-config patch that makes it serve given sources.
 - ``explain``: ``specparity explain``: what the engine will feed fc, and how it got there. No contract.
 - ``versions`` and ``versions_lines``: the releases it supports (``specparity versions``, JSON and terminal).
+- the live check (``serving/live.py``), on the user's own server: ``live_switches`` (what the gate adds to the
+  user's command: the engine's own hook switches), ``live_capture`` (the probes through the running server, the
+  evidence through the engine's channel, the outcome from its own counters), ``live_resolve`` (the static level
+  from what a running server reports), ``server_failure`` (a server that did not come up, read from its log),
+  ``health_path`` and ``launch_flags`` (what ``specparity launch-flags`` prints for a staging server).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
+    from specparity.serving.launch import LaunchSpec
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
         ResolvedDeployment,
         ServingFailure,
     )
+    from specparity.serving.server import ServerClient
 
 __all__ = ["Engine", "EngineBase"]
 
@@ -66,6 +73,22 @@ class Engine(Protocol):
     def versions(self) -> list[dict[str, Any]]: ...
 
     def versions_lines(self) -> list[str]: ...
+
+    health_path: str
+
+    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                            list[str]]: ...
+
+    def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
+                     outcome: OutcomeRequest | None, progress: Progress | None,
+                     cwd: str | None) -> CaptureResult: ...
+
+    def live_resolve(self, client: ServerClient, *, python: str | None,
+                     timeout_s: float) -> ResolvedDeployment | ServingFailure: ...
+
+    def server_failure(self, message: str, log_lines: Sequence[str]) -> ServingFailure: ...
+
+    def launch_flags(self) -> tuple[list[str], dict[str, str], list[str]]: ...
 
 
 class EngineBase:

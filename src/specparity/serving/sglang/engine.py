@@ -13,6 +13,12 @@ from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
+    from specparity.serving.launch import LaunchSpec
+    from specparity.serving.server import ServerClient
+
+# added to a CPU server's command (reported with the other switches): SGLang's own warm-up request decodes 8 tokens
+# (entrypoints/http_server.py:2407), and the EAGLE decode step has no CPU kernel (serving/sglang/live.py CPU_REFUSALS)
+SKIP_WARMUP = "--skip-server-warmup"
 
 
 class SglangEngine(EngineBase):
@@ -20,6 +26,7 @@ class SglangEngine(EngineBase):
 
     name, label = "sglang", "SGLang"
     spec_keys = results.SPEC_SERVER_ARGS
+    health_path = "/health"
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
                 timeout_s: float, python: str | None) -> results.ResolvedDeployment | results.ServingFailure:
@@ -78,6 +85,57 @@ class SglangEngine(EngineBase):
             lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {r['folder']!s:<13} {tested}")
         return lines
 
+    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                            list[str]]:
+        """``--forward-hooks`` naming the hook factory; on a CPU server also the stand-ins' environment and
+        ``--skip-server-warmup`` (SGLang's warm-up decodes, which no CPU kernel can: ``live.CPU_REFUSALS``)."""
+        from specparity.serving.sglang.live import hook_switches
+
+        cpu = _cpu_server(spec)
+        flags, env = hook_switches(evidence_dir, cpu_stand_ins=cpu)
+        notes = []
+        if cpu:
+            notes.append("a CPU server: the CPU stand-ins of the in-process capture are active in it (recorded in the "
+                         "report's stand-ins)")
+            if not spec.parsed.get("skip_server_warmup"):
+                flags.append(SKIP_WARMUP)
+                notes.append(f"{SKIP_WARMUP} added: SGLang's warm-up request decodes, and the EAGLE decode step has no "
+                             "CPU kernel (sglang 0.5.23 speculative/eagle_utils.py:910)")
+        return flags, env, notes
+
+    def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
+                     outcome: results.OutcomeRequest | None, progress: results.Progress | None,
+                     cwd: str | None) -> results.CaptureResult:
+        """The probes' prefill through the server's ``--forward-hooks``; attached, the hooks' directory is the one
+        the server's own ``/server_info`` names, when it is on this host."""
+        from specparity.serving.sglang.live import live_capture, server_hooks_dir
+
+        where = evidence_dir if evidence_dir is not None else server_hooks_dir(client)
+        return live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress)
+
+    def live_resolve(self, client: ServerClient, *, python: str | None,
+                     timeout_s: float) -> results.ResolvedDeployment | results.ServingFailure:
+        from specparity.serving.sglang.live import resolve_from_server
+
+        return resolve_from_server(client)
+
+    def server_failure(self, message: str, log_lines: Sequence[str]) -> results.ServingFailure:
+        from specparity.serving.sglang.live import server_failure
+
+        return server_failure(message, log_lines)
+
+    def launch_flags(self) -> tuple[list[str], dict[str, str], list[str]]:
+        import json
+
+        from specparity.serving.sglang.live import hook_specs
+
+        return ["--forward-hooks", json.dumps(hook_specs("/path/to/evidence-dir"), separators=(",", ":"))], {}, [
+            "specparity must be importable in the server's environment (pip install specparity there)",
+            "create the evidence directory first, owned by the server's user, mode 0700 (mkdir -m 700 DIR); the "
+            "hooks record only while the gate arms them (DIR/ARMED)",
+            "SGLang returns no hook evidence over HTTP: run the gate on the server's host (specparity gate --server "
+            "URL reads DIR from the server's own /server_info)"]
+
 
 def _why_sglang_cannot_read(failures: Sequence[results.ServingFailure],
                             draft: Path) -> tuple[results.ServingFailure, ...]:
@@ -97,3 +155,13 @@ def _why_sglang_cannot_read(failures: Sequence[results.ServingFailure],
     return (results.ServingFailure(DRAFT_UNREADABLE,
                                    f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
                                    engine_version=version),)
+
+
+def _cpu_server(spec: LaunchSpec) -> bool:
+    """Whether the command's server runs on the CPU: it says ``--device cpu``, or says nothing and this machine has
+    no NVIDIA device (SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU stand-ins)."""
+    device = spec.parsed.get("device")
+    if device:
+        return str(device) == "cpu"
+    return not any(Path("/dev").glob("nvidia[0-9]*"))
+

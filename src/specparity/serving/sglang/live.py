@@ -777,3 +777,18 @@ def server_failure(message: str, log_lines: Sequence[str]) -> ServingFailure:
                                               f"{message}")
     last = next((ln for ln in reversed(log_lines) if "Error" in ln or "Exception" in ln), "")
     return ServingFailure(SGLANG_EXCEPTION, f"{message}" + (f" (last error: {last.strip()})" if last else ""))
+
+
+def server_hooks_dir(client: Any) -> Path | None:
+    """The evidence directory a running server's ``--forward-hooks`` names for specparity's factory (read from its
+    own ``/server_info``), when that directory is on this host; None otherwise (the capture then exits 3 by name)."""
+    try:
+        specs = server_info(client).get("forward_hooks") or []
+    except Exception:  # the static level reports an unreadable server; here only the directory is asked
+        return None
+    for spec in specs if isinstance(specs, list) else []:
+        if isinstance(spec, dict) and spec.get("hook_factory") == HOOK_FACTORY:
+            where = Path(str((spec.get("config") or {}).get("evidence_dir") or ""))
+            if where.is_dir():
+                return where
+    return None

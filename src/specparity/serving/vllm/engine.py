@@ -12,6 +12,7 @@ from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
+    from specparity.serving.launch import LaunchSpec
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         ResolvedDeployment,
         ServingFailure,
     )
+    from specparity.serving.server import ServerClient
 
 
 class VllmEngine(EngineBase):
@@ -28,6 +30,7 @@ class VllmEngine(EngineBase):
     name, label = "vllm", "vLLM"
     # vLLM's EAGLE proposer drafts one chain: num_speculative_tokens is the chain length
     spec_keys = ("num_speculative_tokens", None, None)
+    health_path = "/health"
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
                 timeout_s: float, python: str | None) -> ResolvedDeployment | ServingFailure:
@@ -94,3 +97,76 @@ class VllmEngine(EngineBase):
             lines.append(f"{v['range']!s:<26} {levels:<24} {v['tested_with'][0]} ({v['dist']} "
                          f"{v['tested_versions'][0]}){gpu}")
         return lines
+
+    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                            list[str]]:
+        from specparity.serving.vllm.live import hook_switches
+
+        return hook_switches(spec.command.args)
+
+    def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
+                     outcome: OutcomeRequest | None, progress: Progress | None,
+                     cwd: str | None) -> CaptureResult:
+        from dataclasses import replace
+
+        from specparity.serving.results import HOOKS_MISSING, CaptureResult, ServingFailure
+        from specparity.serving.vllm.client import loop_acceptance
+        from specparity.serving.vllm.live import HooksMissing, live_capture
+
+        lengths = outcome.prompt_lengths if outcome is not None else ()
+        known = [n for n in lengths if n is not None]
+        try:
+            result = live_capture(client, probes=probes, progress=progress,
+                                  prompt_lengths=known if lengths and len(known) == len(lengths) else None)
+        except HooksMissing as e:
+            return CaptureResult(None, None, None, (ServingFailure(HOOKS_MISSING, f"{e}; {self.flags_hint()}"),))
+        return replace(result, acceptance=loop_acceptance(result.loop))
+
+    def live_resolve(self, client: ServerClient, *, python: str | None,
+                     timeout_s: float) -> ResolvedDeployment | ServingFailure:
+        from specparity.serving.vllm.live import resolve_from_server
+
+        return resolve_from_server(client, python=python, timeout_s=timeout_s, hint=self.flags_hint())
+
+    def server_failure(self, message: str, log_lines: Sequence[str]) -> ServingFailure:
+        """vLLM's own exception in the server's log decides (a worker's root cause first,
+        ``serving/vllm/root_cause.py``); without one the server's failure is the machine's (exit 3)."""
+        from specparity.serving.results import SERVER_FAILED, VLLM_EXCEPTION, ServingFailure
+        from specparity.serving.vllm.root_cause import worker_root_cause
+
+        cause = worker_root_cause(log_lines) or _last_exception(log_lines)
+        if cause is None:
+            return ServingFailure(SERVER_FAILED, message)
+        return ServingFailure(VLLM_EXCEPTION, f"{cause} (the server exited before it served; {message})")
+
+    def launch_flags(self) -> tuple[list[str], dict[str, str], list[str]]:
+        from specparity.serving.vllm.live import LAUNCH_ENV, LAUNCH_FLAGS
+
+        return list(LAUNCH_FLAGS), dict(LAUNCH_ENV), [
+            "specparity must be importable in the server's environment (pip install specparity there)",
+            "VLLM_SERVER_DEV_MODE=1 turns on vLLM's dev endpoints (/collective_rpc, /server_info, "
+            "/reset_prefix_cache): bind the server to loopback or keep it behind your network's access rules",
+            "the tap installs nothing until the gate arms it; armed, it records only the gate's probes"]
+
+    def flags_hint(self) -> str:
+        flags, env, _ = self.launch_flags()
+        return ("start the server with " + " ".join(f"{k}={v}" for k, v in env.items()) + " and "
+                + " ".join(flags) + " (specparity launch-flags --engine vllm)")
+
+
+def _last_exception(lines: Sequence[str]) -> str | None:
+    """The last ``SomethingError: message`` line of a log (the API server's own traceback, e.g. a config vLLM
+    refused before any worker started), with the innermost vLLM frame above it."""
+    import re
+
+    exc = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b(?::.*)?$")
+    frame = re.compile(r'File "(?:.*/site-packages/)?(vllm/[^"]+)", line (\d+)')
+    where, last = None, None
+    for raw in lines:
+        text = re.sub(r"^\([\w:.-]+ pid=\d+\) ", "", raw.strip())
+        m = frame.search(text)
+        if m:
+            where = f"{m.group(1)}:{m.group(2)}"
+        elif exc.match(text):
+            last = text + (f" at {where}" if where else "")
+    return last

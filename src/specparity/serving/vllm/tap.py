@@ -20,6 +20,13 @@ The evidence leaves the worker only through vLLM's own channel: the gate calls :
 multiprocessing, Ray across nodes), so no rank's evidence depends on a path only one node can read. Each
 reply names the rank, its place in the TP/PP groups, its host (and Ray node), what was installed, and the
 fc calls seen since the last drain. The tap never changes a tensor: hooks only clone.
+
+In a server (``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``) the same methods reach the workers
+through vLLM's ``--worker-extension-cls`` (:class:`TapWorkerExtension`; ``v1/worker/worker_base.py:296-320`` mixes it
+into the worker class) and the dev-mode ``POST /collective_rpc`` route (``entrypoints/serve/dev/rpc/api_router.py:
+23-58``, which returns dicts and lists as JSON, so the blobs go as base64 text there). In a server nothing is
+installed until the gate arms the tap (:data:`ARM`), and a disarmed tap's hooks return at once: an idle server
+with the switches on pays one attribute read per hooked call.
 """
 
 from __future__ import annotations
@@ -31,9 +38,14 @@ from typing import Any
 
 ENV_ON = "SPECPARITY_VLLM_TAP"
 ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
+SERVER_MODE = "server"  # ENV_ON's value in a server: RPC methods only, hooks installed when the gate arms the tap
 # the worker method the gate calls by name through LLM.collective_rpc (a name, not a pickled function: vLLM's
 # front end refuses to serialise functions unless VLLM_ALLOW_INSECURE_SERIALIZATION is set, v1/serial_utils.py:219)
 RPC = "specparity_tap_drain"
+ARM = "specparity_tap_arm"  # install (once) and start recording; kwargs atlas="1"|"" (strings: the HTTP route's rule)
+DISARM = "specparity_tap_disarm"
+DESCRIBE = "specparity_tap_describe"  # the deployment as this worker's own VllmConfig resolves it (JSON)
+EXTENSION = "specparity.serving.vllm.tap.TapWorkerExtension"  # the --worker-extension-cls a server gets
 _MARK = "_specparity_tap_wrapped"
 
 
@@ -78,21 +90,27 @@ def _inner_target(model: Any) -> Any:
 class _Tap:
     """Per-worker state: the fc calls not yet drained, and the boundaries of the last target forward."""
 
-    def __init__(self, meta: dict[str, Any], atlas: bool) -> None:
-        self.meta, self.atlas_on = meta, atlas
+    def __init__(self, meta: dict[str, Any], atlas: bool, *, armed: bool = True) -> None:
+        self.meta, self.atlas_on, self.armed = meta, atlas, armed
         self.pending: list[bytes] = []
         self.atlas: dict[str, Any] = {}
 
     def boundary(self, index: int, value: Any) -> None:
+        if not self.armed:
+            return
         if index == 0:
             self.atlas = {}
         self.atlas[f"b{index}"] = value.detach().to("cpu").clone()
 
     def final_norm(self, out: Any) -> None:
+        if not self.armed:
+            return
         t = out[0] if isinstance(out, tuple) else out
         self.atlas["final_norm"] = t.detach().to("cpu").clone()
 
     def fc_call(self, x: Any) -> None:
+        if not self.armed:
+            return
         from safetensors.torch import save
 
         tensors = {"fc": x.detach().to("cpu").contiguous().clone()}
@@ -105,12 +123,12 @@ class _Tap:
 _ACTIVE: _Tap | None = None  # this process's tap (one model runner per vLLM worker process)
 
 
-def install(runner: Any, *, atlas: bool) -> dict[str, Any]:
+def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
     """Install the hooks on one loaded model runner; returns what was installed."""
     global _ACTIVE
     meta: dict[str, Any] = {"rank": _rank(), **_group_ranks(), **_node(), "drafter": None, "fc": None,
                             "aux_layers": None}
-    tap = _Tap(meta, atlas)
+    tap = _Tap(meta, atlas, armed=armed)
     target = _inner_target(runner.model)
     meta["aux_layers"] = [int(b) for b in getattr(target, "aux_hidden_state_layers", ())]
     meta["num_layers"] = len(getattr(target, "layers", ()))
@@ -139,14 +157,69 @@ def install(runner: Any, *, atlas: bool) -> dict[str, Any]:
     return meta
 
 
-def drain(_worker: Any = None) -> dict[str, Any]:
+def drain(_worker: Any = None, encoding: str = "") -> dict[str, Any]:
     """Called in every worker as :data:`RPC` by ``LLM.collective_rpc``: this rank's identity, what the tap installed
-    (``meta`` None: no tap in this worker) and the fc calls since the last drain."""
+    (``meta`` None: no tap in this worker) and the fc calls since the last drain (``encoding="base64"``: as text, for
+    the HTTP route)."""
     tap = _ACTIVE
     if tap is None:
         return {"rank": _rank(), **_group_ranks(), **_node(), "meta": None, "calls": []}
     calls, tap.pending = tap.pending, []
+    if encoding == "base64":
+        import base64
+
+        return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta),
+                "calls": [base64.b64encode(c).decode("ascii") for c in calls]}
     return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta), "calls": calls}
+
+
+def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
+    """:data:`ARM`: install the hooks on this worker's loaded model runner (once) and start recording; drops what
+    an earlier arming left undrained. Returns this rank's identity and meta, as :func:`drain` does."""
+    tap = _ACTIVE
+    if tap is None or tap.atlas_on != bool(atlas):
+        runner = getattr(worker, "model_runner", None)
+        if runner is None or getattr(runner, "model", None) is None:
+            return {"rank": _rank(), **_group_ranks(), **_node(), "meta": None, "calls": []}
+        if tap is None:
+            install(runner, atlas=bool(atlas), armed=True)
+        else:
+            tap.atlas_on = bool(atlas)
+    assert _ACTIVE is not None
+    _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = True, [], {}
+    return drain(worker, encoding="base64")
+
+
+def disarm(worker: Any) -> dict[str, Any]:
+    """:data:`DISARM`: stop recording (the hooks stay, returning at once) and drop what was not drained."""
+    if _ACTIVE is not None:
+        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = False, [], {}
+    return {"rank": _rank(), "armed": False}
+
+
+def describe(worker: Any) -> dict[str, Any]:
+    """:data:`DESCRIBE`: the deployment as this worker's own ``VllmConfig`` resolved it (ResolvedDeployment as JSON),
+    and this rank's identity."""
+    from specparity.serving.vllm.worker import describe_config
+
+    return {"rank": _rank(), **_group_ranks(), **_node(), "deployment": describe_config(worker.vllm_config)}
+
+
+class TapWorkerExtension:
+    """The tap's RPC methods for a server's workers (``--worker-extension-cls``, :data:`EXTENSION`); installs nothing
+    until armed."""
+
+    def specparity_tap_arm(self, atlas: str = "1") -> dict[str, Any]:
+        return arm(self, atlas)
+
+    def specparity_tap_drain(self, encoding: str = "") -> dict[str, Any]:
+        return drain(self, encoding)
+
+    def specparity_tap_disarm(self) -> dict[str, Any]:
+        return disarm(self)
+
+    def specparity_tap_describe(self) -> dict[str, Any]:
+        return describe(self)
 
 
 def _wrap(cls: type) -> None:
@@ -166,14 +239,20 @@ def _wrap(cls: type) -> None:
 
 
 def register() -> None:
-    """The entry point (``vllm.general_plugins``): inactive unless ``SPECPARITY_VLLM_TAP`` is set."""
-    if not os.environ.get(ENV_ON):
+    """The entry point (``vllm.general_plugins``): inactive unless ``SPECPARITY_VLLM_TAP`` is set. Set to
+    :data:`SERVER_MODE`, it only gives the workers the RPC methods and installs nothing until armed."""
+    mode = os.environ.get(ENV_ON)
+    if not mode:
         return
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     from vllm.v1.worker.worker_base import WorkerBase
 
-    if not hasattr(WorkerBase, RPC):  # every hardware's worker (CPUWorker, Worker) derives from it
-        setattr(WorkerBase, RPC, drain)
+    for name, method in ((RPC, drain), (ARM, arm), (DISARM, disarm), (DESCRIBE, describe)):
+        if not hasattr(WorkerBase, name):  # every hardware's worker (CPUWorker, Worker) derives from it
+            setattr(WorkerBase, name, method)
+    if mode == SERVER_MODE:
+        return
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
     _wrap(GPUModelRunner)
     try:
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner

@@ -223,22 +223,12 @@ def _metrics(llm: Any) -> dict[str, Any]:
 def capture(request: Any) -> Any:
     """The real engine on the probes: fc input per sample (the first drafter rank), atlas, per-rank evidence
     (gathered through vLLM's collective_rpc: serving/vllm/ranks.py), the layout, and the loop's counters."""
-    import torch
-    from safetensors.torch import load
     from vllm import LLM, SamplingParams
 
-    from specparity.serving.results import (
-        CAPTURE_SHAPE,
-        FC_NOT_CALLED,
-        RANK_MISSING,
-        CaptureResult,
-        FcCapture,
-        LayerAtlas,
-        ServingFailure,
-    )
-    from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout, rank_failures
-    from specparity.serving.worker_common import nonfinite_failures, report_progress
-    from specparity.sources import FINAL_NORM, boundary_to_source
+    from specparity.serving.results import RANK_MISSING, CaptureResult, ServingFailure
+    from specparity.serving.vllm.evidence import assemble_capture, counter_delta
+    from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout
+    from specparity.serving.worker_common import report_progress
 
     kw, n_spec, gen = llm_kwargs(request)
     total = len(request.probes) + 2
@@ -272,70 +262,35 @@ def capture(request: Any) -> Any:
         for ids, n in zip(request.probes, lengths, strict=True):
             llm.generate([{"prompt_token_ids": list(ids[: max(1, int(n))])}], params, use_tqdm=False)
         evidence.discard()  # those fc calls are not the probes'
-        after = _metrics(llm)
-        counters = {k: ([a - b for a, b in zip(v, counters.get(k) or [0] * len(v), strict=False)]
-                        if isinstance(v, list) else (v or 0) - (counters.get(k) or 0)) for k, v in after.items()}
-        prompts = "assistant_start"
+        counters, prompts = counter_delta(_metrics(llm), counters), "assistant_start"
     generate_s = time.perf_counter() - t1
-    tp, pp = int(pc.tensor_parallel_size), int(pc.pipeline_parallel_size)
-    served = layout(pc, evidence)
-    loop = {"engine": "vllm", "tensor_parallel_size": tp, "num_speculative_tokens": n_spec, "generate_tokens": gen,
-            "counters": counters, "loop_prompts": prompts, "outputs": outputs, "startup_s": startup,
-            "generate_s": generate_s, "ranks": served["ranks"]}
-    fc_ranks = evidence.fc_ranks()
-    fc_meta = evidence.meta(fc_ranks[0])["fc"] if fc_ranks else None  # type: ignore[index]
-    dep = _deployment(request, config, kw, n_spec, fc_meta=fc_meta,
-                      timings={"startup_s": startup, "generate_s": generate_s}, served_layout=served)
-    failures = rank_failures(evidence, world_size=len(served["ranks_expected"]), pp=pp)
-    if failures:
-        return CaptureResult(dep, None, None, tuple(failures), loop=loop)
-    if fc_meta is None:
-        metas = [evidence.meta(r) or {} for r in evidence.identity]
-        why = ("vLLM built no drafter: speculative decoding is off" if not any(m.get("drafter") for m in metas)
-               else "the drafter has no fc module (use_aux_hidden_state is off)")
-        return CaptureResult(dep, None, None, (ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"),),
-                             loop=loop)
-    lead = fc_ranks[0]
-    fc_rows: list[torch.Tensor] = []
-    atlas: list[dict[str, torch.Tensor]] = []
-    num_layers = dep.num_layers
-    rank_diff = 0.0
-    verify_bad: list[int] = []
-    for i, ids in enumerate(request.probes):
-        first = load(evidence.calls(lead, i)[0])
-        fc = first["fc"]
-        if fc.shape[0] != len(ids):
-            failures.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
-                                           f"{len(ids)}-token probe", sample=i))
-        fc_rows.append(fc)
-        sample = {}
-        for key, t in first.items():
-            if key.startswith("atlas/b"):
-                sample[boundary_to_source(int(key.removeprefix("atlas/b")), num_layers)] = t
-            elif key == "atlas/final_norm":
-                sample[FINAL_NORM] = t
-        atlas.append(sample)
-        for r in fc_ranks[1:]:
-            other = load(evidence.calls(r, i)[0])["fc"]
-            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
-                            else float("inf"))
-        for r in fc_ranks:
-            if not all(bool(torch.isfinite(load(b)["fc"]).all()) for b in evidence.calls(r, i)[1:]):
-                verify_bad.append(i)
-    loop["rank_max_abs_diff"] = rank_diff
-    loop["verify_calls"] = [len(evidence.calls(lead, i)) - 1 for i in range(len(request.probes))]
-    failures += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
-    failures += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
-                 for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in failures)]
-    aux_cap = len((evidence.meta(lead) or {}).get("aux_layers") or ())
-    fc_capture = FcCapture(
-        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), engine_version=dep.engine_version,
-        hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])), aux_states_captured=aux_cap,
-        aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
-        aux_per_sample=[],
-    )
-    layer_atlas = LayerAtlas(per_sample=atlas, num_layers=num_layers) if request.atlas else None
-    return CaptureResult(dep, fc_capture, layer_atlas, tuple(failures), loop=loop)
+    loop = {"engine": "vllm", "tensor_parallel_size": int(pc.tensor_parallel_size), "num_speculative_tokens": n_spec,
+            "generate_tokens": gen, "counters": counters, "loop_prompts": prompts, "outputs": outputs,
+            "startup_s": startup, "generate_s": generate_s}
+    dep = _deployment(request, config, kw, n_spec, fc_meta=None,
+                      timings={"startup_s": startup, "generate_s": generate_s}, served_layout=layout(pc, None))
+    return assemble_capture(dep, evidence, request.probes, atlas=request.atlas, loop=loop)
+
+
+def describe_config(vllm_config: Any) -> dict[str, Any]:
+    """The deployment a running vLLM resolved, from its own ``VllmConfig`` (a server's worker, through the tap's
+    :data:`~specparity.serving.vllm.tap.DESCRIBE` RPC), as ResolvedDeployment JSON."""
+    from types import SimpleNamespace
+
+    from specparity.serving.vllm.ranks import layout
+
+    mc, sc = vllm_config.model_config, vllm_config.speculative_config
+    device = str(getattr(vllm_config.device_config, "device_type", None) or "cpu")
+    where = SimpleNamespace(target=str(mc.model), draft=str(sc.model) if sc is not None else "", device=device)
+    n_spec = int(sc.num_speculative_tokens) if sc is not None else 0
+    served = {"dtype": str(mc.dtype).removeprefix("torch."), "max_model_len": int(mc.max_model_len),
+              "enforce_eager": bool(mc.enforce_eager), "quantization": mc.quantization,
+              "tensor_parallel_size": int(vllm_config.parallel_config.tensor_parallel_size),
+              "pipeline_parallel_size": int(vllm_config.parallel_config.pipeline_parallel_size),
+              "speculative_method": getattr(sc, "method", None) if sc is not None else None}
+    dep = _deployment(where, vllm_config, served, n_spec, fc_meta=None, timings={},
+                      served_layout=layout(vllm_config.parallel_config, None))
+    return dict(dep.to_dict())
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,186 @@
+"""Gate the server you run: the user's own server, launched by us from their command, or already running.
+
+Capturing in a child we build (``Engine.capture``) and capturing inside the user's server are two ways to the same
+evidence (a :class:`CaptureResult`); compare/, replay/ and report/ do not know which. This module does the
+engine-neutral part of a server's life; each engine adds its own (``Engine.live_switches``, ``live_capture``,
+``live_resolve``: its hook switches, its evidence channel, its counters).
+
+- :func:`capture_launched`: the command as given (same program, flags and env), plus only the engine's hook switches
+  and a free port; its own process group; ``/health`` awaited with a timeout (the log tail goes into the failure);
+  the contract's probes as token ids, greedy; then the whole process tree stopped, whatever happened.
+- :func:`capture_attached`: the same against ``--server URL``; nothing started, nothing stopped.
+
+Security: the server binds where the user's command says (127.0.0.1 when it says nothing); dev-mode endpoints an
+engine needs (vLLM's ``/collective_rpc``) are never turned on for a non-loopback host without
+``allow_dev_endpoints``; the evidence directory is created 0700 and removed after; an API key is never printed
+(:func:`specparity.serving.server.redact`); the report lists every flag and env var we added (:class:`LiveRun`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specparity.errors import InputError
+from specparity.serving import reaper
+from specparity.serving.results import (
+    SERVER_FAILED,
+    SERVER_UNREACHABLE,
+    CaptureResult,
+    OutcomeRequest,
+    ServingFailure,
+)
+from specparity.serving.server import (
+    LaunchedServer,
+    ServerClient,
+    ServerError,
+    free_port,
+    is_loopback,
+    redact,
+)
+
+if TYPE_CHECKING:
+    from specparity.serving.engine import Engine
+    from specparity.serving.launch import LaunchSpec
+
+PYTHON_NAMES = ("python", "python3")
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """Where the evidence came from, for every face of the report: ``launched`` (a server we started from the
+    user's command) or ``attached`` (``--server URL``)."""
+
+    mode: str
+    url: str
+    command: tuple[str, ...] = ()  # as run, API key redacted
+    added_flags: tuple[str, ...] = ()
+    added_env: Mapping[str, str] = field(default_factory=dict)
+    startup_s: float | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "url": self.url, "command": list(self.command),
+                "added_flags": list(self.added_flags), "added_env": dict(self.added_env),
+                "startup_s": self.startup_s, "notes": list(self.notes)}
+
+
+def _program(program: Sequence[str], python: str | None) -> tuple[list[str], list[str]]:
+    """The program to run and notes: a bare ``python``/``python3``/``vllm``/``sglang`` is looked up first beside
+    ``python`` (the engine env's interpreter, ``--python``), then on PATH; anything else runs as written."""
+    out, notes = list(program), []
+    head = out[0]
+    if python and os.sep not in head:
+        beside = Path(python).parent / head
+        if head.startswith("python") and head.rstrip("0123456789.") in PYTHON_NAMES:
+            out[0] = python
+            notes.append(f"{head} is {python} (--python)")
+        elif beside.is_file():
+            out[0] = str(beside)
+            notes.append(f"{head} is {beside} (beside --python)")
+    if os.sep not in out[0] and shutil.which(out[0]) is None:
+        raise InputError(f"the program {out[0]!r} is not on PATH (give the engine env's interpreter with --python)",
+                         field="--launch")
+    return out, notes
+
+
+def _host(spec: LaunchSpec) -> str:
+    return str(spec.host or "127.0.0.1")
+
+
+def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],
+                     outcome: OutcomeRequest | None, python: str | None, timeout_s: float,
+                     progress: Callable[[int, int], None] | None = None,
+                     allow_dev_endpoints: bool = False) -> CaptureResult:
+    """Launch the user's server with the engine's hook switches, capture through it, stop it (module docstring)."""
+    host = _host(spec)
+    evidence = Path(tempfile.mkdtemp(prefix="specparity-evidence-"))
+    os.chmod(evidence, 0o700)
+    reaper.adopt_dir(evidence)
+    try:
+        flags, env, notes = engine.live_switches(spec, evidence_dir=evidence)
+        if env.get("VLLM_SERVER_DEV_MODE") and not is_loopback(host) and not allow_dev_endpoints:
+            raise InputError(f"the command binds {host}, not loopback, and the capture needs {engine.label}'s dev-mode "
+                             "endpoints there; pass --allow-dev-endpoints to accept that, or drop --host",
+                             field="--launch")
+        port = free_port("127.0.0.1" if host in ("0.0.0.0", "::") else host)
+        program, where = _program(spec.command.program, python or spec.python or None)
+        placed = ["--host", host, "--port", str(port)] if spec.host is None else ["--port", str(port)]
+        argv = [*program, *spec.command.args, *flags, *placed]
+        added_env = {**env, "PYTHONPATH": _python_path(evidence, env, spec.command.env)}
+        full_env = {**spec.command.env, **added_env}
+        connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        url = f"http://{connect}:{port}"
+        api_key = api_key_of(spec)
+        run = LiveRun("launched", url, tuple(redact(argv, [api_key or ""])), tuple(flags + placed), added_env,
+                      notes=tuple(where + notes))
+        server = LaunchedServer(argv, full_env, url, api_key=api_key, health_path=engine.health_path,
+                                log=evidence / "server.log")
+        try:
+            server.start()
+            server.wait_healthy(timeout_s)
+        except ServerError as e:
+            server.stop()
+            failure = engine.server_failure(str(e), server.log_tail(200).splitlines())
+            return CaptureResult(None, None, None, (failure,), loop={"live": run.to_dict()})
+        run = replace(run, startup_s=server.started_s)
+        try:
+            with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
+                result = engine.live_capture(client, evidence_dir=evidence, probes=probes, outcome=outcome,
+                                             progress=progress, cwd=spec.command.cwd)
+        except ServerError as e:
+            alive = server.alive()
+            result = CaptureResult(None, None, None, (ServingFailure(
+                SERVER_FAILED if not alive else SERVER_UNREACHABLE,
+                f"{e}" + ("" if alive else f"; the server died; log tail:\n{server.log_tail()}")),))
+        finally:
+            server.stop()
+        return _with_live(result, run)
+    finally:
+        reaper.release_dir(evidence)
+
+
+def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: Sequence[Sequence[int]],
+                     outcome: OutcomeRequest | None, timeout_s: float,
+                     progress: Callable[[int, int], None] | None = None) -> CaptureResult:
+    """The capture through a running server (``--server URL``); nothing is started or stopped."""
+    run = LiveRun("attached", url.rstrip("/"))
+    try:
+        with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
+            if not client.healthy(engine.health_path):
+                raise ServerError(f"{url}{engine.health_path} does not answer")
+            result = engine.live_capture(client, evidence_dir=None, probes=probes, outcome=outcome,
+                                         progress=progress, cwd=None)
+    except ServerError as e:
+        result = CaptureResult(None, None, None, (ServingFailure(SERVER_UNREACHABLE, str(e)),))
+    return _with_live(result, run)
+
+
+def api_key_of(spec: LaunchSpec) -> str | None:
+    """The API key the command gives its server (a secret argument, or the engine's key variable in its env),
+    which the gate sends as a Bearer header and never prints."""
+    for i in spec.secret_args:
+        if 0 <= i < len(spec.command.args):
+            arg = str(spec.command.args[i])
+            return arg.partition("=")[2] if arg.startswith("-") else arg
+    return spec.command.env.get("VLLM_API_KEY") if spec.engine == "vllm" else None
+
+
+def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
+    return replace(result, loop={**(result.loop or {}), "live": run.to_dict()})
+
+
+def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:
+    """PYTHONPATH for the server's processes: a directory holding only a link to the gate's ``specparity`` package
+    (as the in-process child gets it, ``serving/process.py`` ``child_env``), then what the hook switches put there,
+    then the command's own PYTHONPATH, so the hook modules import in the engine's interpreter without installing
+    anything there; the gate's own PYTHONPATH never reaches another interpreter."""
+    from specparity.serving.process import package_link
+
+    parts = (str(package_link(evidence / "path")), hooks.get("PYTHONPATH", ""), command.get("PYTHONPATH", ""))
+    return os.pathsep.join(p for p in parts if p)

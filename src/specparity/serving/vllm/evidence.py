@@ -1,0 +1,136 @@
+"""The tap's evidence, every rank's, turned into one :class:`CaptureResult`: wherever vLLM ran (``vllm.LLM`` in the
+gate's child, ``serving/vllm/worker.py``; or a server, ``serving/vllm/live.py``), the same rules judge it.
+
+Per probe, the first drafter rank's prefill fc rows (the fc calls from the probe's start until their rows cover the
+probe: one call, or one per chunk where vLLM chunks the prefill) and the target's boundaries recorded with its first
+call; every other drafter rank must agree; a verify step's NaN/Inf is a failure too; and a rank that should have
+reported and did not is ``rank_missing`` (never a pass on partial evidence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from specparity.serving.results import (
+    CAPTURE_SHAPE,
+    FC_NOT_CALLED,
+    CaptureResult,
+    FcCapture,
+    LayerAtlas,
+    ResolvedDeployment,
+    ServingFailure,
+)
+from specparity.serving.vllm.ranks import RankEvidence, layout, rank_failures
+
+
+def prefill_rows(blobs: Sequence[bytes], n: int) -> tuple[Any, dict[str, Any], int]:
+    """(fc rows of the prefill, the first call's tensors, calls used): leading fc calls until they hold ``n`` rows."""
+    import torch
+    from safetensors.torch import load
+
+    first = load(blobs[0])
+    parts, rows, used = [first["fc"]], int(first["fc"].shape[0]), 1
+    while rows < n and used < len(blobs):
+        nxt = load(blobs[used])["fc"]
+        if rows + int(nxt.shape[0]) > n:
+            break
+        parts.append(nxt)
+        rows += int(nxt.shape[0])
+        used += 1
+    return (parts[0] if len(parts) == 1 else torch.cat(parts)), first, used
+
+
+def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Sequence[Sequence[int]], *,
+                     atlas: bool, loop: dict[str, Any], failures: Sequence[ServingFailure] = ()) -> CaptureResult:
+    """The capture from every rank's evidence (``dep`` as vLLM resolved it; ``loop`` the serving loop's facts)."""
+    import torch
+    from safetensors.torch import load
+
+    from specparity.serving.worker_common import nonfinite_failures
+    from specparity.sources import FINAL_NORM, boundary_to_source
+
+    expected = list((dep.layout or {}).get("ranks_expected") or [0])
+    pp = int((dep.layout or {}).get("pipeline_parallel_size") or 1)
+    served = {**dep.layout, **_reported(dep.layout, evidence)}
+    fc_ranks = evidence.fc_ranks()
+    fc_meta = (evidence.meta(fc_ranks[0]) or {}).get("fc") if fc_ranks else None
+    if fc_meta is not None:
+        dep = replace(dep, fc_in_features=int(fc_meta["in_features"]), fc_out_features=int(fc_meta["out_features"]),
+                      fc_bias=bool(fc_meta["bias"]), fc_source="vllm_module")
+    dep = replace(dep, layout=served)
+    loop = {**loop, "ranks": served.get("ranks")}
+    out = list(failures) + rank_failures(evidence, world_size=len(expected), pp=pp)
+    if out:
+        return CaptureResult(dep, None, None, tuple(out), loop=loop)
+    if fc_meta is None:
+        metas = [evidence.meta(r) or {} for r in evidence.identity]
+        why = ("vLLM built no drafter: speculative decoding is off" if not any(m.get("drafter") for m in metas)
+               else "the drafter has no fc module (use_aux_hidden_state is off)")
+        return CaptureResult(dep, None, None, (ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"),),
+                             loop=loop)
+    lead = fc_ranks[0]
+    fc_rows: list[torch.Tensor] = []
+    samples: list[dict[str, torch.Tensor]] = []
+    rank_diff, verify_bad, verify_calls = 0.0, [], []
+    for i, ids in enumerate(probes):
+        fc, first, used = prefill_rows(evidence.calls(lead, i), len(ids))
+        if fc.shape[0] != len(ids):
+            out.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
+                                      f"{len(ids)}-token probe", sample=i))
+        fc_rows.append(fc)
+        sample = {}
+        for key, t in first.items():
+            if key.startswith("atlas/b"):
+                sample[boundary_to_source(int(key.removeprefix("atlas/b")), dep.num_layers)] = t
+            elif key == "atlas/final_norm":
+                sample[FINAL_NORM] = t
+        samples.append(sample)
+        for r in fc_ranks[1:]:
+            other = prefill_rows(evidence.calls(r, i), len(ids))[0]
+            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
+                            else float("inf"))
+        for r in fc_ranks:
+            if not all(bool(torch.isfinite(load(b)["fc"]).all()) for b in evidence.calls(r, i)[used:]):
+                verify_bad.append(i)
+        verify_calls.append(len(evidence.calls(lead, i)) - used)
+    loop["rank_max_abs_diff"] = rank_diff
+    loop["verify_calls"] = verify_calls
+    out += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
+    out += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
+            for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in out)]
+    capture = FcCapture(
+        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), engine_version=dep.engine_version,
+        hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])),
+        aux_states_captured=len((evidence.meta(lead) or {}).get("aux_layers") or ()),
+        aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
+        aux_per_sample=[],
+    )
+    return CaptureResult(dep, capture, LayerAtlas(per_sample=samples, num_layers=dep.num_layers) if atlas else None,
+                         tuple(out), loop=loop)
+
+
+def _reported(resolved: dict[str, Any], evidence: RankEvidence) -> dict[str, Any]:
+    """The layout's ranks_reported, nodes and ranks from the evidence (:func:`ranks.layout`'s second half)."""
+
+    class _Sizes:  # the sizes layout() reads, as the deployment already resolved them
+        tensor_parallel_size = resolved.get("tensor_parallel_size") or 1
+        pipeline_parallel_size = resolved.get("pipeline_parallel_size") or 1
+
+    full = layout(_Sizes(), evidence)
+    return {k: full[k] for k in ("ranks_reported", "nodes", "ranks")}
+
+
+def counter_delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """What vLLM's counters moved by between two reads (lists position by position)."""
+    out: dict[str, Any] = {}
+    for k, v in after.items():
+        b = before.get(k)
+        if isinstance(v, list):
+            prev = list(b or [])
+            out[k] = [a - (prev[i] if i < len(prev) else 0) for i, a in enumerate(v)]
+        else:
+            out[k] = None if v is None else v - (b or 0)
+    return out
+

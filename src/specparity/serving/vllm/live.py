@@ -1,0 +1,247 @@
+"""vLLM's part of a live check: what a server needs added to its command, the tap's RPC over HTTP, and its counters.
+
+The server is the user's own (``vllm serve ...`` / ``python -m vllm.entrypoints.openai.api_server ...``): launched
+by the gate (``serving/live.py``) or already running (``--server URL``). Everything goes through interfaces vLLM
+supports, cited from vllm 0.32:
+
+- the hook switches (:func:`hook_switches`): ``--worker-extension-cls`` with the tap's RPC methods
+  (``v1/worker/worker_base.py:296-320`` mixes the class into every worker), or, where the command already names an
+  extension class of its own, the tap's ``vllm.general_plugins`` entry point in server mode (the entry point must
+  then be installed in the server's environment); ``VLLM_SERVER_DEV_MODE=1`` for ``POST /collective_rpc``,
+  ``GET /server_info`` and ``POST /reset_prefix_cache`` (``entrypoints/serve/__init__.py:45-75``), on loopback
+  only unless the user allows it;
+- the evidence (:func:`live_capture`): ``POST /collective_rpc`` calls the tap in every rank through vLLM's own
+  executor (``entrypoints/serve/dev/rpc/api_router.py:23-58`` -> ``AsyncLLM.collective_rpc``,
+  ``v1/engine/async_llm.py:1205``), so a rank on another node reports like a local one; probes go as token ids to
+  ``/v1/completions``, greedy, with the prefix cache reset before each so the prefill's fc call holds the whole
+  probe;
+- the outcome: the spec-decode counters of ``/metrics`` (``vllm:spec_decode_num_drafts_total``,
+  ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total``;
+  ``v1/spec_decode/metrics.py``), as deltas over the probe run.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from specparity.serving.metrics import Scrape
+from specparity.serving.results import (
+    BAD_DEPLOYMENT,
+    RANK_MISSING,
+    CaptureResult,
+    ResolvedDeployment,
+    ServingFailure,
+)
+from specparity.serving.server import ServerClient, ServerError
+from specparity.serving.vllm import tap
+
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+EXTENSION_FLAG = "--worker-extension-cls"
+GENERATE_TOKENS = 16
+COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
+            "spec_decode_num_accepted_tokens_per_pos")
+# the flags and env a server needs so that the gate can capture from it (specparity launch-flags prints them)
+LAUNCH_FLAGS = (EXTENSION_FLAG, tap.EXTENSION)
+LAUNCH_ENV = {DEV_MODE_ENV: "1"}
+
+
+def hook_switches(args: Sequence[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(flags to append, env to add, notes): what the gate adds to the user's ``args`` so the tap can answer."""
+    notes = []
+    if any(a == EXTENSION_FLAG or a.startswith(EXTENSION_FLAG + "=") for a in args):
+        # vLLM takes one extension class; the user's stays, the tap comes through its entry point instead
+        flags: list[str] = []
+        env = {**LAUNCH_ENV, tap.ENV_ON: tap.SERVER_MODE}
+        notes.append(f"the command names its own {EXTENSION_FLAG}; the tap comes through specparity's "
+                     "vllm.general_plugins entry point, which must be installed in the server's environment")
+    else:
+        flags, env = list(LAUNCH_FLAGS), dict(LAUNCH_ENV)
+    return flags, env, notes
+
+
+class HttpRpc:
+    """``collective_rpc`` over the server's dev-mode route, shaped like ``LLM.collective_rpc`` for
+    :class:`~specparity.serving.vllm.ranks.RankEvidence`: the tap's drain answers with base64 text there."""
+
+    def __init__(self, client: ServerClient, *, timeout_s: float = 120.0) -> None:
+        self.client, self.timeout_s = client, timeout_s
+
+    def collective_rpc(self, method: str, kwargs: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        kw = dict(kwargs or {})
+        if method == tap.RPC:
+            kw.setdefault("encoding", "base64")
+        try:
+            reply = self.client.post_json("/collective_rpc", {"method": method, "kwargs": kw,
+                                                              "timeout": self.timeout_s},
+                                          timeout_s=self.timeout_s + 10)
+        except ServerError as e:
+            if e.status == 404:
+                raise HooksMissing(f"{self.client.url} has no /collective_rpc route: the server runs without "
+                                   f"{DEV_MODE_ENV}=1") from None
+            if e.status is not None and method in str(e):
+                raise HooksMissing(f"the server's workers have no {method} method: it was started without "
+                                   f"{' '.join(LAUNCH_FLAGS)}") from None
+            raise
+        results = (reply or {}).get("results")
+        if not isinstance(results, list):
+            raise ServerError(f"/collective_rpc answered {str(reply)[:200]!r}, not a list of results")
+        out = []
+        for r in results:
+            if not isinstance(r, dict):
+                raise HooksMissing(f"a worker answered {method} with {str(r)[:200]!r}")
+            if method == tap.RPC or "calls" in r:
+                r = {**r, "calls": [base64.b64decode(c) for c in r.get("calls") or ()]}
+            out.append(r)
+        return out
+
+
+class HooksMissing(RuntimeError):
+    """The server cannot answer the tap: started without the hook switches (the capture level exits 3 by name)."""
+
+
+def model_name(client: ServerClient) -> str:
+    """The served model's name, as ``/v1/models`` lists it (``--served-model-name`` or the model path)."""
+    data = client.get_json("/v1/models").get("data") or []
+    if not data:
+        raise ServerError(f"{client.url}/v1/models lists no model")
+    return str(data[0]["id"])
+
+
+def counters(client: ServerClient) -> dict[str, Any]:
+    """vLLM's spec-decode counters now, summed over its series: scalars, and the per-position list."""
+    s = Scrape.parse(client.text("/metrics"))
+    out: dict[str, Any] = {}
+    for name in COUNTERS:
+        full = f"vllm:{name}_total"
+        if name.endswith("per_pos"):
+            by_pos = s.by_label(full, "position")
+            out[name] = [int(by_pos[k]) for k in sorted(by_pos, key=int)]
+        else:
+            v = s.total(full)
+            out[name] = None if v is None else int(v)
+    return out
+
+
+def describe(rpc: HttpRpc) -> tuple[ResolvedDeployment | None, list[dict[str, Any]]]:
+    """The deployment as the server's own workers resolved it (the first rank's), and every rank's reply."""
+    replies = rpc.collective_rpc(tap.DESCRIBE)
+    deps = [r["deployment"] for r in replies if isinstance(r.get("deployment"), dict)]
+    return (ResolvedDeployment.from_dict(deps[0]) if deps else None), replies
+
+
+def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
+                 prompt_lengths: Sequence[int] | None, generate_tokens: int = GENERATE_TOKENS,
+                 progress: Callable[[int, int], None] | None = None, atlas: bool = True) -> CaptureResult:
+    """The probes through the running server with the tap armed: fc input per probe and rank, the atlas, the
+    layout, and the acceptance the server's own counters moved by. Every problem is a typed failure."""
+    from specparity.serving.vllm.evidence import assemble_capture, counter_delta
+    from specparity.serving.vllm.ranks import RankEvidence
+
+    rpc = HttpRpc(client)
+    total = len(probes) + 2
+    t0 = time.perf_counter()
+    dep, _ = describe(rpc)
+    if dep is None:
+        return CaptureResult(None, None, None, (ServingFailure(RANK_MISSING, "no rank of the server described "
+                                                               "its deployment through the tap"),))
+    if progress:
+        progress(1, total)
+    model = model_name(client)
+    evidence = RankEvidence(rpc)
+    evidence.identity = {int(r["rank"]): {k: v for k, v in r.items() if k != "calls"}
+                         for r in rpc.collective_rpc(tap.ARM, {"atlas": "1" if atlas else ""})}
+    before = counters(client)
+    outputs: list[list[int]] = []
+    n_spec = int(dep.resolved_spec.num_steps or 0)
+    body = {"model": model, "max_tokens": generate_tokens, "temperature": 0.0, "ignore_eos": True}
+    failures: list[ServingFailure] = []
+    try:
+        for i, ids in enumerate(probes):
+            _reset_prefix_cache(client)
+            try:
+                out = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids],
+                                                           "return_token_ids": True})
+            except ServerError as e:
+                if e.status == 400:  # vLLM refused the probe itself (e.g. longer than its max_model_len)
+                    failures.append(ServingFailure(BAD_DEPLOYMENT, f"vLLM refused probe {i}: {e}", sample=i))
+                    evidence.end_probe()
+                    continue
+                raise
+            choice = (out.get("choices") or [{}])[0]
+            outputs.append([int(t) for t in choice.get("token_ids") or []])
+            evidence.end_probe()
+            if progress:
+                progress(2 + i, total)
+    finally:
+        rpc.collective_rpc(tap.DISARM)
+    counted, prompts = counter_delta(counters(client), before), "after_probe"
+    if prompt_lengths is not None and len(prompt_lengths) == len(probes):
+        # the server's own loop on the probes' prompts, up to the assistant's first token: the target then writes
+        # its own answer, the text the drafter was trained on (as serving/vllm/worker.py's capture does)
+        start = counters(client)
+        for ids, n in zip(probes, prompt_lengths, strict=True):
+            _reset_prefix_cache(client)
+            client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids[: max(1, int(n))]]})
+        counted, prompts = counter_delta(counters(client), start), "assistant_start"
+    generate_s = time.perf_counter() - t0
+    layout = dict(dep.layout)
+    loop = {"engine": "vllm", "tensor_parallel_size": int(layout.get("tensor_parallel_size") or 1),
+            "num_speculative_tokens": n_spec, "generate_tokens": generate_tokens, "counters": counted,
+            "loop_prompts": prompts, "outputs": outputs, "generate_s": generate_s, "source": "server_metrics"}
+    return assemble_capture(dep, evidence, probes, atlas=atlas, loop=loop, failures=failures)
+
+
+def _reset_prefix_cache(client: ServerClient) -> None:
+    """A probe whose prefix another probe shares would otherwise prefill only its suffix (vLLM's prefix cache is on
+    by default in a server): ``POST /reset_prefix_cache`` (dev mode, ``entrypoints/serve/dev/cache/api_router.py:20``)."""
+    client.post("/reset_prefix_cache")
+
+
+def resolve_from_server(client: ServerClient, *, python: str | None, timeout_s: float,
+                        hint: str) -> ResolvedDeployment | ServingFailure:
+    """The static level from what a running server reports: its own workers' ``VllmConfig`` through the tap
+    (:data:`~specparity.serving.vllm.tap.DESCRIBE`), else dev mode's ``GET /server_info?config_format=json``
+    (``entrypoints/serve/dev/server_info/api_router.py:43-59``: the whole resolved ``VllmConfig``), whose model,
+    draft and speculative settings vLLM's own code then resolves here (``serving/vllm/client.py``), reading the draft
+    config at the path the server names."""
+    from pathlib import Path
+
+    from specparity.serving.results import HOOKS_MISSING, SERVER_UNREACHABLE
+    from specparity.serving.vllm.client import resolve_deployment
+
+    try:
+        dep, _ = describe(HttpRpc(client))
+        if dep is not None:
+            return dep
+    except HooksMissing:
+        pass
+    except ServerError as e:
+        return ServingFailure(SERVER_UNREACHABLE, str(e))
+    try:
+        info = client.get_json("/server_info", params={"config_format": "json"})
+    except ServerError as e:
+        if e.status == 404:
+            return ServingFailure(HOOKS_MISSING, f"{client.url} answers neither the tap's RPC nor /server_info: it "
+                                  f"runs without {DEV_MODE_ENV}=1, so nothing says what it resolved; {hint}")
+        return ServingFailure(SERVER_UNREACHABLE, str(e))
+    cfg = info.get("vllm_config") if isinstance(info, dict) else None
+    if not isinstance(cfg, dict):
+        return ServingFailure(SERVER_UNREACHABLE, f"{client.url}/server_info has no vllm_config in JSON")
+    mc, sc, pc = cfg.get("model_config") or {}, cfg.get("speculative_config") or {}, cfg.get("parallel_config") or {}
+    target, draft = str(mc.get("model") or ""), str(sc.get("model") or "")
+    unreadable = [p for p in (target, draft) if not (Path(p) / "config.json").is_file()]
+    if unreadable:
+        return ServingFailure(SERVER_UNREACHABLE, f"the server names {', '.join(unreadable)}, which is not a model "
+                              "directory on this host; attach the gate where the server's files are, or start the "
+                              f"server with the hook switches ({hint})")
+    args = {"speculative_config": {"method": sc.get("method"), "model": draft,
+                                   "num_speculative_tokens": sc.get("num_speculative_tokens")},
+            "tensor_parallel_size": int(pc.get("tensor_parallel_size") or 1),
+            "pipeline_parallel_size": int(pc.get("pipeline_parallel_size") or 1),
+            "dtype": str(mc.get("dtype") or "auto").removeprefix("torch."),
+            "max_model_len": mc.get("max_model_len"), "quantization": mc.get("quantization")}
+    return resolve_deployment(target, draft, engine_args={k: v for k, v in args.items() if v is not None},
+                              device="cpu", timeout_s=timeout_s, python=python)
