@@ -1,0 +1,10 @@
+SGLANG_ENABLE_SPEC_V2=True python3 -m sglang.launch_server \
+    --model Qwen/Qwen2.5-7B-Instruct \
+    --speculative-algorithm STANDALONE \
+    --speculative-draft-model-path Qwen/Qwen2.5-1.5B-Instruct \
+    --speculative-num-steps 4 \
+    --speculative-eagle-topk 1 \
+    --speculative-num-draft-tokens 5 \
+    --mem-fraction-static 0.7 \
+    --cuda-graph-max-bs 8 \
+    --log-level warning

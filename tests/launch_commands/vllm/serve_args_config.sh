@@ -1,0 +1,1 @@
+vllm serve --config config.yaml
