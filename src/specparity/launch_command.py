@@ -54,6 +54,8 @@ _PY_FLAGS_WITH_VALUE = frozenset({"-X", "-W"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
 _WRAPPERS = frozenset({"exec", "nohup"})
+# commands that change the shell's own state (environment, directory, interpreter) rather than start a program
+_SHELL_STATE = frozenset({"source", ".", "cd", "pushd", "popd", "conda", "module", "eval", "alias", "unset"})
 # an environment variable whose value is a secret: shown as *** in every report
 SECRET_NAME = re.compile(r"(API_?KEY|(^|_)TOKEN$|SECRET|PASSWORD|PASSWD)", re.I)
 REDACTED = "***"
@@ -525,6 +527,10 @@ def _command(st: _Statement, assignments: list[tuple[str, list[_Part]]], k: int,
             env[var] = value
     if not words:
         raise InputError(f"line {st.line}: no program to run", **where)
+    if words[0] in _SHELL_STATE:
+        raise InputError(f"line {st.line}: {' '.join(words[:3])!r} changes the shell itself, which specparity does "
+                         "not run: give the interpreter that serves with --python, variables as export lines, and "
+                         "run specparity from the server's directory", **where)
     engine, entry, n = _program(words, line=st.line, where=where)
     first = lines[0] if lines else st.line
     return LaunchCommand(text=text, source=source, path=None if path is None else str(path),

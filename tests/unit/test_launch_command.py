@@ -118,7 +118,8 @@ def test_tilde_and_a_comment_inside_a_continued_command() -> None:
     ("export A\nvllm serve m", r"export A: \$A is not set"),
     ("A=1\n# only that", r"no command that starts SGLang or vLLM"),
     ("", r"empty"),
-    ("source venv/bin/activate\nvllm serve m", r"'source' starts neither engine"),
+    ("source venv/bin/activate\nvllm serve m", r"line 1: 'source venv/bin/activate' changes the shell itself"),
+    ("cd /srv\nvllm serve m", r"line 1: 'cd /srv' changes the shell itself"),
 ])
 def test_bad_input_is_exit_2_naming_the_line(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message) as e:
@@ -186,3 +187,41 @@ def test_env_prefixes_round_trip(env: dict[str, str]) -> None:
 def test_a_quoted_expansion_is_the_value_itself(value: str) -> None:
     c = _read('vllm serve "$V" "${V}" "${V:-x}"', V=value)
     assert c.args == (value, value, value or "x")
+
+
+# ------------------------------------------------------------------------------------------------ real commands
+REAL = Path(__file__).resolve().parents[1] / "launch_commands"  # published commands, sources in its README.md
+
+
+@pytest.mark.parametrize(("name", "engine", "entry", "env"), [
+    ("sglang/docs_eagle3.sh", "sglang", "sglang.launch_server", {}),
+    ("sglang/docs_spec_v2.sh", "sglang", "sglang.launch_server", {"SGLANG_ENABLE_SPEC_V2": "True"}),
+    ("sglang/eagle_issue_298.sh", "sglang", "sglang.launch_server", {}),
+    ("sglang/eagle_pr_173.sh", "sglang", "sglang.launch_server", {}),
+    ("sglang/issue_5491.sh", "sglang", "sglang.launch_server", {}),
+    ("sglang/docs_qwen3_next.sh", "sglang", "sglang.launch_server", {}),
+    ("vllm/docs_api_server.sh", "vllm", "vllm.entrypoints.openai.api_server", {}),
+    ("vllm/recipes_pr_449.sh", "vllm", "vllm serve", {"CUDA_VISIBLE_DEVICES": "0"}),
+    ("vllm/speculators_blog.sh", "vllm", "vllm serve", {}),
+    ("vllm/pr_20436_speculators.sh", "vllm", "vllm serve", {}),
+    ("vllm/issue_7456.sh", "vllm", "vllm serve", {}),
+])
+def test_real_commands_read_by_the_shell_layer(name: str, engine: str, entry: str, env: dict[str, str]) -> None:
+    c = read_launch((REAL / name).read_text(encoding="utf-8"), source="--launch-file", path=REAL / name,
+                    environ={})
+    assert (c.engine, c.entry, c.env) == (engine, entry, env)
+    assert all("\\" not in a and "\n" not in a for a in c.args)  # continuations joined, no stray escapes
+    if name == "vllm/recipes_pr_449.sh":
+        i = c.args.index("--speculative-config")
+        assert c.args[i + 1] == ('{"method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3", '
+                                 '"num_speculative_tokens": 7}')
+
+
+def test_a_real_script_that_sources_an_environment_is_exit_2_naming_the_line() -> None:
+    """tutu329/server-install's script activates conda before the command: specparity cannot run `source`; the
+    interpreter it would pick is given with --python."""
+    with pytest.raises(InputError, match=r"line 3: 'source /home/tutu/miniconda3/etc/profile.d/conda.sh' changes "
+                       r"the shell itself.*--python") as e:
+        read_launch((REAL / "sglang/server_install_ds_v3.sh").read_text(encoding="utf-8"), source="--launch-file",
+                    environ={})
+    assert e.value.exit_code == EXIT_BAD_INPUT
