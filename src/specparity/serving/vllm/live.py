@@ -37,6 +37,7 @@ from specparity.serving.results import (
 )
 from specparity.serving.server import ServerClient, ServerError
 from specparity.serving.vllm import tap
+from specparity.serving.vllm.ranks import RPC
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 EXTENSION_FLAG = "--worker-extension-cls"
@@ -71,7 +72,7 @@ class HttpRpc:
 
     def collective_rpc(self, method: str, kwargs: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
         kw = dict(kwargs or {})
-        if method == tap.RPC:
+        if method == RPC:
             kw.setdefault("encoding", "base64")
         try:
             reply = self.client.post_json("/collective_rpc", {"method": method, "kwargs": kw,
@@ -92,7 +93,7 @@ class HttpRpc:
         for r in results:
             if not isinstance(r, dict):
                 raise HooksMissing(f"a worker answered {method} with {str(r)[:200]!r}")
-            if method == tap.RPC or "calls" in r:
+            if method == RPC or "calls" in r:
                 r = {**r, "calls": [base64.b64decode(c) for c in r.get("calls") or ()]}
             out.append(r)
         return out

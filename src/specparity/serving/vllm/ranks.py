@@ -16,6 +16,11 @@ from typing import Any
 
 from specparity.serving.results import FC_NOT_CALLED, RANK_MISSING, ServingFailure
 
+# the worker method the gate calls by name through collective_rpc (a name, not a pickled function: vLLM's front end
+# refuses to serialise functions unless VLLM_ALLOW_INSECURE_SERIALIZATION is set, v1/serial_utils.py:219); the tap
+# (serving/vllm/tap.py) defines it in every worker
+RPC = "specparity_tap_drain"
+
 
 class TapMissing(RuntimeError):
     """A worker cannot answer the tap's RPC at all: its rank's evidence is missing."""
@@ -34,8 +39,6 @@ class RankEvidence:
     probes: int = 0
 
     def _drain(self) -> dict[int, list[bytes]]:
-        from specparity.serving.vllm.tap import RPC
-
         out: dict[int, list[bytes]] = {}
         try:
             replies = self.llm.collective_rpc(RPC)

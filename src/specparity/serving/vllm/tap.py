@@ -36,12 +36,11 @@ import socket
 import sys
 from typing import Any
 
+from specparity.serving.vllm.ranks import RPC  # the drain's name: the gate calls it, the tap defines it
+
 ENV_ON = "SPECPARITY_VLLM_TAP"
 ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
 SERVER_MODE = "server"  # ENV_ON's value in a server: RPC methods only, hooks installed when the gate arms the tap
-# the worker method the gate calls by name through LLM.collective_rpc (a name, not a pickled function: vLLM's
-# front end refuses to serialise functions unless VLLM_ALLOW_INSECURE_SERIALIZATION is set, v1/serial_utils.py:219)
-RPC = "specparity_tap_drain"
 ARM = "specparity_tap_arm"  # install (once) and start recording; kwargs atlas="1"|"" (strings: the HTTP route's rule)
 DISARM = "specparity_tap_disarm"
 DESCRIBE = "specparity_tap_describe"  # the deployment as this worker's own VllmConfig resolves it (JSON)
@@ -200,7 +199,7 @@ def disarm(worker: Any) -> dict[str, Any]:
 def describe(worker: Any) -> dict[str, Any]:
     """:data:`DESCRIBE`: the deployment as this worker's own ``VllmConfig`` resolved it (ResolvedDeployment as JSON),
     and this rank's identity."""
-    from specparity.serving.vllm.worker import describe_config
+    from specparity.serving.vllm.deployment import describe_config
 
     return {"rank": _rank(), **_group_ranks(), **_node(), "deployment": describe_config(worker.vllm_config)}
 

@@ -1,0 +1,107 @@
+"""The deployment as vLLM resolved it, from its own ``VllmConfig``: in the gate's child after ``EngineArgs`` resolved
+the request (``serving/vllm/worker.py``), or inside a running server's worker (the tap's describe RPC,
+``serving/vllm/tap.py``). Imported only where vLLM is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _hf_dict(cfg: Any) -> dict[str, Any]:
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int, *, fc_meta: dict[str, Any] | None,
+                timings: dict[str, float], served_layout: dict[str, Any] | None = None) -> Any:
+    """A :class:`ResolvedDeployment` from vLLM's own resolved config (and the live fc when given)."""
+    import vllm
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from specparity.idrules.vllm import drafter_aux_count
+    from specparity.serving.results import ResolvedDeployment, SpecSettings
+    from specparity.serving.vllm.ranks import layout
+    from specparity.serving.worker_common import fc_shape_from_checkpoint
+
+    mc, sc = vllm_config.model_config, vllm_config.speculative_config
+    tcfg = mc.hf_config
+    num_layers = int(mc.get_total_num_hidden_layers())
+    hidden = int(tcfg.hidden_size)
+    dcfg = _hf_dict(sc.draft_model_config.hf_config) if sc is not None else {}
+
+    class _Runner:  # the attribute vLLM's reader looks at (gpu_model_runner.py:5263-5266)
+        speculative_config = sc
+
+    read = GPUModelRunner._get_eagle3_aux_layers_from_config(_Runner()) if sc is not None else None
+    if read:
+        boundaries = tuple(sorted(set(int(b) for b in read)))
+        reason = None
+    else:
+        boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
+        reason = ("vLLM found no eagle_aux_hidden_state_layer_ids (top level, dflash_config or eagle_config) "
+                  "and uses the model default (2, L//2, L-3) (vllm/model_executor/models/interfaces.py:1712-1733)")
+    from specparity.sources import boundary_to_source
+
+    reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
+    shape = fc_shape_from_checkpoint(Path(request.draft))
+    try:
+        raw = json.loads((Path(request.draft) / "config.json").read_text())
+    except (OSError, ValueError):
+        raw = {}
+    k = drafter_aux_count(dcfg)
+    t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
+    if fc_meta is not None:
+        fc_in, fc_out, bias, source = (int(fc_meta["in_features"]), int(fc_meta["out_features"]),
+                                       bool(fc_meta["bias"]), "vllm_module")
+    elif shape is not None:
+        fc_in, fc_out, bias, source = shape.in_features, shape.out_features, shape.bias, "checkpoint"
+    else:
+        fc_in, fc_out, bias = t_hidden * k, int(dcfg.get("hidden_size") or 0), bool(dcfg.get("bias", False))
+        source = "config: no fc.weight in checkpoint"
+    nested = dcfg.get("eagle_config")
+    eagle: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    spec = SpecSettings(num_steps=n_spec, eagle_topk=None, num_draft_tokens=None)
+    resolved = SpecSettings(num_steps=int(sc.num_speculative_tokens), eagle_topk=1,
+                            num_draft_tokens=int(sc.num_speculative_tokens) + 1) if sc is not None else spec
+    return ResolvedDeployment(
+        engine_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
+        device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
+        num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
+        target_dtype=str(mc.dtype).removeprefix("torch."),
+        # as the draft's config.json names it (vLLM maps a speculators config to its own class)
+        draft_architecture=str((raw.get("architectures") or dcfg.get("architectures") or ["?"])[0]),
+        draft_hidden_size=int(dcfg.get("hidden_size") or 0),
+        draft_vocab_size=dcfg.get("draft_vocab_size"), requested_spec=spec, resolved_spec=resolved, spec_warnings=(),
+        draft_config_ids=tuple(int(b) for b in read) if read else None, ids_fallback_reason=reason,
+        layers_to_capture=boundaries, served_sources=tuple(boundary_to_source(b, num_layers) for b in reachable),
+        fc_in_features=fc_in, fc_out_features=fc_out, fc_bias=bias, num_aux_hidden_states=k, fc_applied=True,
+        norm_before_fc=bool(dcfg.get("norm_before_fc") or eagle.get("norm_before_fc")),
+        fc_norm=bool(dcfg.get("fc_norm")), norm_output=bool(dcfg.get("norm_output")),
+        fc_bias_in_config=bool(dcfg.get("bias", False)),
+        server_args={k2: v for k2, v in kw.items() if k2 not in ("model", "speculative_config")},
+        timings=timings, unreachable_boundaries=tuple(b for b in boundaries if b not in reachable),
+        fc_source=source, engine="vllm", layout=served_layout or layout(vllm_config.parallel_config, None),
+    )
+
+
+def describe_config(vllm_config: Any) -> dict[str, Any]:
+    """The deployment a running vLLM resolved, from its own ``VllmConfig`` (a server's worker, through the tap's
+    :data:`~specparity.serving.vllm.tap.DESCRIBE` RPC), as ResolvedDeployment JSON."""
+    from types import SimpleNamespace
+
+    from specparity.serving.vllm.ranks import layout
+
+    mc, sc = vllm_config.model_config, vllm_config.speculative_config
+    device = str(getattr(vllm_config.device_config, "device_type", None) or "cpu")
+    where = SimpleNamespace(target=str(mc.model), draft=str(sc.model) if sc is not None else "", device=device)
+    n_spec = int(sc.num_speculative_tokens) if sc is not None else 0
+    served = {"dtype": str(mc.dtype).removeprefix("torch."), "max_model_len": int(mc.max_model_len),
+              "enforce_eager": bool(mc.enforce_eager), "quantization": mc.quantization,
+              "tensor_parallel_size": int(vllm_config.parallel_config.tensor_parallel_size),
+              "pipeline_parallel_size": int(vllm_config.parallel_config.pipeline_parallel_size),
+              "speculative_method": getattr(sc, "method", None) if sc is not None else None}
+    dep = deployment_from_config(where, vllm_config, served, n_spec, fc_meta=None, timings={},
+                      served_layout=layout(vllm_config.parallel_config, None))
+    return dict(dep.to_dict())
