@@ -21,8 +21,19 @@ class _Group(click.Group):
     """Maps our exceptions to exit codes and one-line messages."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from specparity.serving import reaper
+
         try:
-            return super().invoke(ctx)
+            with reaper.signals_unwind():  # SIGTERM/SIGHUP unwind like Ctrl-C: every finally stops what it started
+                return super().invoke(ctx)
+        except (KeyboardInterrupt, reaper.Interrupted) as e:
+            # never exit 1 (a mismatch) for a run that was cut short: 130 (SIGINT) or 143 (SIGTERM), as a shell says
+            code = e.exit_code if isinstance(e, reaper.Interrupted) else 130
+            name = e.signal_name if isinstance(e, reaper.Interrupted) else "SIGINT"
+            reaper.stop_all()
+            click.echo(f"specparity: interrupted by {name}: every process it started is stopped; no verdict",
+                       err=True)
+            ctx.exit(code)
         except SpecparityError as e:
             if os.environ.get("SPECPARITY_DEBUG"):
                 raise

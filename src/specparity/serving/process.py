@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 import specparity
-from specparity.serving import warm
+from specparity.serving import reaper, warm
 from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
 from specparity.serving.transport import ChildOutcome, read_result
 from specparity.serving.worker_common import PROGRESS_PREFIX, WorkerRequest
@@ -100,6 +99,7 @@ class _ColdChild:
     def kill(self) -> None:
         _kill_group(self.proc)  # reaps anything the child left in its group too
         self.proc.wait()
+        reaper.release_group(self.proc.pid)
 
     def finish(self) -> None:
         for t in self._threads:
@@ -118,11 +118,13 @@ def _start_cold(interpreter: str, module: str, argv: list[str], env: dict[str, s
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env=reaper.marked_env(env),
             start_new_session=True,
+            preexec_fn=reaper.child_preexec(),  # a parent-death signal (serving/reaper.py)
         )
     except OSError as exc:
         return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
+    reaper.adopt_group(proc.pid)  # stopped with the run, even when the gate is killed (the reaper's watchdog)
     return _ColdChild(proc, on_stdout)
 
 
@@ -145,6 +147,7 @@ def run_child(
     their own exception there: :mod:`specparity.serving.vllm.root_cause`)."""
     interpreter = python or sys.executable
     work = Path(tempfile.mkdtemp(prefix="specparity-serving-"))
+    reaper.adopt_dir(work)
     deadline = time.monotonic() + timeout_s
     try:
         req_path, out_dir = work / "request.json", work / "out"
@@ -196,4 +199,4 @@ def run_child(
             )
         return outcome if annotate is None else annotate(outcome, child.stderr_lines())
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        reaper.release_dir(work)

@@ -76,6 +76,10 @@ class Interrupted(BaseException):
     def exit_code(self) -> int:
         return 128 + self.signum
 
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
 
 _lock = threading.Lock()
 _groups: set[int] = set()

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -30,6 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from specparity.serving import reaper
 
 WARM_START_ENV = "SPECPARITY_WARM_START"
 # A zygote's first line comes before it imports the engine (an interpreter start plus specparity's light
@@ -62,7 +63,10 @@ class Zygote:
         with self.stderr_path.open("w") as err:
             self.proc = subprocess.Popen(
                 [interpreter, "-m", ZYGOTE_MODULE, module, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=err, text=True, env=env_for(self.work), start_new_session=True)
+                stderr=err, text=True, env=reaper.marked_env(env_for(self.work)), start_new_session=True,
+                preexec_fn=reaper.child_preexec())  # a parent-death signal (serving/reaper.py)
+        reaper.adopt_group(self.proc.pid)
+        reaper.adopt_dir(self.work)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -146,7 +150,8 @@ class Zygote:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        shutil.rmtree(self.work, ignore_errors=True)
+        reaper.release_group(self.proc.pid)
+        reaper.release_dir(self.work)
 
 
 def _alive(pid: int) -> bool:
@@ -227,6 +232,7 @@ class WarmChild:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         self.zygote.wait_exit(self.pid, timeout=10)
+        reaper.release_group(self.pid)
 
     def finish(self) -> None:
         self._drain()
@@ -249,6 +255,7 @@ def start_job(interpreter: str, module: str, device: str, argv: list[str], work:
     pid = z.submit(argv, stdout, stderr, env=env_for(work), deadline=deadline)
     if pid is None:
         return None
+    reaper.adopt_group(pid)  # the job's own session (zygote.py): stopped with the run, even if the gate is killed
     return WarmChild(z, pid, stdout, stderr, on_stdout)
 
 
