@@ -17,6 +17,7 @@ import click
 
 from specparity import __version__
 from specparity.cli_contract import _Group, contract
+from specparity.cli_launch import launch_options
 from specparity.errors import InputError
 from specparity.serving.results import ENGINES
 
@@ -51,8 +52,8 @@ def _deployment_options(*, target: str, draft: str, sglang_arg: str) -> Callable
     """The deployment ``gate`` and ``explain`` read: ``--target``, ``--draft`` (help texts given), the engine and
     its arguments."""
     return _options(
-        click.option("--target", required=True, type=click.Path(path_type=Path), help=target),
-        click.option("--draft", required=True, type=click.Path(path_type=Path), help=draft),
+        click.option("--target", type=click.Path(path_type=Path), help=target + " Default: the launch command's."),
+        click.option("--draft", type=click.Path(path_type=Path), help=draft + " Default: the launch command's."),
         click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE", help=sglang_arg),
         click.option("--engine", type=click.Choice(list(ENGINES)), default="sglang", show_default=True,
                      help="Serving engine of the deployment."),
@@ -82,9 +83,11 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
                 json="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
-def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str, ...], engine: str,
+@launch_options
+def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
-         json_path: Path | None, html_path: Path | None, junit_path: Path | None) -> None:
+         json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
+         launch_file: Path | None, command: tuple[str, ...]) -> None:
     """Check a deployment against its contract.
 
     \b
@@ -99,16 +102,19 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
          this machine's limits (e.g. no Ray, a CPU attention backend that cannot run MLA: the
          finding names the call), a dead engine. A vLLM worker's own exception decides it.
     """
+    from specparity import cli_launch
     from specparity.engine_args import parse_sglang_args
     from specparity.gate import run_gate
     from specparity.progress import Progress
     from specparity.report import render_text, use_color, write_reports
 
+    spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
+    target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
     with Progress(3, "gate") as progress:
         verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
                            device=device, python=python, timeout_s=timeout_s, progress=progress, engine=engine,
-                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"))
+                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"), launch=spec)
     click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
     write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
     sys.exit(verdict.exit_code)
@@ -119,28 +125,44 @@ def gate(contract_path: Path, target: Path, draft: Path, sglang_args: tuple[str,
                      sglang_arg="SGLang server argument as deployed (repeatable); device defaults to cuda.")
 @_child_options(python="Interpreter whose engine resolves (default: this one).", timeout_s=600.0,
                 json="Write the answer as JSON.")
-def explain_cmd(target: Path, draft: Path, sglang_args: tuple[str, ...], engine: str, engine_args: tuple[str, ...],
-                python: str | None, timeout_s: float, json_path: Path | None) -> None:
+@click.option("--strict", is_flag=True, default=False, help="Exit 1 on any warning (e.g. a setting the engine "
+              "rewrites).")
+@launch_options
+def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
+                engine_args: tuple[str, ...], python: str | None, timeout_s: float, json_path: Path | None,
+                strict: bool, launch: bool, launch_file: Path | None, command: tuple[str, ...]) -> None:
     """Which target layers SGLang will feed the drafter's fc, and why. No contract needed.
 
     Exit 0 resolved; 1 the engine refuses the deployment or would not serve what its draft config says (an error
-    note); 2 bad input; 3 the answer could not be computed here (environment, or a fallback without a reason).
+    note, or an error in the launch command), or --strict and a warning; 2 bad input; 3 the answer could not be
+    computed here (environment, or a fallback without a reason).
     """
     import json
 
+    from specparity import cli_launch
     from specparity.engine_args import parse_sglang_args
+    from specparity.gate_launch import launch_env
     from specparity.serving.engine import get_engine
 
+    spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
+    target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
-    args = {**parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
-    result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)
-    click.echo(result.summary)
-    for line in result.lines:
+    args = {**launched, **parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
+    python = cli_launch.interpreter(spec, python)
+    with launch_env(spec):  # the command's own environment reaches the engine's child
+        result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)
+    found = cli_launch.explain_findings(spec, result.data, engine=engine, draft=draft, python=python)
+    code, summary = cli_launch.explain_exit(result.exit_code, result.summary, found, result.data, strict=strict)
+    click.echo(summary)
+    for line in [*result.lines, *(spec.lines() if spec else []),
+                 *(f"{f.severity.value:<8} {f.kind.value}: {f.message}" for f in found)]:
         click.echo(f"  {line}")
     if json_path is not None:
-        json_path.write_text(json.dumps({"exit_code": result.exit_code, "summary": result.summary, **result.data},
-                                        indent=2) + "\n", encoding="utf-8")
-    sys.exit(result.exit_code)
+        json_path.write_text(json.dumps({"exit_code": code, "summary": summary, **result.data,
+                                         "launch": spec.to_dict() if spec else None,
+                                         "findings": [f.to_dict() for f in found]}, indent=2) + "\n",
+                             encoding="utf-8")
+    sys.exit(code)
 
 
 @main.command("versions")

@@ -5,7 +5,8 @@ arguments, the level and the interpreter. They come from (first match wins):
 
 1. the command line: ``--parity-contract`` (with ``--parity-target``, ``--parity-draft``, ...), one
    deployment named after its contract;
-2. ``[tool.specparity.deployments.<name>]`` tables in pyproject.toml, and ``parity_deployments`` ini
+2. ``[tool.specparity.deployments.<name>]`` tables in pyproject.toml (a ``launch = "..."`` key gives the deploy
+   command as written, in place of ``target``/``draft``/``engine_args``: docs/launch.md), and ``parity_deployments`` ini
    lines (``<name> contract=PATH target=PATH draft=PATH [engine=NAME] [level=L] [python=PATH]
    [engine_arg=KEY=VALUE ...]``), plus the ``parity_contract`` ini key as one more deployment.
 
@@ -38,7 +39,7 @@ else:  # pragma: no cover - pytest itself depends on tomli before 3.11
 
 DEFAULT_ENGINE = "sglang"
 LEVELS = ("static", "capture", "outcome", "all")
-FIELDS = ("contract", "target", "draft", "engine", "engine_args", "level", "python")
+FIELDS = ("contract", "target", "draft", "engine", "engine_args", "level", "python", "launch")
 TABLE = "tool.specparity.deployments"
 _BAD_NAME_CHARS = ("::", "[", "]", "/", " ", "\t")
 
@@ -62,6 +63,11 @@ class Deployment:
     python: str | None = None
     source: str = "command line"  # where it was declared, for error messages
     engine_arg_text: tuple[str, ...] = ()
+    # the deploy command as written (a ``launch`` key; docs/launch.md), read by its engine's own parser when the gate
+    # runs; its relative paths mean ``launch_cwd`` (the pyproject file's directory). Target, draft and engine then
+    # come from the command.
+    launch: str | None = None
+    launch_cwd: str | None = None
 
     def __hash__(self) -> int:  # the values may be lists or dicts: hash what identifies the run
         return hash(json.dumps(self.to_dict(), sort_keys=True, default=repr))
@@ -70,7 +76,8 @@ class Deployment:
         """The settings that identify a gate run (what a shared xdist verdict is keyed by)."""
         return {"name": self.name, "contract": self.contract, "target": self.target, "draft": self.draft,
                 "engine": self.engine, "engine_args": [list(p) for p in self.engine_args],
-                "engine_arg_text": list(self.engine_arg_text), "level": self.level, "python": self.python}
+                "engine_arg_text": list(self.engine_arg_text), "level": self.level, "python": self.python,
+                "launch": self.launch, "launch_cwd": self.launch_cwd}
 
     def gate_args(self, parse: Callable[[Sequence[str]], dict[str, object]]) -> dict[str, object]:
         """The engine arguments for the gate: the text typed once by ``parse``, the TOML values as written."""
@@ -171,26 +178,46 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
     if unknown:
         raise InputError(f"unknown key {unknown[0]!r}; known keys: {', '.join(FIELDS)}", path=where,
                          field=f"{prefix}.{unknown[0]}")
-    for required in ("contract", "target", "draft"):
+    launch = table.get("launch")
+    for required in ("contract",) if launch is not None else ("contract", "target", "draft"):
         if required not in table:
-            raise InputError(f"missing key {required!r}", path=where, field=f"{prefix}.{required}")
+            raise InputError(f"missing key {required!r}" + ("" if required == "contract" else " (or a launch key "
+                             "with the deploy command)"), path=where, field=f"{prefix}.{required}")
     engine = table.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine, str) or not engine:
         raise InputError(f"expected an engine name, got {engine!r}", path=where, field=f"{prefix}.engine")
+    if launch is not None:
+        engine = _launch_engine(launch, table.get("engine"), base=base, where=where, field=f"{prefix}.launch")
     python = table.get("python")
     typed, text = _engine_args(table.get("engine_args", {}), where=where, field=f"{prefix}.engine_args")
     return Deployment(
         name=name,
         contract=_path(table["contract"], base, where=where, field=f"{prefix}.contract"),
-        target=_path(table["target"], base, where=where, field=f"{prefix}.target"),
-        draft=_path(table["draft"], base, where=where, field=f"{prefix}.draft"),
+        target=_path(table["target"], base, where=where, field=f"{prefix}.target") if "target" in table else None,
+        draft=_path(table["draft"], base, where=where, field=f"{prefix}.draft") if "draft" in table else None,
         engine=engine,
         engine_args=typed,
         engine_arg_text=text,
         level=_check_level(table.get("level", "all"), where=where, field=f"{prefix}.level"),
         python=None if python is None else _path(python, base, where=where, field=f"{prefix}.python"),
         source=where,
+        launch=None if launch is None else str(launch),
+        launch_cwd=None if launch is None else str(base),
     )
+
+
+def _launch_engine(launch: object, engine: object, *, base: Path, where: str, field: str) -> str:
+    """The engine a ``launch`` key's command starts, read by the shell layer alone (no engine is imported at
+    collection); an ``engine`` key given as well must agree."""
+    from specparity.launch_command import read_launch
+
+    if not isinstance(launch, str) or not launch.strip():
+        raise InputError(f"expected the deploy command as a string, got {launch!r}", path=where, field=field)
+    command = read_launch(launch, source=field, path=where, cwd=base)
+    if engine is not None and engine != command.engine:
+        raise InputError(f"engine = {engine!r} but the launch command starts {command.engine}", path=where,
+                         field=field.rsplit(".", 1)[0] + ".engine")
+    return command.engine
 
 
 def from_pyproject(path: Path) -> list[Deployment]:

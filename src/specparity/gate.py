@@ -18,6 +18,7 @@ A check that could not run is an ``error`` verdict, never a pass.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,8 +43,10 @@ from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
 from specparity.errors import InputError
+from specparity.gate_launch import apply_launch, capture_launched, launch_findings, resolve_launched
 from specparity.replay.outcome import check_outcome
 from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
+from specparity.serving.launch import LaunchSpec
 from specparity.serving.layout import served_layout as layout_of
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
@@ -85,12 +88,13 @@ class _Run:
     atlas_dtype: str | None = None
     target: Path | None = None
     engine: str = "sglang"
+    launch: LaunchSpec | None = None  # the deploy command the deployment came from (--launch)
 
 
 def run_gate(
     contract_path: str | Path,
-    target: str | Path,
-    draft: str | Path,
+    target: str | Path | None = None,
+    draft: str | Path | None = None,
     *,
     sglang_args: Mapping[str, object] | None = None,
     level: str = "all",
@@ -100,14 +104,24 @@ def run_gate(
     progress: Callable[[int, int], None] | None = None,
     engine: str = "sglang",
     engine_args: Mapping[str, object] | None = None,
+    launch: LaunchSpec | None = None,
 ) -> Verdict:
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
     ``engine`` is ``sglang`` or ``vllm`` (:mod:`specparity.serving.engine`); ``engine_args`` are its
-    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. Raises
+    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. ``launch`` is the deploy
+    command as its engine parsed it (serving/launch.py): its engine, target, draft and arguments are the deployment's
+    (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
+    that parsed it unless ``python`` says otherwise (gate_launch.py). Raises
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
+    if launch is not None:
+        target, draft, engine, engine_args = apply_launch(launch, target=target or None, draft=draft or None,
+                                                          engine=None, engine_args=engine_args)
+        python = python or (launch.python if launch.python and launch.python != sys.executable else None)
+    if not target or not draft:
+        raise InputError("give --target and --draft, or the deploy command (--launch)", field="--target")
     try:
         eng = get_engine(engine)
     except ValueError as e:
@@ -129,19 +143,26 @@ def run_gate(
                          field="fc_input.sources")
     user = {**(sglang_args or {}), **(engine_args or {})}
     args = engine_args_for(eng, contract, user)
-    run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name,
+    run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,
                recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)
     timings: dict[str, float] = {}
     if level == "static":
-        dep = eng.resolve(target, draft, args=args, device=device, python=python, timeout_s=timeout_s)
+        dep = (resolve_launched(eng, launch, target, draft, args=args, device=device, python=python,
+                                timeout_s=timeout_s) if launch is not None
+               else eng.resolve(target, draft, args=args, device=device, python=python, timeout_s=timeout_s))
         run.deployment, run.failures = (dep, ()) if isinstance(dep, ResolvedDeployment) else (None, (dep,))
         timings["static"] = time.perf_counter() - t0
     else:
         assert pack is not None  # refused above for a contract without probes
         # one engine start per gate run: the capture, and at the outcome levels the outcome's evidence too
         request = outcome_request(pack) if level in ("outcome", "all") else None
-        capture = eng.capture(target, draft, probes=[s.input_ids.tolist() for s in pack.samples], args=args,
-                              device=device, timeout_s=timeout_s, python=python, progress=progress, outcome=request)
+        probes = [s.input_ids.tolist() for s in pack.samples]
+        if launch is not None:  # the deployment of a deploy command (gate_launch.capture_launched)
+            capture = capture_launched(eng, launch, target, draft, probes=probes, args=args, device=device,
+                                       timeout_s=timeout_s, python=python, progress=progress, outcome=request)
+        else:
+            capture = eng.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
+                                  python=python, progress=progress, outcome=request)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
         run.requested_layout = dict((capture.loop or {}).get("layout") or {})
         timings["capture"] = time.perf_counter() - t0
@@ -334,6 +355,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         diagnose(_expected(c), facts, table=run.table, tolerance=base, overrides=overrides,
                  layout_fix=layout_fix_text, drift_tolerance=drift, recorded_tolerance=rec), dep)
     findings += _target_findings(c, run.target)
+    findings += launch_findings(run.launch, c, cfg)
     # without tensors the layout comes from SGLang's resolved capture list, unless SGLang failed: a config
     # it crashes on is reported as that crash (with the fix), not as a layout it would never serve
     static_layout = run.table is None and dep is not None and not run.failures
@@ -390,6 +412,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
         engine=run.engine,
         layout=layout_of(run.engine, dep, captured=run.table is not None) or dict(run.requested_layout),
+        launch=run.launch.to_dict() if run.launch is not None else None,
     )
 
 

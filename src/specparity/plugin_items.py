@@ -120,8 +120,15 @@ def _run_gate(deployment: Deployment) -> Verdict:
                                  f"by this specparity (only {DEFAULT_ENGINE!r})")
         kwargs["engine"] = deployment.engine
     try:
+        if deployment.launch is not None:  # the deploy command as written, parsed by its engine (docs/launch.md)
+            from specparity.launch_command import read_launch
+            from specparity.serving.launch import parse_launch
+
+            command = read_launch(deployment.launch, source=f"tool.specparity.deployments.{deployment.name}.launch",
+                                  path=deployment.source, cwd=deployment.launch_cwd)
+            kwargs["launch"] = parse_launch(command, python=deployment.python)
         return run_gate(
-            deployment.contract, deployment.target or "", deployment.draft or "",
+            deployment.contract, deployment.target or None, deployment.draft or None,
             sglang_args=deployment.gate_args(parse_sglang_args), level=deployment.level, python=deployment.python,
             **kwargs,
         )

@@ -136,6 +136,9 @@ class Verdict:
     engine: str = "sglang"  # the serving engine ("sglang" | "vllm")
     # the served layout (ResolvedDeployment.layout): engine, executor, TP/PP/DP/EP sizes, ranks expected and reported
     layout: Mapping[str, Any] = field(default_factory=dict)
+    # the deploy command as given (redacted) and its engine's parse of it (serving/launch.py LaunchSpec.to_dict);
+    # None when the deployment was given as --target/--draft/--engine-arg
+    launch: Mapping[str, Any] | None = None
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -172,6 +175,7 @@ class Verdict:
             "environment": dict(self.environment),
             "stand_ins": list(self.stand_ins),
             "layout": dict(self.layout),
+            "launch": dict(self.launch) if self.launch is not None else None,
         }
 
 
@@ -215,4 +219,5 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         stand_ins=list(d.get("stand_ins", [])),
         engine=str(d.get("engine") or "sglang"),
         layout=dict(d.get("layout") or {}),
+        launch=d.get("launch"),
     )

@@ -224,7 +224,7 @@ _findings = st.lists(
 def test_every_finding_and_every_chunk_is_rendered(findings: list[Finding], n_chunks: int, status: str) -> None:
     chunks = tuple(ChunkReport(i, f"layer:{i}", f"layer:{i + 1}", cosine=0.5, max_abs_err=1.0) for i in range(n_chunks))
     lines = render_text(verdict(status=status, findings=tuple(findings), chunks=chunks)).splitlines()
-    finding_lines = [ln for ln in lines if re.match(r"^(error|warning|info) +[a-z_]+: ", ln)]
+    finding_lines = [ln for ln in lines if re.match(r"^(error|warning|info) +[a-z0-9_]+: ", ln)]
     assert finding_lines == [f"{f.severity.value.ljust(7)} {f.kind.value}: {f.message}" for f in findings]
     chunk_lines = [ln for ln in lines if ln.startswith("chunk ") and ": served " in ln]
     assert len(chunk_lines) == (n_chunks if status != "pass" else 0)

@@ -14,6 +14,7 @@ the plain text. rich is imported when a report is styled, never when :mod:`specp
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 import sys
@@ -263,7 +264,24 @@ def render_lines(verdict: Verdict) -> list[str]:
     lines += [f"Note: {n}" for n in note_lines(verdict)]
     served_layout = layout_line(verdict)
     lines += [served_layout] if served_layout else []
+    lines += launch_lines(verdict)
     lines += environment_lines(verdict)
+    return lines
+
+
+def launch_lines(verdict: Verdict) -> list[str]:
+    """The deploy command as given (redacted) and what its engine's own parser made of it (``--launch``)."""
+    launch = verdict.launch
+    if not launch:
+        return []
+    cmd = launch.get("command") or {}
+    where = str(cmd.get("source")) + (f" {cmd['path']}" if cmd.get("path") else "")
+    args = ", ".join(f"{k}={json.dumps(v)}" for k, v in (launch.get("engine_args") or {}).items()) or "none"
+    label = engine_label(str(launch.get("engine")))
+    lines = [f"Launch command ({where}): {cmd.get('one_line')}",
+             f"Launch parsed by {label} {launch.get('engine_version')}: target {launch.get('target')}, "
+             f"draft {launch.get('draft')}, {args}"]
+    lines += [f"Launch note: {n}" for n in launch.get("notes") or ()]
     return lines
 
 
@@ -306,7 +324,8 @@ def styled_lines(verdict: Verdict) -> list[Text]:
         word = line.split(" ", 1)[0]
         if out == [] and word in STATUS_STYLE:
             text.stylize(STATUS_STYLE[word], 0, len(word))
-        elif line.startswith(("Fix: ", "Spec config: ", "Outcome: ", "Measured with: ", "Stand-ins active: ")):
+        elif line.startswith(("Fix: ", "Spec config: ", "Outcome: ", "Measured with: ", "Stand-ins active: ",
+                              "Launch command ", "Launch parsed by ", "Launch note: ")):
             text.stylize("bold", 0, line.index(":") + 1)
         elif line.startswith("Note: "):
             text.stylize("dim")

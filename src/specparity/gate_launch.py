@@ -1,0 +1,106 @@
+"""The gate's side of a deploy command (``specparity gate --launch``, a pyproject ``launch`` key): the deployment the
+command's engine parsed (:class:`~specparity.serving.launch.LaunchSpec`) becomes the gate's target, draft, engine and
+engine arguments, and what the command itself gets wrong becomes findings.
+
+:func:`resolve_launched` (the static level) and :func:`capture_launched` (the capture, outcome and ``all``
+levels) are the seams: today they run the engine's child (:meth:`Engine.resolve`, :meth:`Engine.capture`) with the
+arguments the command set, as ``--engine-arg`` would, and the command's own environment (its ``export`` lines and
+``VAR=value`` prefixes) over this one (:func:`launch_env`); a gate that starts the user's own server from
+``launch.command`` takes their place, and nothing else in the gate changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specparity.compare.findings import Finding
+from specparity.contract import Contract
+from specparity.errors import InputError
+from specparity.serving.engine import Engine
+from specparity.serving.launch import LaunchSpec
+from specparity.serving.launch_findings import command_findings
+from specparity.serving.results import (
+    CaptureResult,
+    OutcomeRequest,
+    Progress,
+    ResolvedDeployment,
+    ServingFailure,
+)
+
+
+def _same_dir(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return str(a) == str(b)
+
+
+def apply_launch(launch: LaunchSpec, *, target: str | Path | None, draft: str | Path | None, engine: str | None,
+                 engine_args: Mapping[str, object] | None,
+                 fields: tuple[str, str, str] = ("--target", "--draft", "--engine"),
+                 ) -> tuple[str, str, str, dict[str, object]]:
+    """``(target, draft, engine, engine arguments)`` of the deployment the command parses to.
+
+    ``target``/``draft``/``engine`` given as well must agree with the command (exit 2 naming ``fields``
+    otherwise); ``engine_args`` given as well override the command's, key by key (``--engine-arg``)."""
+    where = {"path": launch.command.path}
+    if engine is not None and engine != launch.engine:
+        raise InputError(f"{fields[2]} {engine} but the launch command starts {launch.engine} "
+                         f"({' '.join(launch.command.program)})", field=fields[2], **where)
+    if target is not None and not _same_dir(target, launch.target):
+        raise InputError(f"{fields[0]} {target} but the launch command serves {launch.target} (from "
+                         f"{launch.target_flag}): give one, or the same", field=fields[0], **where)
+    if draft is not None and launch.draft is not None and not _same_dir(draft, launch.draft):
+        raise InputError(f"{fields[1]} {draft} but the launch command's draft is {launch.draft} (from "
+                         f"{launch.draft_flag}): give one, or the same", field=fields[1], **where)
+    chosen_draft = draft if draft is not None else launch.draft
+    if chosen_draft is None:
+        raise InputError(f"the launch command names no draft model ({launch.engine}'s parse found none): give "
+                         f"{fields[1]}", field=fields[1], **where)
+    return str(launch.target), str(chosen_draft), launch.engine, {**launch.engine_args, **(engine_args or {})}
+
+
+def launch_findings(launch: LaunchSpec | None, contract: Contract, draft_config: Mapping[str, Any]) -> list[Finding]:
+    """The command's own findings (serving/launch_findings.py), with the contract's recorded target name."""
+    if launch is None:
+        return []
+    return command_findings(launch, draft_config=draft_config, contract_target=contract.target.name_or_path)
+
+
+@contextlib.contextmanager
+def launch_env(launch: LaunchSpec | None) -> Iterator[None]:
+    """The command's own environment over this process's while the engine's children start (they inherit it), then
+    this process's again."""
+    env = dict(launch.command.env) if launch is not None else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def resolve_launched(engine: Engine, launch: LaunchSpec, target: str | Path, draft: str | Path, *,
+                     args: Mapping[str, object], device: str, timeout_s: float,
+                     python: str | None) -> ResolvedDeployment | ServingFailure:
+    """The static level of the deployment ``launch`` describes (module docstring)."""
+    with launch_env(launch):
+        return engine.resolve(target, draft, args=args, device=device, timeout_s=timeout_s, python=python)
+
+
+def capture_launched(engine: Engine, launch: LaunchSpec, target: str | Path, draft: str | Path, *,
+                     probes: Sequence[Sequence[int]], args: Mapping[str, object], device: str, timeout_s: float,
+                     python: str | None, progress: Progress | None,
+                     outcome: OutcomeRequest | None) -> CaptureResult:
+    """The capture (and the outcome's evidence) of the deployment ``launch`` describes (module docstring)."""
+    with launch_env(launch):
+        return engine.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
+                              python=python, progress=progress, outcome=outcome)
