@@ -75,14 +75,15 @@ class SglangEngine(EngineBase):
         return [{"engine": "sglang", **r} for r in versions_table()]
 
     def versions_lines(self) -> list[str]:
-        lines = [f"{'SGLang range':<26} {'family':<7} {'adapter':<16} {'folder':<13} tested with"]
+        lines = [f"{'SGLang range':<26} {'family':<7} {'adapter':<16} {'folder':<13} {'live':<5} tested with"]
         for r in self.versions():
             tested = ", ".join(f"{e} (sglang {v})" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
             if r["untested"]:
                 tested = "untested: runs with an untested_version warning"
             elif not tested:
                 tested = str(r["untested_why"])
-            lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {r['folder']!s:<13} {tested}")
+            lines.append(f"{r['range']!s:<26} {r['family']!s:<7} {r['adapter']!s:<16} {r['folder']!s:<13} "
+                         f"{r['live_capture']!s:<5} {tested}")
         return lines
 
     def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],

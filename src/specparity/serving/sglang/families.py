@@ -56,6 +56,8 @@ class Family:
     envs: tuple[str, ...]  # MatrixEnv names that test this family, the representative first
     summary: str
     untested_why: str = ""  # why no matrix env runs this family's real-SGLang tests (empty when one does)
+    # the capture through the user's own server (serving/sglang/live.py, docs/live-sglang.md): "yes"/"no" and why
+    live: tuple[str, str] = ("no", "")
 
     @property
     def folder(self) -> str:
@@ -91,17 +93,31 @@ ENVS: dict[str, MatrixEnv] = {e.name: e for e in (
 )}
 
 _PKG = "specparity.serving.sglang."
+# --forward-hooks first ships in 0.5.6 (serving/sglang/live.py FIRST_RELEASE_WITH_FORWARD_HOOKS); the live capture
+# was measured on CPU with each yes-family's env (docs/live-sglang.md)
+_LIVE_CPU = ("; on CPU: --skip-server-warmup, max_new_tokens 1, the in-process capture's stand-ins "
+             "(serving/sglang/live_stand_ins.py)")
 FAMILIES: tuple[Family, ...] = (
     Family("A", f">={FIRST_EAGLE3},<0.4.9", _PKG + "since_0_4_4.static_only", ("sglang-0.4.8",),
-           "configured draft ids ignored (default capture always), fc bias always built; static level only"),
+           "configured draft ids ignored (default capture always), fc bias always built; static level only",
+           live=("no", "no --forward-hooks (first in 0.5.6); a running server gives the static level "
+                       "(/get_server_info)")),
     Family("B", ">=0.4.9,<0.5.11", _PKG + "since_0_4_4.adapter", ("sglang-0.5.3", "sglang-0.4.10", "sglang-0.5.10"),
-           "+1 ids, nested eagle_config only; ids read after CUDA graphs (D3); fc width fixed at 3*H_t"),
+           "+1 ids, nested eagle_config only; ids read after CUDA graphs (D3); fc width fixed at 3*H_t",
+           live=("no", "no --forward-hooks before 0.5.6; 0.5.6-0.5.10 have them, but on CPU the server refuses at "
+                       "start (the EAGLE worker builds its draft-decode backend in __init__, 0.5.10 "
+                       "speculative/eagle_worker.py:205 -> draft_utils.py:61, which no in-process stand-in "
+                       "covers); on a GPU: designed, not run")),
     Family("C", ">=0.5.11,<0.5.17", _PKG + "since_0_5_11.adapter", ("sglang-0.5.14",),
-           "ids set before graphs; fc_norm/num_aux_hidden_states (0.5.12); DeepSeek first-id rule (0.5.13)"),
+           "ids set before graphs; fc_norm/num_aux_hidden_states (0.5.12); DeepSeek first-id rule (0.5.13)",
+           live=("yes", "measured with 0.5.14" + _LIVE_CPU + ", and --disable-overlap-schedule and a port <= 55535 "
+                        "(server_args.py:2761-2769)")),
     Family("D", ">=0.5.17,<0.5.22", _PKG + "since_0_5_11.adapter", ("sglang-0.5.20",),
-           "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)"),
+           "norm_before_fc, gpt_oss boundary rule (0.5.17); spec rewrite via resolved_view (0.5.19)",
+           live=("yes", "measured with 0.5.20" + _LIVE_CPU)),
     Family("E", ">=0.5.22,<0.5.24", _PKG + "since_0_5_11.adapter", ("sglang-0.5.23",),
-           "layer_boundary refactor: id -1 serves the embedding on llama-style targets; capture-only mode"),
+           "layer_boundary refactor: id -1 serves the embedding on llama-style targets; capture-only mode",
+           live=("yes", "measured with 0.5.23" + _LIVE_CPU + " (tests/serving/test_sglang_live_server.py)")),
 )
 NEWEST = FAMILIES[-1]
 
@@ -164,7 +180,8 @@ def versions_table() -> list[dict[str, Any]]:
     Keys: ``range`` (PEP 440), ``family``, ``adapter`` (the registry name), ``folder`` (the code family's folder),
     ``module`` (the adapter module in it), ``tested_with``
     (matrix envs), ``tested_versions`` (the exact SGLang each installs), ``releases`` (known releases in the
-    range), ``untested`` (the newer-than-known row), ``untested_why`` (no env) and ``summary``.
+    range), ``untested`` (the newer-than-known row), ``untested_why`` (no env), ``summary``, and ``live_capture``
+    (``yes``/``no``: the capture through the user's own server) with ``live_capture_why``.
     """
     rows: list[dict[str, Any]] = []
     for fam in FAMILIES:
@@ -173,11 +190,12 @@ def versions_table() -> list[dict[str, Any]]:
             "folder": fam.folder, "module": fam.module.removeprefix(_PKG), "tested_with": list(fam.envs),
             "tested_versions": [ENVS[e].sglang for e in fam.envs],
             "releases": [r for r in KNOWN_RELEASES if fam.contains(r)], "untested": False, "summary": fam.summary,
-            "untested_why": fam.untested_why})
+            "untested_why": fam.untested_why, "live_capture": fam.live[0], "live_capture_why": fam.live[1]})
     upper = NEWEST.specifier.split(",<")[-1]
     rows.append({"range": f">={upper}", "family": NEWEST.letter, "adapter": adapter_name(NEWEST),
                  "folder": NEWEST.folder, "module": NEWEST.module.removeprefix(_PKG), "tested_with": [], "tested_versions": [],
                  "releases": [], "untested": True, "untested_why": "newer than every known release",
+                 "live_capture": NEWEST.live[0], "live_capture_why": "untested: " + NEWEST.live[1],
                  "summary": "newer than every tested release: the newest adapter, with an untested_version warning"})
     return rows
 

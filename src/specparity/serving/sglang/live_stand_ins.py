@@ -7,7 +7,7 @@ reach every one of them is the environment: :func:`specparity.serving.sglang.liv
 ``serving/sglang/live_site`` on ``PYTHONPATH``, whose ``sitecustomize.py`` calls :func:`install` at interpreter
 start, before anything imports sglang, and only when :data:`ENV_STAND_INS` names the evidence directory.
 
-The stand-ins, on ``cpu`` only (never on a GPU server):
+The stand-ins, on ``cpu`` only (never on a GPU server), each taken only where the release needs it:
 
 1. ``sgl_kernel`` import stand-in (``serving/sglang/kernel_stub``; sglang-cpu.md §3 deviation 1): put first on
    ``sys.path`` only when ``import sgl_kernel`` fails (``worker.install_kernel_stub_if_needed``). With
@@ -25,6 +25,17 @@ The stand-ins, on ``cpu`` only (never on a GPU server):
    (``eagle_worker_v2.py:961-1047`` ``_draft_extend_for_prefill`` -> ``draft_runner.forward``). Draft *decode*
    has no backend then: a request that decodes with speculation fails in SGLang's scheduler (named by
    :func:`specparity.serving.sglang.live.cpu_refusals`).
+3. Triton KV-copy launch (``run_common.TRITON_KV_COPY``; 0.5.14 only): ``mem_cache/memory_pool.py:1202``
+   ``_init_kv_copy_and_warmup`` launches ``copy_all_layer_kv_cache_tiled`` through Triton, which has no CPU driver
+   (``triton/runtime/driver.py:20``). ``run_common.install_kv_copy_stand_in`` routes that one launch to the
+   ``sgl_kernel`` stand-in's warm-up copy, as in-process; releases that dispatch on CPU themselves (0.5.2x's
+   ``copy_all_layer_kv_cache_func``) are left alone.
+4. ``torch.cuda.empty_cache/synchronize`` as no-ops around ``set_embed`` (``stand_ins.CUDA_SYNC_NOOP``; 0.5.14):
+   the drafter takes the target's embedding through ``set_embed``, which ends with
+   ``torch.cuda.empty_cache(); torch.cuda.synchronize()`` (0.5.14 ``models/llama.py:800-807``, from
+   ``speculative/eagle_worker_v2.py:230-231``); they only release CUDA memory, and a torch that sees no GPU raises
+   on them. ``run_common._cuda_sync_noop_on_cpu`` (the in-process one) wraps llama's ``set_embed`` and
+   ``set_embed_and_head``, only where ``torch.cuda.is_available()`` is false.
 
 Each process that activates a stand-in writes ``<evidence>/stand_ins/<pid>.json`` (atomically): its argv, the
 stand-ins, and the ``sgl_kernel`` stand-in's calls so far. This module imports no sglang at import time.
@@ -122,7 +133,10 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: types.ModuleType) -> None:
             original_exec(module)
-            patch(module)
+            try:
+                patch(module)
+            except Exception as exc:  # a release without the shape the patch knows: no stand-in, SGLang decides
+                sys.stderr.write(f"specparity: stand-in for {fullname} not applied: {type(exc).__name__}: {exc}\n")
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -131,8 +145,8 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 def patch_draft_attention(module: types.ModuleType) -> None:
     """``EAGLEWorkerV2.init_attention_backends`` with the in-process fallback (module docstring, 2.)."""
     cls = getattr(module, "EAGLEWorkerV2", None)
-    if cls is None or getattr(cls, "_specparity_fallback", False):
-        return
+    if cls is None or getattr(cls, "_specparity_fallback", False) or not hasattr(cls, "init_attention_backends"):
+        return  # before 0.5.11 the worker builds its draft backends in __init__: SGLang's refusal stands
     original = cls.init_attention_backends
 
     def init_attention_backends(self: Any) -> None:
@@ -152,6 +166,44 @@ def patch_draft_attention(module: types.ModuleType) -> None:
     cls._specparity_fallback = True
 
 
+def patch_kv_copy(module: types.ModuleType) -> None:
+    """The Triton KV-copy launch on CPU (module docstring, 3.): ``run_common.install_kv_copy_stand_in``, the in-process
+    capture's own, once ``mem_cache/memory_pool`` has executed; a no-op where the release dispatches on CPU itself."""
+    from specparity.serving.sglang.run_common import TRITON_KV_COPY, install_kv_copy_stand_in
+
+    if install_kv_copy_stand_in("cpu"):
+        record(TRITON_KV_COPY)
+
+
+def patch_set_embed(module: types.ModuleType) -> None:
+    """``set_embed``/``set_embed_and_head`` under ``run_common._cuda_sync_noop_on_cpu`` (module docstring, 4.), on a
+    machine whose torch sees no GPU only."""
+    import functools
+
+    import torch
+
+    cls = getattr(module, "LlamaForCausalLM", None)
+    if cls is None or torch.cuda.is_available():
+        return
+    from specparity.serving.sglang.run_common import _cuda_sync_noop_on_cpu
+
+    for name in ("set_embed", "set_embed_and_head"):
+        original = cls.__dict__.get(name)
+        if original is None or getattr(original, "_specparity_noop", False):
+            continue
+
+        @functools.wraps(original)
+        def wrapped(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            from specparity.serving.stand_ins import CUDA_SYNC_NOOP
+
+            record(CUDA_SYNC_NOOP)
+            with _cuda_sync_noop_on_cpu():
+                return _original(self, *args, **kwargs)
+
+        wrapped._specparity_noop = True  # type: ignore[attr-defined]
+        setattr(cls, name, wrapped)
+
+
 def install(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     """The stand-ins for this process (module docstring); what it activated. Idempotent; a no-op unless
     :data:`ENV_STAND_INS` names an existing directory."""
@@ -167,6 +219,8 @@ def install(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     if "sgl_kernel" not in sys.modules and install_kernel_stub_if_needed("cpu"):
         _ACTIVE.append(SGL_KERNEL)
     if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport({"sglang.srt.speculative.eagle_worker_v2": patch_draft_attention}))
+        sys.meta_path.insert(0, _PatchOnImport({"sglang.srt.speculative.eagle_worker_v2": patch_draft_attention,
+                                                 "sglang.srt.mem_cache.memory_pool": patch_kv_copy,
+                                                 "sglang.srt.models.llama": patch_set_embed}))
     flush()
     return active()
