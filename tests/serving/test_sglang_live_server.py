@@ -2,9 +2,10 @@
 ``/server_info`` -> the static level, and the capture at prefill through ``--forward-hooks``.
 
 One server start per drafter (module-scoped): the bundled healthy drafter, and the seed incident's wiring (the
-same drafter with ids ``[-1, 1, 3]``, as the catalog makes it). Each server is started on 127.0.0.1 and a free port,
-in its own process group, and stopped (the whole group) inside its fixture, whatever happens; the tests then check
-what was recorded, including that no process of the group is left.
+same drafter with ids ``[-1, 1, 3]``, as the catalog makes it). Each server is started by the engine-neutral server
+layer (``serving.server.LaunchedServer``: 127.0.0.1 and a free port, its own process group) and stopped (the whole
+group) inside its fixture, whatever happens; the tests then check what was recorded, including that no process of
+the group is left (read from /proc).
 
 On CPU the command carries ``--skip-server-warmup`` (SGLang's warm-up decodes, which needs a CPU ``sgl_kernel`` op:
 ``live.CPU_REFUSALS``) and the stand-ins' environment (``live.hook_switches(..., cpu_stand_ins=True)``).
@@ -12,11 +13,7 @@ On CPU the command carries ``--skip-server-warmup`` (SGLang's warm-up decodes, w
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from tests.deploy_files import draft_with_ids
 from version_facts import SGLANG_VERSION
@@ -35,6 +31,7 @@ from specparity.compare.tolerances import tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.serving import stand_ins
 from specparity.serving.results import CaptureResult, SpecSettings
+from specparity.serving.server import LaunchedServer, ServerClient, ServerError, free_port
 from specparity.serving.sglang import live
 from specparity.sources import EMBEDDING
 
@@ -63,12 +60,6 @@ class ServerRun:
     raised_inside: bool
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _group_members(pgid: int) -> list[int]:
     """Processes (zombies included) whose process group is ``pgid``, from /proc."""
     out = []
@@ -85,60 +76,16 @@ def _group_members(pgid: int) -> list[int]:
     return out
 
 
-class _Client:
-    """The calls live.live_capture makes (serving.server.ServerClient's shape), over httpx."""
-
-    def __init__(self, url: str) -> None:
-        self._http = httpx.Client(base_url=url, timeout=120, trust_env=False)
-
-    def get_json(self, path: str) -> Any:
-        r = self._http.get(path)
-        r.raise_for_status()
-        return r.json()
-
-    def post_json(self, path: str, body: Any) -> Any:
-        r = self._http.post(path, json=body)
-        r.raise_for_status()
-        return r.json()
-
-    def post(self, path: str) -> int:
-        r = self._http.post(path)
-        r.raise_for_status()
-        return r.status_code
-
-    def healthy(self) -> bool:
-        try:
-            return self._http.get("/health", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def close(self) -> None:
-        self._http.close()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """The whole process group: SIGTERM, SIGKILL what is left after 3 s, the leader reaped; returns once the group
-    is empty (or 10 s after the SIGKILL)."""
-    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            proc.poll()  # reaps the leader; its children go to init, which reaps them
-            if not _group_members(proc.pid):
-                return
-            time.sleep(0.1)
-
-
 class _OnPurpose(Exception):
     """Raised inside a server's block to show the stop runs when a test fails there."""
 
 
 def _serve_and_capture(draft: Path, probes: list[list[int]], *, fail_inside: bool = False) -> ServerRun:
-    """Start ``launch_server`` with the hook switches, capture, stop the group (also when the block raises)."""
+    """Start ``launch_server`` with the hook switches (``serving.server.LaunchedServer``: its own process group,
+    127.0.0.1 and a free port), capture, stop the group; the stop runs also when the block raises."""
     evidence = Path(tempfile.mkdtemp(prefix="specparity-live-test-"))
     os.chmod(evidence, 0o700)
-    port = _free_port()
+    port = free_port()
     flags, env = live.hook_switches(evidence, cpu_stand_ins=True)
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(TARGET),
             "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
@@ -147,42 +94,42 @@ def _serve_and_capture(draft: Path, probes: list[list[int]], *, fail_inside: boo
             "--device", "cpu", "--attention-backend", "torch_native", "--dtype", "float32", "--disable-cuda-graph",
             "--mem-fraction-static", "0.05", "--max-total-tokens", "4096", "--skip-server-warmup",
             "--host", "127.0.0.1", "--port", str(port), *flags]
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env,
+    full_env = {"HF_HUB_OFFLINE": "1", **env,
                 "PYTHONPATH": os.pathsep.join(p for p in (env["PYTHONPATH"], os.environ.get("PYTHONPATH")) if p)}
-    log = evidence / "server.log"
-    t0 = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    client = _Client(f"http://127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}"
+    server = LaunchedServer(argv, full_env, url, log=evidence / "server.log")
     raised = False
-    startup_s = capture_s = 0.0
+    capture_s = 0.0
     result: CaptureResult | None = None
     info: dict[str, Any] = {}
     try:
-        while not client.healthy():
-            if proc.poll() is not None or time.monotonic() - t0 > START_TIMEOUT_S:
-                raise AssertionError(f"the server did not come up: {live.server_failure('', log.read_text()[-20000:].splitlines())}\n"
-                                     f"{log.read_text()[-4000:]}")
-            time.sleep(0.25)
-        startup_s = time.monotonic() - t0
+        server.start()
+        try:
+            server.wait_healthy(START_TIMEOUT_S)
+        except ServerError as e:
+            tail = server.log_tail(400).splitlines()
+            raise AssertionError(f"the server did not come up: {live.server_failure(str(e), tail)}") from None
         t1 = time.monotonic()
-        info = live.server_info(client)
-        result = live.live_capture(client, evidence_dir=evidence, probes=probes, cwd=REPO)
+        with ServerClient(url, timeout_s=120) as client:
+            info = live.server_info(client)
+            result = live.live_capture(client, evidence_dir=evidence, probes=probes, cwd=REPO)
         capture_s = time.monotonic() - t1
         if fail_inside:  # a test that fails while its server runs must still leave nothing behind
             raise _OnPurpose
     except _OnPurpose:
         raised = True
     finally:
-        client.close()
         t2 = time.monotonic()
-        _stop(proc)
+        server.stop()
         stop_s = time.monotonic() - t2
-        left = _group_members(proc.pid)
-        tail = log.read_text()[-4000:] if log.exists() else ""
+        assert server.proc is not None
+        pgid = server.proc.pid
+        deadline = time.monotonic() + 5  # orphaned children's zombies are init's to reap
+        while (left := _group_members(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
     assert result is not None
-    return ServerRun(result, info, startup_s, capture_s, stop_s, proc.pid, left, tail, raised)
+    return ServerRun(result, info, server.started_s or 0.0, capture_s, stop_s, pgid, left, server.log_tail(),
+                     raised)
 
 
 @pytest.fixture(scope="module")

@@ -681,6 +681,22 @@ def resolve_from_server(client: Any, *, cwd: str | Path | None = None) -> Resolv
                                        draft_dir=draft_dir)
 
 
+def flush_cache(client: Any, *, wait_s: float = 10.0) -> str | None:
+    """Empty the radix cache before a probe, so its prefill holds every token: ``POST /flush_cache?timeout=S``, which
+    SGLang defers until the scheduler is idle (0.5.23 ``managers/scheduler_components/flush_wrapper.py:21-37``); a
+    release that flushes only when idle right now is asked again until ``wait_s`` passes. None when flushed, else
+    SGLang's answer."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.post("/flush_cache", params={"timeout": f"{wait_s:g}"})
+            return None
+        except Exception as e:  # SGLang answers 400 while requests are in flight
+            if time.monotonic() >= deadline:
+                return str(e)
+            time.sleep(0.2)
+
+
 def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequence[Sequence[int]],
                  cwd: str | Path | None = None, progress: Callable[[int, int], None] | None = None,
                  max_new_tokens: int = 1) -> CaptureResult:
@@ -711,10 +727,9 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
         client.post_json("/generate", {"input_ids": [int(probes[0][0]) if probes and probes[0] else 0],
                                        "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
         for i, probe in enumerate(probes):
-            try:
-                client.post("/flush_cache")
-            except Exception as e:  # busy server: SGLang refuses to flush with requests in flight
-                notes.append(f"probe {i}: the radix cache was not flushed ({e})")
+            refused = flush_cache(client)
+            if refused:
+                notes.append(f"probe {i}: the radix cache was not flushed ({refused})")
             client.post_json("/generate", {"input_ids": [int(t) for t in probe],
                                            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}})
             if progress is not None:
