@@ -14,6 +14,7 @@ On CPU the command carries ``--skip-server-warmup`` (SGLang's warm-up decodes, w
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -107,8 +108,8 @@ def _serve_and_capture(draft: Path, probes: list[list[int]], *, fail_inside: boo
         try:
             server.wait_healthy(START_TIMEOUT_S)
         except ServerError as e:
-            tail = server.log_tail(400).splitlines()
-            raise AssertionError(f"the server did not come up: {live.server_failure(str(e), tail)}") from None
+            lines = server.log_tail(400).splitlines()
+            raise AssertionError(f"the server did not come up: {live.server_failure(str(e), lines)}") from None
         t1 = time.monotonic()
         with ServerClient(url, timeout_s=120) as client:
             info = live.server_info(client)
@@ -127,9 +128,10 @@ def _serve_and_capture(draft: Path, probes: list[list[int]], *, fail_inside: boo
         deadline = time.monotonic() + 5  # orphaned children's zombies are init's to reap
         while (left := _group_members(pgid)) and time.monotonic() < deadline:
             time.sleep(0.1)
+        tail = server.log_tail()
+        shutil.rmtree(evidence, ignore_errors=True)  # the records are read into `result` by now
     assert result is not None
-    return ServerRun(result, info, server.started_s or 0.0, capture_s, stop_s, pgid, left, server.log_tail(),
-                     raised)
+    return ServerRun(result, info, server.started_s or 0.0, capture_s, stop_s, pgid, left, tail, raised)
 
 
 @pytest.fixture(scope="module")
