@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from version_facts import installed_facts
 
 from specparity.errors import EXIT_BAD_INPUT, InputError
 from specparity.launch_command import LaunchCommand, read_launch
@@ -45,26 +46,38 @@ _CHECKED = ("model_path", "speculative_draft_model_path", "speculative_algorithm
             "port", "attention_backend", "cuda_graph_max_bs", "log_level")
 # SGLang's own code on the same words, in one child for every command (the reference the specs are held to)
 _REFERENCE = textwrap.dedent("""
-    import json, os, sys
+    import argparse, json, os, sys
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     from specparity.serving.sglang.worker import install_kernel_stub_if_needed
     install_kernel_stub_if_needed("cpu")
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
     out = []
     for entry, argv in json.load(sys.stdin):
         if entry == "sglang serve":
-            from sglang.cli.serve import _normalize_positional_model_path
+            try:
+                from sglang.cli.serve import _normalize_positional_model_path
+            except ImportError:
+                out.append({"exit": "no sglang serve"})
+                continue
             argv = _normalize_positional_model_path(argv)[0]
+        # the values as SGLang's own parser reads them (ServerArgs.add_cli_args on argparse, as prepare_server_args
+        # builds it), then what prepare_server_args and the resolution make of them
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
         try:
-            sa = prepare_server_args(list(argv))
+            ns = parser.parse_args(list(argv))
         except SystemExit as e:
             out.append({"exit": e.code})
             continue
-        row = {k: getattr(sa, k, None) for k in json.loads(os.environ["CHECKED"])}
+        row = {k: getattr(ns, k, None) for k in json.loads(os.environ["CHECKED"])}
         try:
-            sa.resolve_once()
-            row["resolved_num_draft_tokens"] = sa.resolved_dict()["speculative_num_draft_tokens"]
-        except Exception as e:
+            sa = prepare_server_args(list(argv))
+            if hasattr(sa, "resolve_once"):
+                sa.resolve_once()
+                row["resolved_num_draft_tokens"] = sa.resolved_dict()["speculative_num_draft_tokens"]
+            else:
+                row["resolved_num_draft_tokens"] = sa.speculative_num_draft_tokens
+        except BaseException:
             row["resolved_num_draft_tokens"] = None
         out.append(row)
     print("@@ref " + json.dumps(out, default=str))
@@ -141,10 +154,10 @@ def reference(parsed: Parsed) -> dict[str, dict[str, Any]]:
 def test_launch_spec_is_sglangs_own_parse(case_id: str, parsed: Parsed, reference: dict[str, dict[str, Any]]) -> None:
     """Where SGLang's parser refuses the words (argparse exit 2), the spec is exit 2 with its message; else every
     value the command set reaches the gate as SGLang itself parsed it."""
-    command, got, _ = parsed[case_id]
+    _, got, _ = parsed[case_id]
     ref = reference[case_id]
     if "exit" in ref:
-        assert ref["exit"] == 2
+        assert ref["exit"] in (2, "no sglang serve")
         assert isinstance(got, InputError) and got.exit_code == EXIT_BAD_INPUT
         assert "SGLang rejects the command (line" in str(got)
         return
@@ -259,3 +272,45 @@ def test_api_key_never_leaves_the_parse() -> None:
     shown = json.dumps(spec.to_dict()) + "\n".join(spec.lines())
     assert "sk-secret-1" not in shown and "***" in shown
     assert "api_key" not in spec.engine_args and "sk-secret-1" not in json.dumps(spec.parsed)
+
+
+def test_explain_launch_warns_of_the_rewrite_and_strict_fails_it(tmp_path: Path) -> None:
+    """SpecForge's own command with the docs' 16 draft tokens at topk 1: explain answers as before, adds the
+    rewrite as a warning citing the rule in the installed release, and --strict exits 1 on it."""
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    text = _command("specforge_specbundle.sh", edit={"--speculative-num-draft-tokens 4": "--speculative-num-draft-tokens "
+                                                                                           "16"}).text
+    out = tmp_path / "answer.json"
+    result = CliRunner().invoke(main, ["explain", "--strict", "--json", str(out), "--launch", "--", text])
+    assert result.exit_code == 1, result.output
+    assert "warning  spec_config_rewritten: SGLang" in result.output and "16 -> 4" in result.output
+    # family B resolves explain's cuda device with CUDA graphs on: its own error note decides first (D3)
+    first = result.output.splitlines()[0]
+    assert ("cuda_graph_ids_hazard" in first) if installed_facts().graph_ids_hazard else \
+        ("--strict: warnings spec_config_rewritten" in first)
+    answer = json.loads(out.read_text())
+    assert answer["launch"]["engine_args"]["speculative_num_draft_tokens"] == 16
+    (warning,) = answer["findings"]
+    assert warning["details"]["rule"].startswith("sglang/srt/") and answer["served_sources"] == [
+        "layer:1", "layer:3", "layer:5"]
+
+
+def test_gate_launch_static_runs_the_commands_deployment(tmp_path: Path) -> None:
+    """gate --launch at the static level: the command's deployment, resolved by SGLang, against the bundled
+    contract; the report carries the command and its parse."""
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    c = _command("specforge_specbundle.sh")
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["gate", "--contract", str(REPO / "contracts" / "tiny-llama-eagle3.json"),
+                                       "--level", "static", "--json", str(report), "--launch", "--", c.text])
+    assert result.exit_code == 0, result.output
+    assert "Launch parsed by SGLang" in result.output
+    v = json.loads(report.read_text())
+    assert v["verdict"] == "pass" and v["launch"]["engine_args"]["speculative_num_steps"] == 3
+    assert Path(v["launch"]["target"]) == TARGET and v["launch"]["speculative"]["algorithm"] == "EAGLE3"

@@ -69,7 +69,7 @@ def _reference(command: LaunchCommand) -> Any:
 def _parse(command: LaunchCommand) -> LaunchSpec:
     t0 = time.perf_counter()
     spec = parse_launch(command)
-    print(f"parse_launch {command.path and Path(command.path).name or command.args[:1]}: "
+    print(f"parse_launch {(command.path and Path(command.path).name) or command.args[:1]}: "
           f"{time.perf_counter() - t0:.1f} s")
     return spec
 
@@ -179,3 +179,24 @@ def test_the_positional_model_is_ignored_by_the_api_server_entry(tmp_path: Path)
                               cwd=tmp_path, environ={}))
     assert Path(spec.target).resolve() == (tmp_path / "Qwen" / "Qwen3-0.6B").resolve()
     assert any("positional model" in n and "ignored" in n for n in spec.notes)
+
+
+def test_gate_launch_static_on_the_speculators_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm#20436's `vllm serve <speculators drafter>` from the drafter's directory, end to end at the static level:
+    vLLM's own parse finds the target in the drafter's config, vLLM resolves the deployment, the contract written
+    from that drafter's recordings passes, and the report says where the target came from."""
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    contract = REPO / "fixtures" / "vllm" / "contract-speculators" / "tiny-llama-eagle3-hd32-speculators.json"
+    monkeypatch.chdir(SPECULATORS)
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["gate", "--contract", str(contract), "--level", "static", "--json",
+                                       str(report), "--launch", "--", _text("pr_20436_speculators.sh")])
+    assert result.exit_code == 0, result.output
+    v = json.loads(report.read_text())
+    assert v["verdict"] == "pass" and v["engine"] == "vllm"
+    assert Path(v["launch"]["target"]).resolve() == TARGET.resolve()
+    assert v["launch"]["draft_from_config"] is not None
+    assert "target_from_draft_config" in [f["kind"] for f in v["findings"]]

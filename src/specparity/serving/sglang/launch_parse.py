@@ -50,6 +50,10 @@ from specparity.serving.launch_child import (
 # ServerArgs keywords that are not engine arguments of the in-process resolve: the models (target and draft have
 # their own fields), where it listens, and secrets
 _NOT_ENGINE_ARGS = frozenset({"model_path", "speculative_draft_model_path", "host", "port", "config"})
+# argparse destinations that ServerArgs.from_cli_args copies to another field before building the record
+# (0.5.3 srt/server_args.py:2876-2880: --tp-size/--tensor-parallel-size parse into tensor_parallel_size)
+_FIELD_OF = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size", "data_parallel_size": "dp_size",
+             "expert_parallel_size": "ep_size"}
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens")
 # what the report shows of SGLang's resolution besides the speculative settings
@@ -181,8 +185,9 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         notes.append(f"ServerArgs construction raised here ({type(e).__name__}: {str(e)[:300]}); values as parsed")
     resolved = _resolve(server_args, notes) if server_args is not None and request.get("resolve", True) else None
     values = vars(namespace)
-    engine_args = {k: json_safe(values[k]) for k in explicit
-                   if k in fields and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)}
+    engine_args = {_FIELD_OF.get(k, k) if k not in fields else k: json_safe(values[k]) for k in explicit
+                   if (k in fields or _FIELD_OF.get(k) in fields) and k not in _NOT_ENGINE_ARGS
+                   and not SECRET_DEST.search(k)}
     target, target_note = local_model(values.get("model_path"), cwd)
     draft_name = values.get("speculative_draft_model_path")
     draft, draft_note = local_model(draft_name, cwd)
