@@ -1,6 +1,7 @@
 """compare: what training recorded against what SGLang served. Knows nothing of SGLang or pytest.
 
-- ``attribution``: every served and recorded fc chunk named by the atlas boundary it carries.
+- ``attribution``: every served and recorded fc chunk named by the atlas boundary it carries; its scan over every
+  sample is ``attribution_scan``, one sample's pass over the atlas ``scan``.
 - ``evidence``: direct served-vs-recorded numbers per chunk (exact errors, token shifts, scale).
 - ``tolerances``: dtype-aware thresholds and the minimum tolerance that would have passed.
 - ``diagnosis``: all findings at once from attribution plus deployment facts.

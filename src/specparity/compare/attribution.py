@@ -1,23 +1,24 @@
 """Attribute every fc-input chunk, served and recorded, to a canonical source.
 
-Inputs per sample: the served fc input ``[T, k_s*H]`` (what SGLang fed ``fc``), the recorded
+Inputs per sample: the served fc input ``[T, k_s*H]`` (what the engine fed ``fc``), the recorded
 ``aux_hidden_state`` ``[T, k_r*H]`` (what training fed ``fc``; chunk order = the contract's
 sources), and a layer atlas ``{canonical source: [T, H]}`` from the serving target. Chunks are
 ``H``-wide slices in fc order (sglang 0.5.23 layers/aux_hidden_states.py:97-102 concatenates on the
 feature dim). Row ``t`` of every tensor belongs to token ``t`` (domain.md §1 "Alignment").
 
-One pass over the atlas (compare/scan.py) gives every chunk-by-boundary dot product and the per-token
-norms; they complete cosine and the (Gram) per-token relative error ``||x_t - b_t|| / ||b_t||``,
-averaged over tokens, which *ranks* the boundaries. The numbers that are reported and judged are exact,
-from the difference itself: the pairs a chunk is *expected* to match get it in the same pass, and every
-chunk's best and runner-up (and any boundary the Gram form cannot tell from them) in a second, small
-scan of just those boundaries; so a near-exact match is never judged on Gram round-off.
+:func:`attribute` checks its inputs and takes each chunk's tolerance, then runs four steps; each takes what
+the one before gave, so the data passes through compare/ one way:
 
-Identity is scale-free (compare/tolerances.py): the best candidate is the boundary with the smallest
-mean relative error, and its *separation* (that error over the runner-up's) must be small.
-
-The input checks, the sums over samples, the exact second scan and the ranking are in
-:mod:`specparity.compare.attribution_sums`.
+1. **the scan** (:func:`specparity.compare.attribution_scan.scan_samples`): every chunk against every boundary,
+   averaged over valid tokens of all samples, in one pass over each sample's atlas; the Gram form ranks the
+   boundaries, and the numbers that are reported and judged are exact, from the difference itself;
+2. **drift** (:func:`specparity.compare.evidence.drift`): served chunk ``c`` against recorded chunk ``c``, from
+   the token statistics of the same pass;
+3. **identity and separation per chunk** (:func:`_identify`): identity is scale-free (compare/tolerances.py):
+   the best candidate is the boundary with the smallest mean relative error, and its *separation* (that error
+   over the runner-up's) must be small;
+4. **the table** (:func:`_table`): both sides' chunks, each with its distance from what it should equal, and
+   the full chunk-by-boundary matrices.
 """
 
 from __future__ import annotations
@@ -29,19 +30,12 @@ from typing import Literal
 
 import torch
 
-from specparity.compare.attribution_sums import (
-    _accumulate,
-    _boundary_names,
-    _check_2d,
-    _exact_rel,
-    _rank,
-    _Sums,
-)
-from specparity.compare.evidence import ChunkEvidence, EvidenceAccumulator
-from specparity.compare.scan import Backend, Pairs, scan
+from specparity.compare.attribution_scan import AtlasScan, Samples, scan_samples
+from specparity.compare.evidence import ChunkEvidence, drift
+from specparity.compare.scan import Backend
 from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance, separation
 from specparity.errors import InputError
-from specparity.sources import order_key
+from specparity.sources import is_source, order_key
 
 Side = Literal["served", "recorded"]
 
@@ -129,14 +123,6 @@ class AttributionTable:
         }
 
 
-# Below this Gram relative error a boundary is recomputed exactly: the Gram form's float32 round-off
-# (~1e-6 of ||a||^2 + ||b||^2 per token) is then no longer small next to ||a - b||^2.
-GRAM_FLOOR = 1e-2
-# A boundary whose Gram relative error is within this factor of the exact runner-up's is recomputed
-# exactly too, so the float32 round-off of the Gram form can never pick the wrong runner-up.
-GRAM_SLACK = 1.02
-
-
 def attribute(
     served: Sequence[torch.Tensor],
     recorded: Sequence[torch.Tensor],
@@ -161,6 +147,28 @@ def attribute(
     ``recorded_overrides`` judge recorded chunks against it: each the coarser dtype's of its pair.
     Raises :class:`InputError` on malformed input or when no token is valid.
     """
+    samples = _checked(served, recorded, atlas, masks=masks, expected=expected)
+    # what each chunk is held to: served chunks (and the rtol of every exact pair) by ``tolerance``, recorded ones
+    # by ``recorded_tolerance``; a served chunk past the recording's has no expected source
+    sources: list[str | None] = [*expected, *[None] * (samples.k_s - samples.k_r)]
+    tols = [resolve_tolerance(tolerance, overrides, chunk=c, source=src) for c, src in enumerate(sources)]
+    rec_base, rec_over = ((recorded_tolerance, recorded_overrides) if recorded_tolerance is not None
+                          else (tolerance, overrides))
+    rec_tols = [resolve_tolerance(rec_base, rec_over, chunk=c, source=expected[c]) for c in range(samples.k_r)]
+    rtol = [t.rtol for t in tols]
+    scanned = scan_samples(samples, expected=expected, rtol=rtol, block_tokens=max(1, block_tokens), backend=backend)
+    evidence = drift(samples, scanned, rtol=rtol)
+    served_ids = [_identify(scanned, c, samples.names, expected=sources[c], tolerance=tols[c])
+                  for c in range(samples.k_s)]
+    recorded_ids = [_identify(scanned, samples.k_s + c, samples.names, expected=expected[c], tolerance=rec_tols[c])
+                    for c in range(samples.k_r)]
+    return _table(samples, scanned, served=served_ids, recorded=recorded_ids, evidence=evidence, sources=sources)
+
+
+def _checked(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
+             atlas: Sequence[Mapping[str, torch.Tensor]], *, masks: Sequence[torch.Tensor | None] | None,
+             expected: Sequence[str]) -> Samples:
+    """The inputs as :class:`Samples`, or :class:`InputError` naming the first thing wrong with them."""
     if not (len(served) == len(recorded) == len(atlas)) or not served:
         raise InputError(
             f"need the same non-zero number of samples, got served {len(served)}, recorded {len(recorded)}, "
@@ -170,9 +178,7 @@ def attribute(
     if masks is not None and len(masks) != len(served):
         raise InputError(f"{len(masks)} masks for {len(served)} samples", field="masks")
     names = _boundary_names(atlas[0])
-    col = {n: j for j, n in enumerate(names)}
-    first = atlas[0][names[0]]
-    hidden = int(first.shape[-1])
+    hidden = int(atlas[0][names[0]].shape[-1])
     k_s, k_r = served[0].shape[-1] // hidden, recorded[0].shape[-1] // hidden
     for i, (s, r, a) in enumerate(zip(served, recorded, atlas, strict=True)):
         _check_2d(s, f"served[{i}]", None)
@@ -193,129 +199,104 @@ def attribute(
                 raise InputError(f"has {t.shape[1] // hidden} chunks, sample 0 has {k}", field=f"{what}[{i}]")
     if len(expected) != k_r:
         raise InputError(f"the contract names {len(expected)} sources, the recording has {k_r} chunks", field="expected")
-    tols = [resolve_tolerance(tolerance, overrides, chunk=c, source=expected[c] if c < k_r else None)
-            for c in range(max(k_s, k_r))]
-    rec_base = recorded_tolerance if recorded_tolerance is not None else tolerance
-    rec_over = recorded_overrides if recorded_tolerance is not None else overrides
-    rec_tols = [resolve_tolerance(rec_base, rec_over, chunk=c, source=expected[c]) for c in range(k_r)]
-    # exact pairs: every chunk (served rows 0..k_s-1, recorded rows k_s..) against its expected source
-    pair_list: list[tuple[int, int, float]] = []
-    for c in range(k_r):
-        if expected[c] in col:
-            if c < k_s:
-                pair_list.append((c, col[expected[c]], tols[c].rtol))
-            pair_list.append((k_s + c, col[expected[c]], tols[c].rtol))
-    n_expected = len(pair_list)
-    # and, in the same pass, the two boundaries next to each expected source: for a correct chunk they are
-    # the runner-up candidates (a residual stream changes gradually with depth), so as a rule the exact
-    # best and runner-up need no second scan (measured: a second scan costs ~10% of the first)
-    for row, j, rtol in pair_list[:n_expected]:
-        pair_list.extend((row, n, rtol) for n in (j - 1, j + 1) if 0 <= n < len(names))
-    pairs = Pairs(rows=tuple(p[0] for p in pair_list), cols=tuple(p[1] for p in pair_list),
-                  rtol=tuple(p[2] for p in pair_list), full=tuple(p < n_expected for p in range(len(pair_list))))
-    sums = _Sums(k_s + k_r, len(names), len(pair_list))
-    evidence = [EvidenceAccumulator(c, rtol=tols[c].rtol) for c in range(min(k_s, k_r))]
-    valids: list[torch.Tensor] = []
-    for i in range(len(served)):
-        tokens = int(served[i].shape[0])
+    valids = []
+    for i, s in enumerate(served):
         mask = masks[i] if masks is not None else None
-        if mask is None:
-            valid = torch.ones(tokens, dtype=torch.bool)
-        else:
-            if mask.shape != (tokens,):
-                raise InputError(f"has shape {tuple(mask.shape)}, expected ({tokens},)", field=f"masks[{i}]")
-            valid = mask.to(torch.bool).cpu()
-        valids.append(valid)
-        if tokens == 0:
-            continue
-        st = scan(served[i], recorded[i], [atlas[i][n] for n in names], valid, hidden=hidden, pairs=pairs,
-                  evidence_rtol=[ev.rtol for ev in evidence], gram=True, block_tokens=max(1, block_tokens),
-                  backend=backend)
-        _accumulate(sums, st, valid, pairs)
-        for ev, ev_stats in zip(evidence, st.evidence, strict=True):
-            c = ev.index
-            ev.add_stats(ev_stats, valid, served=served[i][:, c * hidden:(c + 1) * hidden],
-                         recorded=recorded[i][:, c * hidden:(c + 1) * hidden])
-    valid_tokens = sum(int(v.sum()) for v in valids)
-    if valid_tokens == 0:
+        if mask is not None and mask.shape != (int(s.shape[0]),):
+            raise InputError(f"has shape {tuple(mask.shape)}, expected ({int(s.shape[0])},)", field=f"masks[{i}]")
+        valids.append(torch.ones(int(s.shape[0]), dtype=torch.bool) if mask is None else mask.to(torch.bool).cpu())
+    if sum(int(v.sum()) for v in valids) == 0:
         raise InputError("no valid token to compare (every position is masked out or the capture is empty)",
                          field="masks")
-    cos = sums.cos / sums.count.clamp_min(1.0)
-    cos = torch.where(sums.count > 0, cos, math.nan)
-    rel = sums.rel / sums.count.clamp_min(1.0)
-    rel = torch.where((sums.count > 0) & (sums.ref2 > 0), rel, math.inf)
-    exact_stats: dict[int, tuple[float, float]] = {}
-    exact: set[tuple[int, int]] = set()
-    for p, (row, j, _) in enumerate(pair_list):
-        ref2, npair = float(sums.pair_ref2[p]), float(sums.pair_count[p])
-        rel[row, j] = float(sums.pair_rel[p]) / npair if ref2 > 0 and npair > 0 else math.inf
-        exact.add((row, j))
-        if p < n_expected:
-            peak = float(sums.pair_max[p])
-            exact_stats[row] = (peak, max(float(sums.pair_excess[p]), 0.0) if math.isfinite(peak) else math.inf)
-    served_ev = [ev.result() for ev in evidence]
-    # The Gram form ranks; what is reported and judged is exact. Every boundary that could be a chunk's best
-    # or runner-up gets its exact difference: the current best two, any the Gram form cannot resolve
-    # (below GRAM_FLOOR: a near-duplicate of the expected one, so a tie is seen as a tie) and any within
-    # GRAM_SLACK of the runner-up; until the best two of every chunk are exact (one round, as a rule).
-    for _ in range(len(names) + 1):
-        wanted: set[tuple[int, int]] = set()
-        for row in range(k_s + k_r):
-            best, second = _rank(rel[row])
-            limit = GRAM_FLOOR
-            if second is not None and math.isfinite(float(rel[row, second])):
-                limit = max(limit, float(rel[row, second]) * GRAM_SLACK)
-            near = {int(j) for j in (rel[row] <= limit).nonzero().flatten().tolist()}
-            wanted |= {(row, j) for j in near | {best} | ({second} if second is not None else set())
-                       if (row, j) not in exact}
-        if not wanted:
-            break
-        found = _exact_rel(served, recorded, atlas, valids, sorted(wanted), names, hidden=hidden, backend=backend)
-        for (row, j), value in found.items():
-            rel[row, j] = value
-        exact |= wanted
+    return Samples(served=served, recorded=recorded, atlas=atlas, valids=tuple(valids), names=tuple(names),
+                   hidden=hidden, k_s=k_s, k_r=k_r)
 
-    def build(row: int, side: Side, c: int) -> ChunkAttribution:
-        exp = expected[c] if c < k_r else None
-        best, second = _rank(rel[row])
-        best_cos = float(cos[row, best])
-        second_cos = float(cos[row, second]) if second is not None else -1.0
-        margin = best_cos - second_cos if math.isfinite(best_cos) else math.nan
-        best_rel = float(rel[row, best])
-        second_rel = float(rel[row, second]) if second is not None else math.inf
-        sep = separation(best_rel, second_rel)
-        tol = tols[c] if side == "served" else rec_tols[c]
-        ok = identity_holds(rel_err=best_rel, separation=sep, tolerance=tol)
-        if side == "served":
-            ev = served_ev[c] if c < len(served_ev) else None
-            max_abs = ev.max_abs_err if ev else math.nan
-            passing = ev.min_passing_atol if ev else math.nan
-        else:
-            max_abs, passing = exact_stats.get(row, (math.nan, math.nan))
-        return ChunkAttribution(
-            index=c, side=side, expected=exp, attributed=names[best] if ok else None,
-            cosine=best_cos, rel_err=best_rel,
-            runner_up=names[second] if second is not None else None, runner_up_cosine=second_cos,
-            margin=margin, max_abs_err=max_abs, min_passing_atol=passing, best=names[best],
-            expected_cosine=float(cos[row, col[exp]]) if exp in col else math.nan,
-            expected_rel_err=float(rel[row, col[exp]]) if exp in col else math.nan,
-            separation=sep, runner_up_rel_err=second_rel,
-        )
+
+def _check_2d(t: torch.Tensor, what: str, tokens: int | None) -> None:
+    if t.ndim != 2:
+        raise InputError(f"must be a [tokens, features] tensor, got shape {tuple(t.shape)}", field=what)
+    if tokens is not None and t.shape[0] != tokens:
+        raise InputError(f"has {t.shape[0]} tokens, the served fc input has {tokens}", field=what)
+    if not t.is_floating_point():
+        raise InputError(f"must be floating point, got {t.dtype}", field=what)
+
+
+def _boundary_names(atlas: Mapping[str, torch.Tensor]) -> list[str]:
+    bad = [n for n in atlas if not is_source(n)]
+    if bad:
+        raise InputError(f"names {bad} are not canonical sources (embedding, layer:<i>, final_norm)", field="atlas")
+    if not atlas:
+        raise InputError("is empty: nothing to attribute chunks to", field="atlas")
+    return sorted(atlas, key=order_key)
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """One chunk's best and runner-up boundary, and whether the best may be named its source (``attributed``)."""
+
+    best: str
+    attributed: str | None
+    cosine: float
+    rel_err: float
+    runner_up: str | None
+    runner_up_cosine: float
+    runner_up_rel_err: float
+    margin: float
+    separation: float
+    expected_cosine: float
+    expected_rel_err: float
+
+
+def _identify(scanned: AtlasScan, row: int, names: Sequence[str], *, expected: str | None,
+              tolerance: Tolerance) -> _Identity:
+    """Identity and separation of chunk row ``row``: its best boundary is named when the relative error is within
+    the identity limit and the runner-up is clearly behind (compare/tolerances.py)."""
+    best, second = scanned.ranks[row]
+    cos, rel = scanned.cos[row], scanned.rel[row]
+    best_cos, best_rel = float(cos[best]), float(rel[best])
+    second_cos = float(cos[second]) if second is not None else -1.0
+    second_rel = float(rel[second]) if second is not None else math.inf
+    sep = separation(best_rel, second_rel)
+    exp = names.index(expected) if expected in names else None
+    return _Identity(
+        best=names[best],
+        attributed=names[best] if identity_holds(rel_err=best_rel, separation=sep, tolerance=tolerance) else None,
+        cosine=best_cos, rel_err=best_rel,
+        runner_up=names[second] if second is not None else None, runner_up_cosine=second_cos,
+        runner_up_rel_err=second_rel,
+        margin=best_cos - second_cos if math.isfinite(best_cos) else math.nan, separation=sep,
+        expected_cosine=float(cos[exp]) if exp is not None else math.nan,
+        expected_rel_err=float(rel[exp]) if exp is not None else math.nan,
+    )
+
+
+def _table(samples: Samples, scanned: AtlasScan, *, served: Sequence[_Identity], recorded: Sequence[_Identity],
+           evidence: Sequence[ChunkEvidence], sources: Sequence[str | None]) -> AttributionTable:
+    """Both sides' chunks, each with its distance from what it should equal (a served chunk: the recorded chunk of
+    its index; a recorded chunk: the atlas state of its expected source), and the full matrices."""
+    k_s = samples.k_s
+
+    def chunk(side: Side, c: int, identity: _Identity, against: tuple[float, float]) -> ChunkAttribution:
+        return ChunkAttribution(index=c, side=side, expected=sources[c], max_abs_err=against[0],
+                                min_passing_atol=against[1], **vars(identity))
 
     def matrix(t: torch.Tensor) -> tuple[tuple[float, ...], ...]:
         return tuple(tuple(float(x) for x in r) for r in t.tolist())
 
+    nan = (math.nan, math.nan)
     return AttributionTable(
-        boundaries=tuple(names),
-        served=tuple(build(c, "served", c) for c in range(k_s)),
-        recorded=tuple(build(k_s + c, "recorded", c) for c in range(k_r)),
-        served_cosine=matrix(cos[:k_s]),
-        recorded_cosine=matrix(cos[k_s:]),
-        served_rel_err=matrix(rel[:k_s]),
-        recorded_rel_err=matrix(rel[k_s:]),
-        evidence=tuple(served_ev),
-        hidden_size=hidden,
-        valid_tokens=valid_tokens,
-        samples=len(served),
-        atlas_nonfinite_tokens=tuple((names[j], int(n)) for j, n in enumerate(sums.atlas_nonfinite.tolist()) if n),
+        boundaries=samples.names,
+        served=tuple(chunk("served", c, ident, (evidence[c].max_abs_err, evidence[c].min_passing_atol)
+                                              if c < len(evidence) else nan) for c, ident in enumerate(served)),
+        recorded=tuple(chunk("recorded", c, ident, scanned.expected_maxima.get(k_s + c, nan))
+                       for c, ident in enumerate(recorded)),
+        served_cosine=matrix(scanned.cos[:k_s]),
+        recorded_cosine=matrix(scanned.cos[k_s:]),
+        served_rel_err=matrix(scanned.rel[:k_s]),
+        recorded_rel_err=matrix(scanned.rel[k_s:]),
+        evidence=tuple(evidence),
+        hidden_size=samples.hidden,
+        valid_tokens=sum(int(v.sum()) for v in samples.valids),
+        samples=len(samples.served),
+        atlas_nonfinite_tokens=scanned.atlas_nonfinite,
     )

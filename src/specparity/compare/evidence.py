@@ -1,7 +1,8 @@
 """Direct served-vs-recorded evidence per chunk: exact errors, token shifts, scale, non-finite values.
 
 These compare each served chunk with the recorded chunk of the same index only (``k`` pairs, no
-atlas), so they are cheap next to attribution. They feed the rules of :mod:`diagnosis`:
+atlas), so they are cheap next to attribution; :func:`drift` gathers them from the per-token statistics that
+attribution's one pass over the atlas already made (compare/scan.py). They feed the rules of :mod:`diagnosis`:
 ``position_shift`` (row ``t`` of the served chunk equals recorded row ``t±1``), ``norm_mismatch``
 (same direction, different per-token scale) and ``nonfinite``.
 """
@@ -9,10 +10,13 @@ atlas), so they are cheap next to attribution. They feed the rules of :mod:`diag
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from specparity.compare.attribution_scan import AtlasScan, Samples
+from specparity.compare.scan import TokenPairStats, token_stats
 from specparity.compare.tolerances import DRIFT_PERCENTILE
 
 
@@ -65,47 +69,6 @@ class ChunkEvidence:
             "token_rel_err_max": self.token_rel_err_max,
             "token_rel_err_mean": self.token_rel_err_mean,
         }
-
-
-@dataclass(frozen=True)
-class TokenPairStats:
-    """Per-token statistics of served chunk rows against recorded ones (float32 ``[T]`` / ``[T, 3]``, CPU).
-
-    ``dots[t, 0]`` is served ``t`` . recorded ``t-1`` (t >= 1), ``dots[t, 1]`` served ``t`` . recorded ``t``,
-    ``dots[t, 2]`` served ``t`` . recorded ``t+1`` (t <= T-2); the rest come from the difference
-    ``d = served_t - recorded_t`` itself: ``||d||^2``, ``max |d|`` and ``max(0, max(|d| - rtol |recorded_t|))``.
-    Only valid tokens whose two norms are finite are read.
-    """
-
-    served_norm2: torch.Tensor
-    recorded_norm2: torch.Tensor
-    dots: torch.Tensor
-    diff_norm2: torch.Tensor
-    max_abs: torch.Tensor
-    max_excess: torch.Tensor
-
-
-def _rowdot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Row-wise dot products as a batched matmul: no ``[T, H]`` temporary (``(x * y).sum(-1)`` makes one)."""
-    return torch.bmm(x.unsqueeze(1), y.unsqueeze(2)).view(-1)
-
-
-def token_stats(served: torch.Tensor, recorded: torch.Tensor, *, rtol: float) -> TokenPairStats:
-    """:class:`TokenPairStats` of two ``[T, H]`` tensors with torch (any device; the results on CPU)."""
-    a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
-    b = recorded.to(torch.float32, copy=True)
-    dots = torch.zeros(a.shape[0], 3, dtype=torch.float32, device=a.device)
-    dots[1:, 0] = _rowdot(a[1:], b[:-1])
-    dots[:, 1] = _rowdot(a, b)
-    dots[:-1, 2] = _rowdot(a[:-1], b[1:])
-    na2, nb2 = _rowdot(a, a), _rowdot(b, b)
-    d = a.sub_(b)
-    d2 = _rowdot(d, d)
-    d.abs_()
-    peak = d.amax(-1) if d.shape[-1] else torch.zeros_like(d2)
-    excess = d.sub_(b.abs_().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
-    return TokenPairStats(served_norm2=na2.cpu(), recorded_norm2=nb2.cpu(), dots=dots.cpu(), diff_norm2=d2.cpu(),
-                          max_abs=peak.cpu(), max_excess=excess.cpu())
 
 
 class _Moments:
@@ -228,3 +191,15 @@ class EvidenceAccumulator:
             token_rel_err_max=peak,
             token_rel_err_mean=mean,
         )
+
+
+def drift(samples: Samples, scanned: AtlasScan, *, rtol: Sequence[float]) -> tuple[ChunkEvidence, ...]:
+    """Served chunk ``c`` against recorded chunk ``c`` for every chunk both sides have (what numeric drift is
+    judged on), from the token statistics of attribution's scan; ``rtol[c]`` for the smallest passing atol."""
+    evidence = [EvidenceAccumulator(c, rtol=rtol[c]) for c in range(min(samples.k_s, samples.k_r))]
+    h = samples.hidden
+    for i, stats in scanned.token_stats:
+        for c, (ev, st) in enumerate(zip(evidence, stats, strict=True)):
+            ev.add_stats(st, samples.valids[i], served=samples.served[i][:, c * h:(c + 1) * h],
+                         recorded=samples.recorded[i][:, c * h:(c + 1) * h])
+    return tuple(ev.result() for ev in evidence)

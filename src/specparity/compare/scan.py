@@ -25,8 +25,6 @@ from typing import Any, Literal
 
 import torch
 
-from specparity.compare.evidence import TokenPairStats, token_stats
-
 Backend = Literal["auto", "numba", "torch"]
 
 
@@ -46,6 +44,47 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+@dataclass(frozen=True)
+class TokenPairStats:
+    """Per-token statistics of served chunk rows against recorded ones (float32 ``[T]`` / ``[T, 3]``, CPU).
+
+    ``dots[t, 0]`` is served ``t`` . recorded ``t-1`` (t >= 1), ``dots[t, 1]`` served ``t`` . recorded ``t``,
+    ``dots[t, 2]`` served ``t`` . recorded ``t+1`` (t <= T-2); the rest come from the difference
+    ``d = served_t - recorded_t`` itself: ``||d||^2``, ``max |d|`` and ``max(0, max(|d| - rtol |recorded_t|))``.
+    Only valid tokens whose two norms are finite are read.
+    """
+
+    served_norm2: torch.Tensor
+    recorded_norm2: torch.Tensor
+    dots: torch.Tensor
+    diff_norm2: torch.Tensor
+    max_abs: torch.Tensor
+    max_excess: torch.Tensor
+
+
+def _rowdot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Row-wise dot products as a batched matmul: no ``[T, H]`` temporary (``(x * y).sum(-1)`` makes one)."""
+    return torch.bmm(x.unsqueeze(1), y.unsqueeze(2)).view(-1)
+
+
+def token_stats(served: torch.Tensor, recorded: torch.Tensor, *, rtol: float) -> TokenPairStats:
+    """:class:`TokenPairStats` of two ``[T, H]`` tensors with torch (any device; the results on CPU)."""
+    a = served.to(torch.float32, copy=True)  # a copy: it is reused in place below
+    b = recorded.to(torch.float32, copy=True)
+    dots = torch.zeros(a.shape[0], 3, dtype=torch.float32, device=a.device)
+    dots[1:, 0] = _rowdot(a[1:], b[:-1])
+    dots[:, 1] = _rowdot(a, b)
+    dots[:-1, 2] = _rowdot(a[:-1], b[1:])
+    na2, nb2 = _rowdot(a, a), _rowdot(b, b)
+    d = a.sub_(b)
+    d2 = _rowdot(d, d)
+    d.abs_()
+    peak = d.amax(-1) if d.shape[-1] else torch.zeros_like(d2)
+    excess = d.sub_(b.abs_().mul_(rtol)).amax(-1).clamp_min(0.0) if d.shape[-1] else torch.zeros_like(d2)
+    return TokenPairStats(served_norm2=na2.cpu(), recorded_norm2=nb2.cpu(), dots=dots.cpu(), diff_norm2=d2.cpu(),
+                          max_abs=peak.cpu(), max_excess=excess.cpu())
 
 
 @dataclass(frozen=True)
