@@ -267,3 +267,31 @@ def test_pyproject_launch_key_bad_input(tmp_path: Path, extra: str, message: str
     (tmp_path / "pyproject.toml").write_text(f'[tool.specparity.deployments.srv]\ncontract = "c.json"\n{extra}\n')
     with pytest.raises(InputError, match=re.escape(message)):
         from_pyproject(tmp_path / "pyproject.toml")
+
+
+def test_the_plugin_parses_a_launch_key_when_the_gate_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pyproject launch key reaches run_gate as the engine's parse of the command, read in the pyproject's
+    directory, with the table's python; nothing is parsed by an engine at collection."""
+    from specparity import plugin_items
+    from specparity.serving import launch as launch_mod
+
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.specparity.deployments.srv]\ncontract = "{CONTRACT}"\nlevel = "static"\npython = "/venv/bin/python"\n'
+        'launch = "python -m sglang.launch_server --model-path m --tp 2"\n')
+    (d,) = from_pyproject(tmp_path / "pyproject.toml")
+    seen: dict[str, Any] = {}
+
+    def fake_parse(command: Any, *, python: str | None = None, **kw: Any) -> str:
+        seen.update(command=command, python=python)
+        return "the spec"
+
+    def fake_gate(contract: Any, target: Any, draft: Any, **kw: Any) -> str:
+        seen.update(target=target, draft=draft, **kw)
+        return "verdict"
+
+    monkeypatch.setattr(launch_mod, "parse_launch", fake_parse)
+    monkeypatch.setattr(gate, "run_gate", fake_gate)
+    assert plugin_items._run_gate(d) == "verdict"
+    assert seen["launch"] == "the spec" and seen["target"] is None and seen["draft"] is None
+    assert seen["command"].cwd == str(tmp_path) and seen["command"].args == ("--model-path", "m", "--tp", "2")
+    assert seen["python"] == "/venv/bin/python"
