@@ -106,8 +106,9 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
     from specparity.engine_args import parse_sglang_args
     from specparity.gate import run_gate
     from specparity.progress import Progress
-    from specparity.report import render_text, use_color, write_reports
+    from specparity.report import check_report_paths, render_text, use_color, write_reports
 
+    check_report_paths(json_path=json_path, html_path=html_path, junit_path=junit_path)  # before any engine starts
     spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
     target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
@@ -142,8 +143,11 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     from specparity import cli_launch
     from specparity.engine_args import parse_sglang_args
     from specparity.gate_launch import launch_env
+    from specparity.report.writing import ReportFile, check_report_path, write_files
     from specparity.serving.engine import get_engine
 
+    if json_path is not None:
+        check_report_path(json_path, option="--json")  # before any engine starts
     spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
     target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
@@ -157,11 +161,10 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     for line in [*result.lines, *(spec.lines() if spec else []),
                  *(f"{f.severity.value:<8} {f.kind.value}: {f.message}" for f in found)]:
         click.echo(f"  {line}")
-    if json_path is not None:
-        json_path.write_text(json.dumps({"exit_code": code, "summary": summary, **result.data,
-                                         "launch": spec.to_dict() if spec else None,
-                                         "findings": [f.to_dict() for f in found]}, indent=2) + "\n",
-                             encoding="utf-8")
+    if json_path is not None:  # whole or not at all (report/writing.py)
+        write_files([ReportFile("--json answer", json_path, json.dumps(
+            {"exit_code": code, "summary": summary, **result.data, "launch": spec.to_dict() if spec else None,
+             "findings": [f.to_dict() for f in found]}, indent=2) + "\n")])
     sys.exit(code)
 
 

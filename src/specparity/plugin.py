@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,26 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
             verdicts.setdefault(name, verdict_from_dict(d))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any engine starts: a report directory that cannot be written is a usage error naming
+    ``--parity-report`` (pytest's exit 4), where deployments are configured. xdist workers write no report."""
+    config = session.config
+    report = parity_settings(config)["report"]
+    if report is None or hasattr(config, "workerinput"):
+        return
+    try:
+        if not deployments(config):
+            return
+    except InputError:
+        return  # the configuration item reports it
+    from specparity.report.writing import check_report_path
+
+    try:
+        check_report_path(report, option="--parity-report", directory=True)
+    except InputError as e:
+        raise pytest.UsageError(f"specparity: {e}") from None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     verdicts = config.stash.get(VERDICTS_KEY, {})
@@ -246,6 +267,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     report = parity_settings(config)["report"]
     if report is None or not verdicts:
         return
+    from specparity.errors import SpecparityError
     from specparity.report import write_reports
 
     try:
@@ -253,11 +275,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except InputError:
         return
     paths: list[Path] = []
+    failed: list[str] = []
     for name, verdict in verdicts.items():  # one deployment: DIR/report.*; several: DIR/<name>/report.*
-        paths += write_reports(verdict, Path(report) / name if several else Path(report))
+        try:
+            paths += write_reports(verdict, Path(report) / name if several else Path(report))
+        except (SpecparityError, OSError) as e:  # never a raw traceback at session end (issue 35)
+            failed.append(f"specparity: report of {name} not written: {e}")
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:
-        tr.write_line(f"specparity: report written to {', '.join(str(p) for p in paths)}")
+        if paths:
+            tr.write_line(f"specparity: report written to {', '.join(str(p) for p in paths)}")
+        for line in failed:
+            tr.write_line(line, red=True, bold=True)
+    elif failed:
+        print("\n".join(failed), file=sys.stderr)
+    if failed and session.exitstatus == pytest.ExitCode.OK:
+        # the checks passed but their report is missing: not a green run (pytest's 3, as the CLI's exit 3)
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 # --- fixtures ----------------------------------------------------------------------------------------
