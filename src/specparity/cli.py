@@ -141,6 +141,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     import json
 
     from specparity import cli_launch
+    from specparity.deployed import check_deployed_files
     from specparity.engine_args import parse_sglang_args
     from specparity.gate_launch import launch_env
     from specparity.report.writing import ReportFile, check_report_path, write_files
@@ -151,6 +152,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
     target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
+    check_deployed_files(target, draft)  # swapped dirs, a broken weight file: exit 2 before the engine
     args = {**launched, **parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
     python = cli_launch.interpreter(spec, python)
     with launch_env(spec):  # the command's own environment reaches the engine's child

@@ -33,8 +33,9 @@ ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve th
 _ALL_CHECKS_BEFORE = "sglang"  # what reports written before engine_error called it (report-format.md changelog)
 
 # ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
-_ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "unsupported_version", "timeout",
-                                   "needs_hardware", "server_failed", "server_unreachable", "hooks_missing"})
+_ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "engine_import", "unsupported_version",
+                                   "timeout", "needs_hardware", "server_failed", "server_unreachable",
+                                   "hooks_missing"})
 # an SGLang exception that says nothing about the deployment: memory, a broken or partial install
 # (sglang 0.5.23 mem_cache/kv_cache_configurator.py:3050 raises ValueError "Loaded weights leave no GPU memory
 # for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)
@@ -150,8 +151,9 @@ def _head(message: str, limit: int = 160) -> str:
 def not_run(check: str, blockers: Sequence[Finding]) -> Finding:
     """A finding for a requested check that could not run because an earlier one failed (same kind and cause)."""
     first = blockers[0]
-    details: dict[str, object] = {"check": check, "cause": "environment" if is_environmental(first) else "deployment",
-                                  "blocked_by": first.kind.value}
+    cause = first.details.get("cause") if first.details.get("cause") == "specparity" else (
+        "environment" if is_environmental(first) else "deployment")
+    details: dict[str, object] = {"check": check, "cause": cause, "blocked_by": first.kind.value}
     details.update({k: first.details[k] for k in ("engine", "version") if k in first.details})
     return Finding(first.kind if first.kind in ENVIRONMENT_KINDS else FindingKind.ENGINE_ERROR, Severity.ERROR,
                    f"the {check} check could not run: {first.kind.value} (above): {_head(first.message)}",
@@ -186,6 +188,9 @@ def serving_findings(failures: Iterable[Any], *, engine: str, version: str | Non
         if f.kind == "draft_unreadable":
             fix = "convert the draft config as the finding says" + (
                 ", or serve it as it is with vLLM (--engine vllm)" if "speculators" in f.message else "")
+        elif f.kind == "engine_import":
+            fix = ("repair this machine's engine install or environment as the error says (e.g. a writable HOME or "
+                   "XDG_CACHE_HOME); the deployment was never loaded")
         limit = machine_limit(f.message)
         if limit is not None:
             details["machine_limit"] = limit

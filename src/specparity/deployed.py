@@ -17,6 +17,41 @@ from specparity.errors import InputError
 from specparity.serving import ResolvedDeployment
 
 
+def _drafter_config(directory: Path) -> str | None:
+    """What in ``directory/config.json`` says it is an EAGLE drafter (``architectures LlamaForCausalLMEagle3``,
+    ``eagle_config``, ``speculators_model_type``), or None (no such config, or an ordinary model's)."""
+    try:
+        cfg = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the readers that need it say so
+    if not isinstance(cfg, dict):
+        return None
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    if "eagle" in arch.lower():
+        return f"architectures {arch}"
+    return next((f"{key} in its config" for key in ("speculators_model_type", "eagle_config") if key in cfg), None)
+
+
+def check_deployed_files(target: Path, draft: Path) -> None:
+    """Before any engine starts, an :class:`InputError` (exit 2) naming the file and ``--target``/``--draft``:
+
+    - a ``--target`` that is an EAGLE drafter (the two directories swapped, or the drafter given twice);
+    - a weight file the engine cannot load (checkpoint_files.check_weight_files): the draft's pickles are read
+      through ``weights_only`` onto the meta device; the target's, which may be large, are not.
+    """
+    from specparity.checkpoint_files import check_weight_files
+
+    drafter = _drafter_config(target)
+    if drafter is not None:
+        swapped = _drafter_config(draft) is None and (draft / "config.json").is_file()
+        raise InputError(f"is an EAGLE drafter ({drafter}), not a target model"
+                         + (f"; {draft} is the target: --target and --draft are swapped" if swapped else ""),
+                         path=target, field="--target")
+    check_weight_files(target, field="--target", pickles=False)
+    check_weight_files(draft, field="--draft")
+
+
 def draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
     """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
     ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""

@@ -39,6 +39,7 @@ from specparity.compare.findings import (
 )
 from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
+from specparity.deployed import check_deployed_files
 from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
@@ -141,6 +142,7 @@ def run_gate(
     if pack is not None and pack.sources != list(contract.fc_input.sources):
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
+    check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
     user = {**(sglang_args or {}), **(engine_args or {})}
     args = engine_args_for(eng, contract, user)
     run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,
@@ -322,7 +324,7 @@ def _missing_evidence(run: _Run, level: str) -> list[Finding]:
         out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
                            f"the capture on {engine_label(run.engine)} returned no fc input or layer atlas to compare",
                            details={"check": "capture", **named}))
-    if level in ("outcome", "all") and run.outcome is None:
+    if level in ("outcome", "all") and run.outcome is None and not any(f.is_failure for f in run.outcome_findings):
         out.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
                            "the outcome check produced no acceptance figures", details={"check": "outcome", **named}))
     return out

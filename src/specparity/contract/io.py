@@ -143,4 +143,13 @@ def read_contract_probes(contract: Contract, contract_path: str | Path) -> Probe
 
     path = probe_pack_path(contract, contract_path)
     assert contract.probes is not None  # probe_pack_path raised otherwise
-    return read_probe_pack(path, expected_sha256=contract.probes.sha256)
+    pack = read_probe_pack(path, expected_sha256=contract.probes.sha256)
+    vocab = contract.target.vocab_size
+    for i, s in enumerate(pack.samples):
+        if int(s.input_ids.max()) >= vocab:
+            raise InputError(f"token id {int(s.input_ids.max())} is outside the target's vocabulary "
+                             f"(target.vocab_size {vocab})", path=path, field=f"sample_{i}.input_ids")
+    if pack.hidden_size != contract.target.hidden_size:
+        raise InputError(f"hidden_size {pack.hidden_size} differs from the contract's target.hidden_size "
+                         f"{contract.target.hidden_size}", path=path, field="metadata.hidden_size")
+    return pack

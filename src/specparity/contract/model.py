@@ -34,8 +34,13 @@ def _check_source(name: str) -> str:
 SourceName = Annotated[str, AfterValidator(_check_source)]
 
 
+# JSON has no NaN or Infinity (RFC 8259), but Python's json module reads and writes the bare tokens; every number
+# of a contract is finite, so a NaN never reaches a comparison that it would silently skip (issue 35)
+FINITE = "a finite number: NaN and Infinity are refused"
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 class TargetSpec(_Strict):
@@ -138,21 +143,25 @@ class SpecConfig(_Strict):
     num_draft_tokens: int | None = Field(default=None, ge=1)
 
 
+Rate = Annotated[float, Field(ge=0, le=1, description=f"a rate in 0..1, {FINITE}")]
+
+
 class TrainingOutcome(_Strict):
-    accuracy_per_position: list[float] | None = None
-    acceptance_per_position: list[float] | None = None
-    expected_acceptance_length: float | None = Field(default=None, ge=0)
+    accuracy_per_position: list[Rate] | None = None
+    acceptance_per_position: list[Rate] | None = None
+    expected_acceptance_length: float | None = Field(default=None, ge=0, description=FINITE)
 
 
 class Tolerance(_Strict):
     """Overrides of the comparison thresholds; a field left unset keeps the dtype's default
     (``specparity.compare.tolerances.default_tolerance``)."""
 
-    atol: float | None = Field(default=None, ge=0)
-    rtol: float | None = Field(default=None, ge=0)
-    cosine_floor: float | None = Field(default=None, ge=-1, le=1)
-    min_margin: float | None = Field(default=None, ge=0, description="best minus runner-up cosine to attribute")
-    max_rel_err: float | None = Field(default=None, ge=0)
+    atol: float | None = Field(default=None, ge=0, description=FINITE)
+    rtol: float | None = Field(default=None, ge=0, description=FINITE)
+    cosine_floor: float | None = Field(default=None, ge=-1, le=1, description=FINITE)
+    min_margin: float | None = Field(default=None, ge=0,
+                                     description=f"best minus runner-up cosine to attribute; {FINITE}")
+    max_rel_err: float | None = Field(default=None, ge=0, description=FINITE)
 
 
 class Tolerances(_Strict):
@@ -196,7 +205,8 @@ class Provenance(_Strict):
 
 
 class Contract(_Strict):
-    """What training promised. Serialized as JSON beside its probe pack."""
+    """What training promised. Serialized as JSON beside its probe pack. Every number in it is finite: JSON has
+    no NaN or Infinity, and a contract holding the bare tokens is refused."""
 
     schema_version: Literal[1] = 1
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)

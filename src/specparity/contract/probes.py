@@ -101,6 +101,46 @@ def _meta(path: Path) -> dict[str, object]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _nonfinite(t: torch.Tensor) -> str | None:
+    """``"2 NaN/Inf values, the first at token 3"``, or None when every value is finite."""
+    bad = ~torch.isfinite(t)
+    if not bool(bad.any()):
+        return None
+    first = int(bad.reshape(t.shape[0], -1).any(dim=1).nonzero()[0, 0])
+    nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+    kinds = " and ".join(w for w, n in (("NaN", nan), ("Inf", inf)) if n)
+    return f"{nan + inf} {kinds} value{'s' if nan + inf != 1 else ''}, the first at token {first}"
+
+
+def _check_sample(i: int, ids: torch.Tensor, fc: torch.Tensor, mask: torch.Tensor | None, norm: torch.Tensor | None,
+                  *, hidden: int, path: Path) -> None:
+    """One sample is something an engine can be run on and compared with: at least one token, integer ids,
+    floating recordings of the right shapes, every value finite (a NaN in a recording would poison the replay and
+    be blamed on the deployment)."""
+    if ids.shape[0] == 0:
+        raise InputError("0 tokens: every probe sample needs at least one token to run", path=path,
+                         field=f"sample_{i}.input_ids")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise InputError(f"token ids must be integers, got {ids.dtype}", path=path, field=f"sample_{i}.input_ids")
+    if int(ids.min()) < 0:
+        raise InputError(f"negative token id {int(ids.min())}", path=path, field=f"sample_{i}.input_ids")
+    for name, t, width in (("fc_input", fc, fc.shape[1]), ("final_norm", norm, hidden)):
+        if t is None:
+            continue
+        if not t.dtype.is_floating_point:
+            raise InputError(f"must be floating point, got {t.dtype}", path=path, field=f"sample_{i}.{name}")
+        if t.dim() != 2 or tuple(t.shape) != (ids.shape[0], width):
+            raise InputError(f"shape {tuple(t.shape)}, expected {(int(ids.shape[0]), int(width))}", path=path,
+                             field=f"sample_{i}.{name}")
+        bad = _nonfinite(t)
+        if bad is not None:
+            raise InputError(f"the recording holds {bad}: re-export the probes from a clean run", path=path,
+                             field=f"sample_{i}.{name}")
+    if mask is not None and tuple(mask.shape) != (ids.shape[0],):
+        raise InputError(f"shape {tuple(mask.shape)}, expected ({int(ids.shape[0])},)", path=path,
+                         field=f"sample_{i}.loss_mask")
+
+
 def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> ProbePack:
     """Read and check a probe pack. A missing, altered or inconsistent pack is an :class:`InputError`."""
     p = Path(path)
@@ -139,9 +179,9 @@ def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> 
                 path=p,
                 field=f"sample_{i}.fc_input",
             )
-        samples.append(
-            ProbeSample(ids, fc, tensors.get(f"sample_{i}.loss_mask"), tensors.get(f"sample_{i}.final_norm"))
-        )
+        mask, norm = tensors.get(f"sample_{i}.loss_mask"), tensors.get(f"sample_{i}.final_norm")
+        _check_sample(i, ids, fc, mask, norm, hidden=hidden, path=p)
+        samples.append(ProbeSample(ids, fc, mask, norm))
     if not samples:
         raise InputError("the probe pack holds no samples", path=p, field="num_samples")
     return ProbePack(samples=samples, sources=list(sources), hidden_size=hidden)

@@ -61,8 +61,9 @@ def _ci(lo_hi: tuple[float, float]) -> str:
 
 
 def diagnose(recorded: AcceptanceResult, served: AcceptanceResult, *, expected: Sequence[float] | None = None,
-             thresholds: OutcomeThresholds | None = None) -> tuple[OutcomeSummary, list[Finding]]:
-    """The outcome summary and its findings (``acceptance_collapse``, ``acceptance_below_contract``)."""
+             thresholds: OutcomeThresholds | None = None, engine: str = "the engine") -> tuple[OutcomeSummary, list[Finding]]:
+    """The outcome summary and its findings (``acceptance_collapse``, ``acceptance_below_contract``); ``engine``
+    names the serving engine in them (its label: ``SGLang``, ``vLLM``)."""
     th = thresholds or OutcomeThresholds()
     r_pos, s_pos = recorded.per_position, served.per_position
     if not r_pos or r_pos[0] is None or not s_pos or s_pos[0] is None:
@@ -87,7 +88,7 @@ def diagnose(recorded: AcceptanceResult, served: AcceptanceResult, *, expected: 
     if collapsed:
         findings.append(Finding(
             FindingKind.ACCEPTANCE_COLLAPSE, Severity.ERROR,
-            f"drafter acceptance collapses on the fc input SGLang serves: first draft {_pct(s0)} {_ci(s_ci)} served "
+            f"drafter acceptance collapses on the fc input {engine} serves: first draft {_pct(s0)} {_ci(s_ci)} served "
             f"vs {_pct(r0)} {_ci(r_ci)} on the recorded training input ({100 * (s0 - r0):+.1f} points over "
             f"{served.rows} scored tokens); acceptance length {served.acceptance_length:.2f} vs "
             f"{recorded.acceptance_length:.2f}",

@@ -99,11 +99,12 @@ def _agreement(drafter: Eagle3Drafter, samples: Sequence[ReplaySample], engine: 
 def outcome_from_capture(
     *, drafter: Eagle3Drafter, target_lm_head: torch.Tensor, probes: ProbePack, capture: CaptureResult,
     engine_replay: DrafterReplay | None, num_steps: int, expected: Sequence[float] | None = None,
-    thresholds: OutcomeThresholds | None = None,
+    thresholds: OutcomeThresholds | None = None, engine: str = "the engine",
 ) -> OutcomeReport:
     """Acceptance on both sides and the verdict; raises ValueError when the capture has no fc input.
 
-    ``engine_replay`` (the engine's own drafter on both inputs) gives the first draft position when present."""
+    ``engine_replay`` (the engine's own drafter on both inputs) gives the first draft position when present;
+    ``engine`` names the serving engine in the findings."""
     if capture.fc is None:
         raise ValueError("the capture holds no fc input; the outcome level needs a successful capture")
     width = drafter.shape.fc_in_features
@@ -129,7 +130,7 @@ def outcome_from_capture(
                      "served": _agreement(drafter, served, engine_replay.first_drafts("served"))}
     rec = measure(drafter, recorded, num_steps=num_steps, first_drafts=firsts["recorded"])
     srv = measure(drafter, served, num_steps=num_steps, first_drafts=firsts["served"])
-    summary, findings = diagnose(rec, srv, expected=expected, thresholds=thresholds)
+    summary, findings = diagnose(rec, srv, expected=expected, thresholds=thresholds, engine=engine)
     return OutcomeReport(summary=summary, findings=findings, recorded=rec, served=srv, num_steps=num_steps,
                          first_draft_source="engine" if engine_replay is not None else "training_side",
                          engine_agreement=agreement)
@@ -196,15 +197,21 @@ def check_outcome(
     try:
         drafter = Eagle3Drafter.load(draft, target_dir=target)
         lm_head = read_target_lm_head(target)
-    except InputError as e:
-        return OutcomeCheck(None, (*findings, _error(f"the training-side replay cannot run this drafter, so wiring "
-                                                     f"cannot be told from model quality: {e}")))
+    except InputError as e:  # a limit of specparity's own replay, named as ours: never the engine's (issue 35)
+        return OutcomeCheck(None, (*findings, Finding(
+            FindingKind.ENGINE_ERROR, Severity.ERROR,
+            f"specparity's training-side replay cannot run this drafter, so wiring cannot be told from model quality "
+            f"(a limit of specparity, not of {engine} or the deployment): {e}",
+            details={"check": "outcome", "cause": "specparity", "limit": "training-side replay"},
+            fix="--level capture checks the fc input without the replay; for the outcome level, give the replay what "
+                "it reads (the draft's and the target's weights as safetensors)")))
     steps = (num_steps or contract.serving.num_steps or (dep.resolved_spec.num_steps if dep else None)
              or DEFAULT_NUM_STEPS)
     try:
         report = outcome_from_capture(
             drafter=drafter, target_lm_head=lm_head, probes=probes, capture=capture, engine_replay=engine_replay,
-            num_steps=steps, expected=expected_from_contract(contract.training_outcome), thresholds=thresholds)
+            num_steps=steps, expected=expected_from_contract(contract.training_outcome), thresholds=thresholds,
+            engine=engine)
     except ValueError as e:
         return OutcomeCheck(None, (*findings, _error(f"the outcome level cannot replay these inputs: {e}")))
     summary = dataclasses.replace(report.summary, engine_loop=loop_summary(capture.acceptance))

@@ -111,7 +111,11 @@ def summary_line(verdict: Verdict) -> str:
         return f"PASS  fc input matches {ctx}: {layout}" + (f"; {', '.join(facts)}" if facts else "")
     label = engine_label(verdict.engine)
     if verdict.status == "error":
-        env = [f for f in verdict.findings if f.kind in ENVIRONMENT_KINDS]
+        env = [f for f in verdict.errors if f.kind in ENVIRONMENT_KINDS]
+        ours = [f for f in env if f.details.get("cause") == "specparity"]
+        if ours and len(ours) == len(env):  # a limit of specparity's own, never blamed on the engine (issue 35)
+            limit = ours[0].details.get("limit") or "its own code"
+            return f"ERROR  could not check fc input against {ctx}: a limit of specparity ({limit}), not {label}'s"
         what = f"{label} timed out" if env and env[0].kind is FindingKind.TIMEOUT else f"{label} failed"
         return f"ERROR  could not check fc input against {ctx} on this machine: {what}"
     if any(f.kind in FC_INPUT_KINDS for f in verdict.errors) or not verdict.errors:

@@ -45,6 +45,9 @@ RANK_MISSING = "rank_missing"
 SERVER_FAILED = "server_failed"
 SERVER_UNREACHABLE = "server_unreachable"
 HOOKS_MISSING = "hooks_missing"
+# the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
+# writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
+ENGINE_IMPORT = "engine_import"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -64,6 +67,7 @@ FAILURE_KINDS = (
     SERVER_FAILED,
     SERVER_UNREACHABLE,
     HOOKS_MISSING,
+    ENGINE_IMPORT,
 )
 ENGINES = ("sglang", "vllm")
 

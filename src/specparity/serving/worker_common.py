@@ -8,8 +8,6 @@ take these from here.
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,19 +62,20 @@ class FcShape:
 
 
 def _safetensors_keys(path: Path) -> dict[str, Any]:
-    # safetensors layout: u64 little-endian header length, then a JSON header (no tensor data read).
-    with path.open("rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header: dict[str, Any] = json.loads(fh.read(n))
-    header.pop("__metadata__", None)
-    return header
+    """The header of a safetensors file (no tensor data read); a broken file is an InputError naming it."""
+    from specparity.checkpoint_files import read_safetensors_header
+
+    return read_safetensors_header(path, field="draft weights")
 
 
 def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only.
 
     The files are the ones SGLang loads (specparity.checkpoint_files: shards named by an index, no
-    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway).
+    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway). A file that
+    cannot be read that way (empty, truncated, a directory, a symlink loop, a pickle of more than tensors) is an
+    :class:`~specparity.errors.InputError` naming it (the gate refuses those before the engine starts:
+    ``checkpoint_files.check_weight_files``).
     """
     from specparity.checkpoint_files import weight_files
 
@@ -88,9 +87,11 @@ def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
             continue
         import torch
 
-        state = torch.load(f, map_location="meta", weights_only=True)
+        from specparity.checkpoint_files import check_pickled_weights
+
+        state = check_pickled_weights(f, field="draft weights")
         for k, t in state.items():
-            if hasattr(t, "shape"):
+            if isinstance(t, torch.Tensor):
                 shapes[k] = tuple(int(x) for x in t.shape)
     return shapes
 

@@ -77,10 +77,10 @@ def safe_torch_load(path: Path) -> Any:
     try:
         return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(
-            f"refused: the file holds pickled objects other than tensors (not executed; {first[:160]})", path=path
-        ) from None
+        from specparity.checkpoint_files import weights_only_refusal
+
+        raise InputError(f"refused, never unpickled: the file pickles objects other than tensors "
+                         f"({weights_only_refusal(e)[:160]})", path=path) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         raise InputError(f"truncated or corrupt torch file: {str(e).splitlines()[0][:160]}", path=path) from None
 

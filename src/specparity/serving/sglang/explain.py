@@ -47,7 +47,8 @@ _DELEGATES = {"KimiK25ForConditionalGeneration": "models/kimi_k25.py:928-939",
 # The releases a setter family's rule changed in (domain.md §7): D6 DeepSeek's first-id rule, D7 gpt_oss's boundaries
 _DEEPSEEK_FIRST_ID = parse_version("0.5.13")
 _GPT_OSS_BOUNDARIES = parse_version("0.5.17")
-_ENVIRONMENT = frozenset({"sglang_missing", "unsupported_version", "timeout", "child_crashed", "needs_hardware"})
+_ENVIRONMENT = frozenset({"sglang_missing", "engine_import", "unsupported_version", "timeout", "child_crashed",
+                          "needs_hardware"})
 
 
 def _applied(dep: ResolvedDeployment) -> str:

@@ -121,7 +121,7 @@ class Prepared:
 
 def prepare(device: str) -> Prepared:
     """Everything before a job: the installed SGLang's adapter, the CPU engine switch and the stand-in."""
-    from specparity.serving.results import SGLANG_MISSING, ServingFailure
+    from specparity.serving.results import ENGINE_IMPORT, SGLANG_MISSING, ServingFailure
     from specparity.serving.sglang.adapter import load_adapter, select_adapter
     from specparity.serving.sglang.common import exception_failure
 
@@ -140,8 +140,9 @@ def prepare(device: str) -> Prepared:
     install_kernel_stub_if_needed(device)
     try:
         adapter = load_adapter(entry, sglang_version=version)
-    except Exception as exc:
-        return Prepared(device, entry=entry, failure=exception_failure(exc, prefix="importing sglang: "))
+    except Exception as exc:  # before SGLang saw the deployment: this machine's install or environment (exit 3)
+        text = exception_failure(exc, prefix=f"importing sglang {version} failed in {sys.executable}: ").message
+        return Prepared(device, entry=entry, failure=ServingFailure(ENGINE_IMPORT, text))
     return Prepared(device, entry=entry, adapter=adapter)
 
 
