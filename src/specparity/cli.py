@@ -30,7 +30,7 @@ def main() -> None:
     """Train/serve parity gate for EAGLE-3 drafters.
 
     A contract, written at training time, says which target hidden states the drafter's fc layer was
-    trained on. The gate checks what SGLang really feeds fc against it.
+    trained on. The gate checks what the serving engine (SGLang or vLLM) really feeds fc against it.
     """
 
 
@@ -68,7 +68,7 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
     return _options(
         click.option("--python", "python", default=None, help=python),
         click.option("--timeout", "timeout_s", default=timeout_s, show_default=True,
-                     help="Seconds before SGLang is stopped."),
+                     help="Seconds before the engine is stopped."),
         click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help=json),
     )
 
@@ -132,7 +132,7 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
 def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
                 engine_args: tuple[str, ...], python: str | None, timeout_s: float, json_path: Path | None,
                 strict: bool, launch: bool, launch_file: Path | None, command: tuple[str, ...]) -> None:
-    """Which target layers SGLang will feed the drafter's fc, and why. No contract needed.
+    """Which target layers the engine (SGLang or vLLM) will feed the drafter's fc, and why. No contract needed.
 
     Exit 0 resolved; 1 the engine refuses the deployment or would not serve what its draft config says (an error
     note, or an error in the launch command), or --strict and a warning; 2 bad input; 3 the answer could not be

@@ -128,6 +128,19 @@ def _check_level(level: object, *, where: str, field: str) -> str:
     return str(level)
 
 
+def check_engine(engine: object, *, where: str | None, field: str) -> str:
+    """``engine`` when it names an engine specparity serves (``sglang``, ``vllm``): an unknown one is refused where
+    it was written, at collection, never as ``--engine`` when the gate runs."""
+    from typing import get_args
+
+    from specparity.launch_command import Engine
+
+    names = get_args(Engine)
+    if not isinstance(engine, str) or engine not in names:
+        raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(names)}", path=where, field=field)
+    return engine
+
+
 def _check_value(value: object, *, where: str, field: str) -> object:
     """``value`` unchanged; a TOML date or time (no JSON value, so the engine's child cannot receive it) is refused."""
     if isinstance(value, (datetime.date, datetime.time)):
@@ -183,9 +196,7 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
         if required not in table:
             raise InputError(f"missing key {required!r}" + ("" if required == "contract" else " (or a launch key "
                              "with the deploy command)"), path=where, field=f"{prefix}.{required}")
-    engine = table.get("engine", DEFAULT_ENGINE)
-    if not isinstance(engine, str) or not engine:
-        raise InputError(f"expected an engine name, got {engine!r}", path=where, field=f"{prefix}.engine")
+    engine = check_engine(table.get("engine", DEFAULT_ENGINE), where=where, field=f"{prefix}.engine")
     if launch is not None:
         engine = _launch_engine(launch, table.get("engine"), base=base, where=where, field=f"{prefix}.launch")
     python = table.get("python")

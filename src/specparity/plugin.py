@@ -38,6 +38,7 @@ import pytest
 from specparity.deployments import (
     DEFAULT_ENGINE,
     Deployment,
+    check_engine,
     contract_name,
     from_ini_line,
     from_pyproject,
@@ -135,8 +136,10 @@ def parity_settings(config: pytest.Config) -> dict[str, Any]:
 
 
 def _single(config: pytest.Config, s: dict[str, Any]) -> Deployment:
+    option = "--parity-engine" if config.getoption("parity_engine") is not None else "parity_engine"
     return Deployment(name=contract_name(s["contract"]), contract=s["contract"], target=s["target"],
-                      draft=s["draft"], engine=s["engine"], engine_arg_text=tuple(s["sglang_args"]),
+                      draft=s["draft"], engine=check_engine(s["engine"], where=None, field=option),
+                      engine_arg_text=tuple(s["sglang_args"]),
                       level=s["level"] or "all", python=s["python"])
 
 

@@ -291,7 +291,7 @@ def _layout(
     for e in missing:
         out.append(Finding(
             FindingKind.MISSING_SOURCE, Severity.ERROR,
-            f"{e} is in the contract but in no served chunk (served {', '.join(str(s) for s in served)})",
+            f"{e} is in the contract but in no served chunk ({_served_words(served)})",
             details={"source": e, "served": served}, fix=layout_fix))
     if displaced and not missing and not any(f.kind is FindingKind.EXTRA_EMBEDDING for f in out):
         for c, s, e, att in displaced:
@@ -300,6 +300,13 @@ def _layout(
                 f"{_line(c, s, e, att)}: a contract source at the wrong chunk",
                 chunk=c, details={"served": s, "expected": e}, fix=layout_fix))
     return out
+
+
+def _served_words(served: Sequence[str | None]) -> str:
+    """``served embedding, layer:1``; ``nothing served`` for an empty layout (never ``served `` and a blank)."""
+    if not served:
+        return "nothing served"
+    return "served " + ", ".join(s if s is not None else "an unattributed chunk" for s in served)
 
 
 def layout_findings(

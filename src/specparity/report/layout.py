@@ -26,7 +26,11 @@ def layout_rows(verdict: Verdict) -> list[tuple[str, str]]:
              f"DP={lay.get('data_parallel_size', 1)} EP={lay.get('expert_parallel_size', 1)}")
     expected = list(lay.get("ranks_expected") or [])
     reported = lay.get("ranks_reported")
-    if reported is None:
+    if lay.get("executor") == "in-process":
+        # one process runs the capture (SGLang's in-process adapter): say so, never "0 of 0" (rank 0 of ranks [0])
+        ranks = ("none: no capture ran in-process" if reported is None else
+                 f"{len(reported)} of {len(expected)} (rank {_ranks(reported)}, in-process)")
+    elif reported is None:
         ranks = f"none of {_ranks(expected)} (no rank started)"
     else:
         missing = [r for r in expected if r not in reported]

@@ -54,6 +54,17 @@ def _cache_file(models_dir: Path) -> Path:
     return root / "specparity" / f"sglang-model-modules-{h.hexdigest()[:16]}.json"
 
 
+def _read_map(path: Path) -> dict[str, str] | None:
+    """The cached map, or None when it is missing or not a map of names (a torn or hand-edited file)."""
+    try:
+        where = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(where, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in where.items()):
+        return None
+    return where
+
+
 def limit_registry(architectures: Iterable[str]) -> frozenset[str] | None:
     """Before SGLang's registry is imported: let it import only the modules holding ``architectures``.
 
@@ -64,9 +75,8 @@ def limit_registry(architectures: Iterable[str]) -> frozenset[str] | None:
     models_dir = _models_dir()
     if models_dir is None or f"{_PACKAGE}.registry" in sys.modules or os.environ.get(ENV):
         return None
-    try:
-        where: dict[str, str] = json.loads(_cache_file(models_dir).read_text())
-    except (OSError, ValueError):
+    where = _read_map(_cache_file(models_dir))
+    if where is None:
         return None
     wanted = list(architectures)
     if not wanted or any(a not in where for a in wanted):
@@ -84,18 +94,23 @@ def record_full_registry() -> None:
     from sglang.srt.models.registry import ModelRegistry
 
     models_dir = _models_dir()
-    if models_dir is None or _cache_file(models_dir).is_file():  # the name carries the installation's stamp
+    # the name carries the installation's stamp; a file there that is no map (corrupt) is written again
+    if models_dir is None or _read_map(_cache_file(models_dir)) is not None:
         return
     where = {arch: cls.__module__.rsplit(".", 1)[1] for arch, cls in ModelRegistry.models.items()
              if isinstance(cls, type) and cls.__module__.startswith(f"{_PACKAGE}.")}
     path = _cache_file(models_dir)
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
+            tmp = fh.name
             json.dump(where, fh, sort_keys=True)
-        os.replace(fh.name, path)
+        os.replace(tmp, path)
     except OSError:
-        pass  # no writable cache: every resolution imports the full registry, as SGLang does
+        if tmp is not None:  # a full disk: no torn temporary file left beside the cache
+            Path(tmp).unlink(missing_ok=True)
+        # no writable cache: every resolution imports the full registry, as SGLang does
 
 
 def class_from_subset(model: object) -> bool:
