@@ -17,7 +17,7 @@ import click
 
 from specparity import __version__
 from specparity.cli_contract import _Group, contract
-from specparity.cli_launch import launch_options
+from specparity.cli_launch import launch_options, server_options
 from specparity.errors import InputError
 from specparity.serving.results import ENGINES
 
@@ -84,10 +84,12 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
 @launch_options
+@server_options
 def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
          json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
-         launch_file: Path | None, command: tuple[str, ...]) -> None:
+         launch_file: Path | None, command: tuple[str, ...], server: str | None, api_key: str | None,
+         allow_dev_endpoints: bool) -> None:
     """Check a deployment against its contract.
 
     \b
@@ -110,12 +112,21 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
 
     check_report_paths(json_path=json_path, html_path=html_path, junit_path=junit_path)  # before any engine starts
     spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
-    target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
-    _check_model_dirs(target, draft)
+    if server is not None and spec is not None:
+        raise InputError("give the deploy command (--launch) or a running server (--server), not both",
+                         field="--server")
+    if server is None:  # a running server says itself what it serves (gate_launch.attach)
+        target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
+        _check_model_dirs(target, draft)
+    elif not cli_launch.engine_given():
+        from specparity.serving.live import detect_engine
+
+        engine = detect_engine(server, api_key=api_key) or engine
     with Progress(3, "gate") as progress:
         verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
                            device=device, python=python, timeout_s=timeout_s, progress=progress, engine=engine,
-                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"), launch=spec)
+                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"), launch=spec,
+                           server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints)
     click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
     write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
     sys.exit(verdict.exit_code)
@@ -168,6 +179,35 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
             {"exit_code": code, "summary": summary, **result.data, "launch": spec.to_dict() if spec else None,
              "findings": [f.to_dict() for f in found]}, indent=2) + "\n")])
     sys.exit(code)
+
+
+@main.command("launch-flags")
+@click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="The server's engine.")
+@click.option("--evidence-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="SGLang: the directory the hooks write into (created 0700 if absent).")
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print flags, env and notes as JSON.")
+def launch_flags(engine: str, evidence_dir: Path | None, as_json: bool) -> None:
+    """What to add to a staging or canary server's command so that `specparity gate --server URL` can capture the
+    fc input from it. The hooks record nothing until the gate arms them."""
+    import json
+    import shlex
+
+    from specparity.serving.engine import get_engine
+
+    eng = get_engine(engine)
+    flags, env, notes = eng.launch_flags()
+    if evidence_dir is not None and engine == "sglang":
+        from specparity.serving.sglang.live import hook_specs
+
+        evidence_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = ["--forward-hooks", json.dumps(hook_specs(evidence_dir.resolve()), separators=(",", ":"))]
+    if as_json:
+        click.echo(json.dumps({"engine": engine, "flags": flags, "env": env, "notes": notes}, indent=2))
+        return
+    click.echo(" ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), "<your command>",
+                         *(shlex.quote(f) for f in flags)]))
+    for n in notes:
+        click.echo(f"  note: {n}")
 
 
 @main.command("versions")

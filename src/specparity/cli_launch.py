@@ -63,6 +63,20 @@ def read_command(launch: bool, command: Sequence[str], launch_file: Path | None,
     return None
 
 
+def server_options(f: F) -> F:
+    """``--server URL`` (a running server to check), ``--api-key`` and ``--allow-dev-endpoints``."""
+    f = click.option("--allow-dev-endpoints", is_flag=True, default=False,
+                     help="Let the gate turn on an engine's dev-mode endpoints (vLLM's /collective_rpc) on a launched "
+                          "server whose command binds a non-loopback host.")(f)
+    f = click.option("--api-key", "api_key", envvar="SPECPARITY_API_KEY", default=None, metavar="KEY",
+                     help="The running server's API key (or SPECPARITY_API_KEY); sent as a Bearer header, never "
+                          "printed.")(f)
+    f = click.option("--server", "server", default=None, metavar="URL",
+                     help="A running server to check (started with `specparity launch-flags`' switches for the "
+                          "capture level); the deployment is what it reports.")(f)
+    return f
+
+
 def launch_spec(launch: bool, command: Sequence[str], launch_file: Path | None, *, python: str | None,
                 timeout_s: float) -> LaunchSpec | None:
     """The deploy command as its engine parses it (None without ``--launch``/``--launch-file``)."""

@@ -40,7 +40,8 @@ _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "engine_imp
 # (sglang 0.5.23 mem_cache/kv_cache_configurator.py:3050 raises ValueError "Loaded weights leave no GPU memory
 # for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)
 _ENVIRONMENT_EXCEPTION = re.compile(
-    r"\b(MemoryError|OutOfMemoryError|ModuleNotFoundError|ImportError)\b|out of memory|no GPU memory"
+    r"\b(MemoryError|OutOfMemoryError|ModuleNotFoundError|ImportError|PackageNotFoundError)\b|out of memory"
+    r"|no GPU memory"
     r"|not enough memory|insufficient memory"
     # this machine's CPUs, not the deployment: vLLM's CPU thread binding wants a NUMA node per local worker
     # (vllm 0.32 utils/ompmultiprocessing.py:217 "Not enough allowed NUMA nodes to bind threads")

@@ -44,11 +44,12 @@ from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
 from specparity.errors import InputError
-from specparity.gate_launch import apply_launch, capture_launched, launch_findings, resolve_launched
+from specparity.gate_launch import apply_launch, attach, capture_launched, launch_findings, resolve_launched
 from specparity.replay.outcome import check_outcome
 from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
 from specparity.serving.launch import LaunchSpec
 from specparity.serving.layout import served_layout as layout_of
+from specparity.serving.live import capture_attached
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
@@ -90,6 +91,7 @@ class _Run:
     target: Path | None = None
     engine: str = "sglang"
     launch: LaunchSpec | None = None  # the deploy command the deployment came from (--launch)
+    live: dict[str, Any] | None = None  # where the evidence came from: a server launched or attached (serving/live.py)
 
 
 def run_gate(
@@ -106,6 +108,9 @@ def run_gate(
     engine: str = "sglang",
     engine_args: Mapping[str, object] | None = None,
     launch: LaunchSpec | None = None,
+    server: str | None = None,
+    api_key: str | None = None,
+    allow_dev_endpoints: bool = False,
 ) -> Verdict:
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
@@ -113,7 +118,10 @@ def run_gate(
     arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. ``launch`` is the deploy
     command as its engine parsed it (serving/launch.py): its engine, target, draft and arguments are the deployment's
     (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
-    that parsed it unless ``python`` says otherwise (gate_launch.py). Raises
+    that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
+    gate starts that server itself, with the engine's hook switches added (serving/live.py). ``server`` is the URL of
+    a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
+    its hooks. Raises
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
@@ -121,12 +129,17 @@ def run_gate(
         target, draft, engine, engine_args = apply_launch(launch, target=target or None, draft=draft or None,
                                                           engine=None, engine_args=engine_args)
         python = python or (launch.python if launch.python and launch.python != sys.executable else None)
-    if not target or not draft:
-        raise InputError("give --target and --draft, or the deploy command (--launch)", field="--target")
     try:
         eng = get_engine(engine)
     except ValueError as e:
         raise InputError(str(e), field="--engine") from None
+    attached = attach(eng, server, api_key=api_key, target=target, draft=draft, python=python,
+                      timeout_s=timeout_s) if server is not None else None
+    if attached is not None:
+        target, draft = attached.target, attached.draft
+    if not target or not draft:
+        raise InputError("give --target and --draft, the deploy command (--launch), or a running server (--server)",
+                         field="--target")
     if level not in LEVELS:
         raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
     t0 = time.perf_counter()
@@ -142,16 +155,20 @@ def run_gate(
     if pack is not None and pack.sources != list(contract.fc_input.sources):
         raise InputError(f"probe pack sources {pack.sources} differ from the contract's", path=contract_path,
                          field="fc_input.sources")
-    check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
+    if attached is None or attached.local:  # a remote server's files are the server's to read
+        check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
     user = {**(sglang_args or {}), **(engine_args or {})}
     args = engine_args_for(eng, contract, user)
     run = _Run(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,
                recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)
     timings: dict[str, float] = {}
     if level == "static":
-        dep = (resolve_launched(eng, launch, target, draft, args=args, device=device, python=python,
-                                timeout_s=timeout_s) if launch is not None
+        dep = (attached.deployment if attached is not None
+               else resolve_launched(eng, launch, target, draft, args=args, device=device, python=python,
+                                     timeout_s=timeout_s) if launch is not None
                else eng.resolve(target, draft, args=args, device=device, python=python, timeout_s=timeout_s))
+        if attached is not None:
+            run.live = attached.live
         run.deployment, run.failures = (dep, ()) if isinstance(dep, ResolvedDeployment) else (None, (dep,))
         timings["static"] = time.perf_counter() - t0
     else:
@@ -159,14 +176,18 @@ def run_gate(
         # one engine start per gate run: the capture, and at the outcome levels the outcome's evidence too
         request = outcome_request(pack) if level in ("outcome", "all") else None
         probes = [s.input_ids.tolist() for s in pack.samples]
-        if launch is not None:  # the deployment of a deploy command (gate_launch.capture_launched)
-            capture = capture_launched(eng, launch, target, draft, probes=probes, args=args, device=device,
-                                       timeout_s=timeout_s, python=python, progress=progress, outcome=request)
+        if attached is not None:  # the running server's own hooks and counters (serving/live.py)
+            capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
+                                       timeout_s=timeout_s, progress=progress)
+        elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
+            capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
+                                       progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints)
         else:
             capture = eng.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
                                   python=python, progress=progress, outcome=request)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
         run.requested_layout = dict((capture.loop or {}).get("layout") or {})
+        run.live = (capture.loop or {}).get("live") or run.live
         timings["capture"] = time.perf_counter() - t0
         if capture.fc is not None and capture.atlas is not None:
             t1 = time.perf_counter()
@@ -414,7 +435,7 @@ def _verdict(run: _Run, *, level: Level, timings: Mapping[str, float]) -> Verdic
         environment=dict(dep.environment) if dep else {}, stand_ins=tuple(dep.stand_ins) if dep else (),
         engine=run.engine,
         layout=layout_of(run.engine, dep, captured=run.table is not None) or dict(run.requested_layout),
-        launch=run.launch.to_dict() if run.launch is not None else None,
+        launch=run.launch.to_dict() if run.launch is not None else None, live=run.live,
     )
 
 

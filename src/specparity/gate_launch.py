@@ -1,12 +1,13 @@
-"""The gate's side of a deploy command (``specparity gate --launch``, a pyproject ``launch`` key): the deployment the
-command's engine parsed (:class:`~specparity.serving.launch.LaunchSpec`) becomes the gate's target, draft, engine and
-engine arguments, and what the command itself gets wrong becomes findings.
+"""The gate's side of a deploy command (``specparity gate --launch``, a pyproject ``launch`` key) and of a running
+server (``--server URL``): the deployment the command's engine parsed (:class:`~specparity.serving.launch.LaunchSpec`),
+or the one the server reports (:func:`attach`), becomes the gate's target, draft, engine and engine arguments, and what
+the command itself gets wrong becomes findings.
 
 :func:`resolve_launched` (the static level) and :func:`capture_launched` (the capture, outcome and ``all``
-levels) are the seams: today they run the engine's child (:meth:`Engine.resolve`, :meth:`Engine.capture`) with the
-arguments the command set, as ``--engine-arg`` would, and the command's own environment (its ``export`` lines and
-``VAR=value`` prefixes) over this one (:func:`launch_env`); a gate that starts the user's own server from
-``launch.command`` takes their place, and nothing else in the gate changes.
+levels) are the seams: the static level runs the engine's child (:meth:`Engine.resolve`) with the arguments the
+command set, as ``--engine-arg`` would, and the command's own environment (its ``export`` lines and ``VAR=value``
+prefixes) over this one (:func:`launch_env`); the capture levels start the user's own server from
+``launch.command`` (``serving/live.py``), and nothing else in the gate changes.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specparity.compare.findings import Finding
 from specparity.contract import Contract
-from specparity.errors import InputError
+from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving.engine import Engine
 from specparity.serving.launch import LaunchSpec
 from specparity.serving.launch_findings import command_findings
@@ -96,11 +98,57 @@ def resolve_launched(engine: Engine, launch: LaunchSpec, target: str | Path, dra
         return engine.resolve(target, draft, args=args, device=device, timeout_s=timeout_s, python=python)
 
 
-def capture_launched(engine: Engine, launch: LaunchSpec, target: str | Path, draft: str | Path, *,
-                     probes: Sequence[Sequence[int]], args: Mapping[str, object], device: str, timeout_s: float,
-                     python: str | None, progress: Progress | None,
-                     outcome: OutcomeRequest | None) -> CaptureResult:
-    """The capture (and the outcome's evidence) of the deployment ``launch`` describes (module docstring)."""
-    with launch_env(launch):
-        return engine.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
-                              python=python, progress=progress, outcome=outcome)
+def capture_launched(engine: Engine, launch: LaunchSpec, *, probes: Sequence[Sequence[int]], timeout_s: float,
+                     python: str | None, progress: Progress | None, outcome: OutcomeRequest | None,
+                     allow_dev_endpoints: bool = False) -> CaptureResult:
+    """The capture (and the outcome's evidence) from the user's own server: the command launched as given, plus the
+    engine's hook switches and a free port, then stopped (serving/live.py)."""
+    from specparity.serving.live import capture_launched as launched
+
+    return launched(engine, launch, probes=probes, outcome=outcome, python=python, timeout_s=timeout_s,
+                    progress=progress, allow_dev_endpoints=allow_dev_endpoints)
+
+
+@dataclass(frozen=True)
+class Attached:
+    """A running server as the gate found it: what it reports it serves (or why that could not be read), and the
+    target and draft directories the gate reads beside it (the server's own paths, or the user's copies)."""
+
+    url: str
+    deployment: ResolvedDeployment | ServingFailure
+    target: str
+    draft: str
+    local: bool  # the server's own files are readable here (the gate runs on the server's host)
+    live: dict[str, Any] = field(default_factory=dict)
+
+
+def attach(engine: Engine, url: str, *, api_key: str | None, target: str | Path | None, draft: str | Path | None,
+           python: str | None, timeout_s: float) -> Attached:
+    """The static level of ``url`` (``Engine.live_resolve``: what the server itself reports), and where its files are.
+
+    A server that cannot be read is :class:`EnvironmentProblem` (exit 3: nothing says what it serves); one whose draft
+    is neither readable here nor given (``--draft``) is :class:`InputError` (exit 2)."""
+    from specparity.serving.live import LiveRun
+    from specparity.serving.server import ServerClient
+
+    with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
+        if not client.healthy(engine.health_path):
+            raise EnvironmentProblem(f"{url}{engine.health_path} does not answer: no {engine.label} server to check "
+                                     "there")
+        dep = engine.live_resolve(client, python=python, timeout_s=timeout_s)
+    live = LiveRun("attached", url.rstrip("/")).to_dict()
+    if isinstance(dep, ServingFailure) and (target is None or draft is None):
+        raise EnvironmentProblem(f"{url}: {dep}")
+    named = (dep.target_path, dep.draft_path) if isinstance(dep, ResolvedDeployment) else ("", "")
+    local = all((Path(p) / "config.json").is_file() for p in named)
+    chosen_target = str(target) if target is not None else named[0]
+    chosen_draft = str(draft) if draft is not None else named[1]
+    if not (Path(chosen_draft) / "config.json").is_file():
+        raise InputError(f"the server serves the draft {named[1]}, which is not readable on this host: run the gate "
+                         "on the server's host, or give --draft with a copy of it", field="--draft")
+    if not (Path(chosen_target) / "config.json").is_file():
+        raise InputError(f"the server serves the target {named[0]}, which is not readable on this host: run the "
+                         "gate on the server's host, or give --target with a copy of its config and tokenizer",
+                         field="--target")
+    return Attached(url.rstrip("/"), dep, chosen_target, chosen_draft, local, live)
+

@@ -139,6 +139,9 @@ class Verdict:
     # the deploy command as given (redacted) and its engine's parse of it (serving/launch.py LaunchSpec.to_dict);
     # None when the deployment was given as --target/--draft/--engine-arg
     launch: Mapping[str, Any] | None = None
+    # where the evidence came from when the gate checked a server (serving/live.py LiveRun.to_dict): "launched" (the
+    # user's command started by the gate, with what it added) or "attached" (--server URL); None: the gate's own child
+    live: Mapping[str, Any] | None = None
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -176,6 +179,7 @@ class Verdict:
             "stand_ins": list(self.stand_ins),
             "layout": dict(self.layout),
             "launch": dict(self.launch) if self.launch is not None else None,
+            "live": dict(self.live) if self.live is not None else None,
         }
 
 
@@ -219,5 +223,5 @@ def verdict_from_dict(d: Mapping[str, Any]) -> Verdict:
         stand_ins=list(d.get("stand_ins", [])),
         engine=str(d.get("engine") or "sglang"),
         layout=dict(d.get("layout") or {}),
-        launch=d.get("launch"),
+        launch=d.get("launch"), live=d.get("live"),
     )

@@ -19,8 +19,7 @@ from specparity.report import render_text
 from specparity.report.junit import render_junit
 from specparity.report.layout import layout_line, layout_rows
 from specparity.serving.results import ServingFailure
-from specparity.serving.vllm.ranks import RankEvidence, layout, rank_failures
-from specparity.serving.vllm.ranks import RPC
+from specparity.serving.vllm.ranks import RPC, RankEvidence, layout, rank_failures
 from specparity.verdict import Verdict, verdict_from_dict
 
 

@@ -13,9 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.process_marks import gone, marked_alive
 
 from specparity.serving import reaper
-from specparity.serving.server import LaunchedServer, ServerClient, ServerError, free_port, is_loopback, redact
+from specparity.serving.server import (
+    LaunchedServer,
+    ServerClient,
+    ServerError,
+    free_port,
+    is_loopback,
+    redact,
+)
 
 # a server with a child of its own (as vLLM's API server has its engine core), answering /health after a delay
 SERVER = textwrap.dedent("""
@@ -32,31 +40,6 @@ SERVER = textwrap.dedent("""
         def log_message(self, *a): pass
     http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """)
-
-
-def _marked_alive(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose environment carries ``marker`` as the run marker."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = Path(entry.path, "environ").read_bytes()
-            state = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"{reaper.MARKER_ENV}={marker}".encode() in env.split(b"\0") and state != "Z":
-            out.append(int(entry.name))
-    return out
-
-
-def _gone(marker: str, within_s: float = 10.0) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if not _marked_alive(marker):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture
@@ -77,14 +60,14 @@ def test_a_launched_server_answers_and_its_whole_tree_stops(server_script: Path,
     with _server(server_script) as srv:
         srv.wait_healthy(30)
         assert srv.started_s is not None and srv.started_s < 30
-        assert len(_marked_alive(marker)) == 2  # the server and its own child
+        assert len(marked_alive(marker)) == 2  # the server and its own child
         with ServerClient(srv.url) as c:
             assert c.healthy()
             with pytest.raises(ServerError) as e:
                 c.text("/nothing")
             assert e.value.status == 404
         log = srv.log
-    assert _gone(marker)
+    assert gone(marker)
     assert log is not None and not log.parent.exists()  # the server's own directory is removed
 
 
@@ -99,7 +82,7 @@ def test_a_server_that_never_answers_times_out(server_script: Path, monkeypatch:
     with _server(server_script, mode="mute") as srv, pytest.raises(ServerError) as e:
         srv.wait_healthy(2)
     assert "did not answer /health within 2 s" in str(e.value)
-    assert _gone(marker)
+    assert gone(marker)
 
 
 def test_an_unreachable_server_is_a_server_error() -> None:
@@ -134,10 +117,10 @@ def test_nothing_is_left_when_the_gate_is_killed_or_interrupted(server_script: P
         assert proc.stdout is not None
         workdir = Path(proc.stdout.readline().strip())
         assert workdir.is_dir()
-        assert len(_marked_alive(marker)) >= 3  # the holder, the server and its child
+        assert len(marked_alive(marker)) >= 3  # the holder, the server and its child
         proc.send_signal(how)
         proc.wait(timeout=30)
-        assert _gone(marker, within_s=15), _marked_alive(marker)
+        assert gone(marker, within_s=15), marked_alive(marker)
         end = time.monotonic() + 10
         while workdir.exists() and time.monotonic() < end:
             time.sleep(0.1)

@@ -269,7 +269,25 @@ def render_lines(verdict: Verdict) -> list[str]:
     served_layout = layout_line(verdict)
     lines += [served_layout] if served_layout else []
     lines += launch_lines(verdict)
+    lines += live_lines(verdict)
     lines += environment_lines(verdict)
+    return lines
+
+
+def live_lines(verdict: Verdict) -> list[str]:
+    """Where the evidence came from when the gate checked a server: the one it launched from the user's command
+    (with every flag and variable it added) or the one it attached to."""
+    live = verdict.live
+    if not live:
+        return []
+    if live.get("mode") == "attached":
+        return [f"Server: attached to {live.get('url')} (its own hooks and counters; nothing started or stopped)"]
+    started = live.get("startup_s")
+    lines = [f"Server: launched from the command at {live.get('url')}"
+             + (f", healthy after {started:.0f} s" if isinstance(started, (int, float)) else "") + ", then stopped",
+             "Server: specparity added " + (" ".join(live.get("added_flags") or ()) or "no flag") + "; env "
+             + (", ".join(f"{k}={v}" for k, v in (live.get("added_env") or {}).items()) or "none")]
+    lines += [f"Server note: {n}" for n in live.get("notes") or ()]
     return lines
 
 

@@ -126,7 +126,7 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
             server.wait_healthy(timeout_s)
         except ServerError as e:
             server.stop()
-            failure = engine.server_failure(str(e), server.log_tail(200).splitlines())
+            failure = engine.server_failure(str(e), server.log_tail(3000).splitlines())
             return CaptureResult(None, None, None, (failure,), loop={"live": run.to_dict()})
         run = replace(run, startup_s=server.started_s)
         try:
@@ -161,6 +161,21 @@ def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: S
     return _with_live(result, run)
 
 
+def detect_engine(url: str, *, api_key: str | None, timeout_s: float = 30.0) -> str | None:
+    """Which engine serves ``url``: the ``owned_by`` of its OpenAI ``/v1/models`` listing, which both engines fill
+    with their own name (vllm 0.32 entrypoints/serve/engine/protocol.py:109; sglang 0.5.23
+    entrypoints/openai/protocol.py:93), else None."""
+    from specparity.serving.results import ENGINES
+
+    try:
+        with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
+            data = client.get_json("/v1/models").get("data") or []
+    except (ServerError, AttributeError):
+        return None
+    owner = str((data[0] if data and isinstance(data[0], dict) else {}).get("owned_by") or "").lower()
+    return next((e for e in ENGINES if e in owner), None)
+
+
 def api_key_of(spec: LaunchSpec) -> str | None:
     """The API key the command gives its server (a secret argument, or the engine's key variable in its env),
     which the gate sends as a Bearer header and never prints."""
@@ -172,7 +187,11 @@ def api_key_of(spec: LaunchSpec) -> str | None:
 
 
 def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
-    return replace(result, loop={**(result.loop or {}), "live": run.to_dict()})
+    """The result with where it came from; and the evidence bytes the engine's channel moved (every rank's fc
+    calls and boundaries), which the report keeps beside it."""
+    moved = (result.loop or {}).get("evidence_bytes")
+    live = {**run.to_dict(), **({"evidence_bytes": int(moved)} if isinstance(moved, int) else {})}
+    return replace(result, loop={**(result.loop or {}), "live": live})
 
 
 def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:

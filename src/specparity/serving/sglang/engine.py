@@ -112,7 +112,10 @@ class SglangEngine(EngineBase):
         from specparity.serving.sglang.live import live_capture, server_hooks_dir
 
         where = evidence_dir if evidence_dir is not None else server_hooks_dir(client)
-        return live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress)
+        result = live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress)
+        records = Path(where) / "records" if where is not None else None
+        moved = sum(f.stat().st_size for f in records.glob("*") if f.is_file()) if records and records.is_dir() else 0
+        return dataclasses.replace(result, loop={**(result.loop or {}), "evidence_bytes": moved})
 
     def live_resolve(self, client: ServerClient, *, python: str | None,
                      timeout_s: float) -> results.ResolvedDeployment | results.ServingFailure:

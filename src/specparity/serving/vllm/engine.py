@@ -146,7 +146,7 @@ class VllmEngine(EngineBase):
             "specparity must be importable in the server's environment (pip install specparity there)",
             "VLLM_SERVER_DEV_MODE=1 turns on vLLM's dev endpoints (/collective_rpc, /server_info, "
             "/reset_prefix_cache): bind the server to loopback or keep it behind your network's access rules",
-            "the tap installs nothing until the gate arms it; armed, it records only the gate's probes"]
+            "the tap installs nothing until the gate arms it; armed (while the gate sends its probes) it records every forward, so gate a server without other traffic (staging, or a canary before it takes load)"]
 
     def flags_hint(self) -> str:
         flags, env, _ = self.launch_flags()

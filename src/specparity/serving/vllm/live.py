@@ -189,9 +189,11 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
         counted, prompts = counter_delta(counters(client), start), "assistant_start"
     generate_s = time.perf_counter() - t0
     layout = dict(dep.layout)
+    moved = sum(len(b) for calls in evidence.per_probe.values() for probe in calls for b in probe)
     loop = {"engine": "vllm", "tensor_parallel_size": int(layout.get("tensor_parallel_size") or 1),
             "num_speculative_tokens": n_spec, "generate_tokens": generate_tokens, "counters": counted,
-            "loop_prompts": prompts, "outputs": outputs, "generate_s": generate_s, "source": "server_metrics"}
+            "loop_prompts": prompts, "outputs": outputs, "generate_s": generate_s, "source": "server_metrics",
+            "evidence_bytes": moved}
     return assemble_capture(dep, evidence, probes, atlas=atlas, loop=loop, failures=failures)
 
 
