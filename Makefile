@@ -10,8 +10,9 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 install:
 	@scripts/venv.sh
 
+# DEMO_ARGS=-v prints each scenario's full report inline too (they are always written under reports/)
 demo: install
-	@$(PY) -m specparity.demo
+	@$(PY) -m specparity.demo $(DEMO_ARGS)
 
 # The seed incident on a real pretrained model (SmolLM2-135M-Instruct, fetched once: 93 MB) and its trained
 # drafter, in SGLang and in vLLM's real loop; the vLLM env is built on first use (scripts/venv-engine.sh vllm 0.32).
@@ -20,7 +21,7 @@ vllm-env:
 	@scripts/venv-engine.sh vllm 0.32
 
 demo-real: install vllm-env
-	@$(PY) -m specparity.realmodel.demo
+	@$(PY) -m specparity.realmodel.demo $(DEMO_ARGS)
 
 test: install
 	@$(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)

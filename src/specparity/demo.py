@@ -6,8 +6,10 @@
 3. the silent rewrite: ``speculative_num_draft_tokens=16`` with topk 1 is served as ``steps + 1``:
    FAIL with ``spec_config_rewritten`` and the fix.
 
-The three gates run concurrently (each SGLang runs in its own child process); the reports are
-printed in order. Exit 0 when every scenario ends as expected.
+The three gates run concurrently (each SGLang runs in its own child process). The demo ends with one table
+(scenario, expected, verdict and exit code, the named finding, acceptance); each scenario's full reports go into
+a folder it names (``--reports``, default ``reports/demo``), and ``-v`` prints them inline too. Exit 0 when every
+scenario ends as expected.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from specparity.gate import run_gate
 from specparity.report import render_text, use_color, write_reports
-from specparity.verdict import Verdict
+from specparity.report.summary import print_summary, verdict_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,18 +63,15 @@ def scenarios(bundle: Path, work: Path) -> list[Scenario]:
     ]
 
 
-def _ends_as_expected(s: Scenario, v: Verdict) -> bool:
-    return v.status == s.expect_status and (s.expect_kind is None or any(f.kind.value == s.expect_kind
-                                                                         for f in v.findings))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specparity.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contract", type=Path, default=REPO / "contracts" / "tiny-llama-eagle3.json")
     parser.add_argument("--bundle", type=Path, default=REPO / "fixtures" / "default")
     parser.add_argument("--level", default="all", choices=["static", "capture", "outcome", "all"])
-    parser.add_argument("--reports", type=Path, default=None, help="write JSON/HTML/JUnit reports per scenario here")
+    parser.add_argument("--reports", type=Path, default=REPO / "reports" / "demo",
+                        help="write each scenario's JSON/HTML/JUnit/text reports here (default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each scenario's full report too")
     args = parser.parse_args(argv)
     if not (args.bundle / "target" / "config.json").is_file() or not args.contract.is_file():
         print(f"specparity demo: bundled example not found under {args.bundle} / {args.contract}", file=sys.stderr)
@@ -86,17 +85,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    level=args.level) for s in todo]
             verdicts = [f.result() for f in futures]
         wall = time.perf_counter() - t0
-    ok = True
+    rows = []
     for i, (s, v) in enumerate(zip(todo, verdicts, strict=True), 1):
-        print(f"=== {i}. {s.title}  (expected: {s.expect_status.upper()}"
-              f"{' with ' + s.expect_kind if s.expect_kind else ''})")
-        print(render_text(v, color=color))
-        if args.reports is not None:
-            write_reports(v, args.reports / f"scenario-{i}")
-        if not _ends_as_expected(s, v):
-            ok = False
-            print(f"!!! scenario {i} did not end as expected (got {v.status})")
-    print(f"=== gate time for the three scenarios: {wall:.1f} s (run concurrently)")
+        row = verdict_row(s.title, v, expect_status=s.expect_status, expect_kinds=(s.expect_kind,) if s.expect_kind else ())
+        rows.append(row)
+        if args.verbose:
+            print(f"=== {i}. {s.title}  (expected: {row.expected})")
+            print(render_text(v, color=color))
+        write_reports(v, args.reports / f"scenario-{i}")
+    ok = all(r.as_expected for r in rows)
+    print_summary(rows, title=f"specparity demo: the gate on the bundled tiny models ({wall:.1f} s, the three "
+                  "scenarios run concurrently)", color=color)
+    print(f"Full reports (text, JSON, HTML, JUnit): {args.reports}/scenario-<#>" + ("" if args.verbose else "; -v (make: DEMO_ARGS=-v) prints them here"))
+    if not ok:
+        print("!!! " + ", ".join(f"scenario {i}" for i, r in enumerate(rows, 1) if not r.as_expected)
+              + " did not end as expected")
     return 0 if ok else 1
 
 

@@ -11,6 +11,11 @@ is ``fixtures/real/draft``, trained on the target's own answers (docs/real-model
 3. Tokens per second in vLLM's loop with no speculation, with the healthy drafter and with the miswired one:
    the seed's "speculation slower than none", in this machine's numbers.
 
+It ends with one table: each scenario's expected end, verdict and exit code, the named finding, first-draft
+acceptance (recorded / served, and vLLM's own loop), and tok/s where measured. The full reports (and the loop's
+figures, ``loop.json``) go into a folder it names (``--reports``, default ``reports/demo-real``); ``-v`` prints
+them inline too.
+
 Exit 0 when every scenario ends as expected; 1 when one does not (a gate that could not run included: its
 report says why); 2 when the committed drafter is missing; 3 when the vLLM venv is absent (``--skip-vllm`` runs
 SGLang only); 4-7 the fetch's own codes (``python -m specparity.realmodel``).
@@ -43,6 +48,8 @@ from specparity.realmodel.scenarios import (
     draft_for,
     loop_prompts,
 )
+from specparity.report import render_text, use_color, write_reports
+from specparity.report.summary import SummaryRow, print_summary, verdict_row
 from specparity.verdict import Verdict
 
 VLLM_PYTHON = REPO / ".tox" / "vllm-0.32" / "bin" / "python"
@@ -54,11 +61,6 @@ COST_S = {"fetch": 35, "sglang": 240, "vllm_gates": 330, "vllm_loop": 120}
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
-
-
-def _ends_as_expected(s: Scenario, v: Verdict) -> bool:
-    kinds = {f.kind.value for f in v.findings}
-    return v.status == s.expect_status and all(k in kinds for k in s.expect_kinds)
 
 
 def _acceptance(v: Verdict) -> str:
@@ -79,10 +81,9 @@ def _acceptance(v: Verdict) -> str:
     return line
 
 
-def _gates(todo: list[tuple[Scenario, Path]], target: Path, *, python: str | None, engine: str,
-           reports: Path | None, dtype: str) -> bool:
+def _gates(todo: list[tuple[Scenario, Path]], target: Path, *, python: str | None, engine: str, reports: Path,
+           dtype: str, verbose: bool) -> list[Verdict]:
     from specparity.gate import run_gate
-    from specparity.report import render_text, use_color, write_reports
 
     color = use_color(sys.stdout)
     workers = 3 if engine == "sglang" else 1  # vLLM binds its CPU threads; one engine at a time
@@ -96,18 +97,14 @@ def _gates(todo: list[tuple[Scenario, Path]], target: Path, *, python: str | Non
         for i, f in enumerate(futures):
             verdicts.append(f.result())
             bar(i + 1)
-    ok = True
     for (s, _), v in zip(todo, verdicts, strict=True):
-        _say(f"--- {engine}: {s.title}  (expected {s.expect_status.upper()}"
-             f"{' naming ' + ', '.join(s.expect_kinds) if s.expect_kinds else ''})")
-        _say(render_text(v, color=color).rstrip())
-        _say("    " + _acceptance(v))
-        if reports is not None:
-            write_reports(v, reports / f"{engine}-{s.key}")
-        if not _ends_as_expected(s, v):
-            ok = False
-            _say(f"!!! {engine} {s.key} did not end as expected (got {v.status})")
-    return ok
+        write_reports(v, reports / f"{engine}-{s.key}")
+        if verbose:
+            _say(f"--- {engine}: {s.title}  (expected {s.expect_status.upper()}"
+                 f"{' naming ' + ', '.join(s.expect_kinds) if s.expect_kinds else ''})")
+            _say(render_text(v, color=color).rstrip())
+            _say("    " + _acceptance(v))
+    return verdicts
 
 
 def _loop(target: Path, draft: Path | None, prompts: list[list[int]], python: str,
@@ -135,35 +132,58 @@ def committed_pack() -> ProbePack:
     return read_probe_pack(CONTRACT.parent / c.probes.file, expected_sha256=c.probes.sha256)
 
 
-def _tok_s(target: Path, healthy: Path, miswired: Path, python: str, dtype: str) -> bool:
-    runs = [("no speculation", None), ("healthy drafter", healthy),
-            ("miswired drafter (the seed's wiring)", miswired)]
+LOOP_RUNS = ("no speculation", "healthy drafter", "miswired drafter (the seed's wiring)")
+
+
+def _tok_s(target: Path, healthy: Path, miswired: Path, python: str, dtype: str, *, reports: Path,
+           verbose: bool) -> list[dict[str, Any]]:
+    """vLLM's loop with no speculation, the healthy drafter and the miswired one (``LOOP_RUNS``): each run's
+    tok/s and counters, or its ``error``; written to ``reports``/loop.json."""
+    drafts = (None, healthy, miswired)
     prompts = loop_prompts(committed_pack(), LOOP_PROMPTS)
     results = []
-    with Progress(len(runs), "vLLM loop tok/s", phases=[r[0] for r in runs]) as bar:
-        for i, (_, d) in enumerate(runs):
+    with Progress(len(drafts), "vLLM loop tok/s", phases=LOOP_RUNS) as bar:
+        for i, d in enumerate(drafts):
             results.append(_loop(target, d, prompts, python, {"bf16": "bfloat16"}.get(dtype, "float32")))
             bar(i + 1)
-    _say(f"--- vLLM's real loop on this CPU: {len(prompts)} prompts x {LOOP_TOKENS} greedy tokens, one request at a "
-         "time, 3 speculative tokens")
-    ok = True
-    for (name, _), r in zip(runs, results, strict=True):
-        if r.get("error"):
-            ok = False
-            _say(f"    {name:<36} could not run: {r['error']}")
-            continue
-        c = r.get("counters") or {}
-        acc = c.get("spec_decode_num_accepted_tokens_per_pos")
-        drafts = c.get("spec_decode_num_drafts")
-        extra = ""
-        if isinstance(acc, list) and drafts:
-            extra = "  acceptance per position " + ", ".join(f"{a / drafts:.0%}" for a in acc)
-        _say(f"    {name:<36} {r['tok_per_s']:6.1f} tok/s{extra}")
-    if ok:
-        base, good, bad = (results[0]["tok_per_s"], results[1]["tok_per_s"], results[2]["tok_per_s"])
-        _say(f"    healthy speculation {good / base:.2f}x of none; miswired {bad / base:.2f}x of none "
-             f"({bad / good:.2f}x of healthy)")
-    return ok
+    how = f"{len(prompts)} prompts x {LOOP_TOKENS} greedy tokens, one request at a time, 3 speculative tokens"
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "loop.json").write_text(json.dumps({"runs": dict(zip(LOOP_RUNS, results, strict=True)),
+                                                   "how": how}, indent=2) + "\n")
+    if verbose:
+        _say(f"--- vLLM's real loop on this CPU: {how}")
+        for name, r in zip(LOOP_RUNS, results, strict=True):
+            if r.get("error"):
+                _say(f"    {name:<36} could not run: {r['error']}")
+                continue
+            c = r.get("counters") or {}
+            acc = c.get("spec_decode_num_accepted_tokens_per_pos")
+            n = c.get("spec_decode_num_drafts")
+            extra = ("  acceptance per position " + ", ".join(f"{a / n:.0%}" for a in acc)
+                     if isinstance(acc, list) and n else "")
+            _say(f"    {name:<36} {r['tok_per_s']:6.1f} tok/s{extra}")
+    return results
+
+
+def _vllm_rows(target: Path, work: Path, *, python: str, dtype: str, reports: Path,
+               verbose: bool) -> tuple[list[SummaryRow], str, bool]:
+    """Parts 2 and 3: vLLM's gates and its loop's tok/s, as table rows, the speed line, and whether the loop ran."""
+    _say(f"=== 2. vLLM's real loop, {dtype} target")
+    todo = [(s, draft_for(s, work)) for s in VLLM]
+    verdicts = _gates(todo, target, python=python, engine="vllm", reports=reports, dtype=dtype, verbose=verbose)
+    _say("=== 3. tokens per second")
+    # the loop's healthy and miswired runs serve the first and the last scenario's drafts
+    loops = _tok_s(target, todo[0][1], todo[-1][1], python, dtype, reports=reports, verbose=verbose)
+    tok_s = {0: loops[1].get("tok_per_s"), len(todo) - 1: loops[2].get("tok_per_s")}
+    rows = [verdict_row(f"vLLM: {s.title}", v, expect_status=s.expect_status, expect_kinds=s.expect_kinds,
+                        tok_s=tok_s.get(i)) for i, (s, v) in enumerate(zip(VLLM, verdicts, strict=True))]
+    rows.append(SummaryRow(scenario="vLLM: the same loop with no speculation", tok_s=loops[0].get("tok_per_s")))
+    failed = [f"{name}: {r['error']}" for name, r in zip(LOOP_RUNS, loops, strict=True) if r.get("error")]
+    if failed:
+        return rows, "vLLM's loop could not run: " + "; ".join(failed), False
+    base, good, bad = (r["tok_per_s"] for r in loops)
+    return rows, (f"vLLM's loop on this CPU: healthy speculation {good / base:.2f}x the tok/s of none; miswired "
+                  f"{bad / base:.2f}x of none ({bad / good:.2f}x of healthy)"), True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,7 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vllm-python", default=str(VLLM_PYTHON), help="the vLLM venv's python")
     parser.add_argument("--skip-vllm", action="store_true", help="SGLang only")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="the target as served")
-    parser.add_argument("--reports", type=Path, default=None, help="write JSON/HTML/JUnit reports here")
+    parser.add_argument("--reports", type=Path, default=REPO / "reports" / "demo-real",
+                        help="write each gate's JSON/HTML/JUnit/text reports and the loop's figures here "
+                             "(default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each gate's full report too")
     args = parser.parse_args(argv)
     if not CONTRACT.is_file() or not (DRAFT / "config.json").is_file():
         print(f"specparity demo-real: the committed drafter is missing ({CONTRACT}, {DRAFT})", file=sys.stderr)
@@ -197,21 +220,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"specparity demo-real: {e}", file=sys.stderr)
             return e.exit_code
     target = model.dir(args.dtype)
-    ok = True
+    speed, loop_ok = "", True
     with tempfile.TemporaryDirectory(prefix="specparity-demo-real-") as tmp:
         work = Path(tmp)
         _say(f"=== 1. SGLang, {args.dtype} target: capture and outcome levels")
-        ok &= _gates([(s, draft_for(s, work)) for s in SGLANG], target, python=None, engine="sglang",
-                     reports=args.reports, dtype=args.dtype)
+        verdicts = _gates([(s, draft_for(s, work)) for s in SGLANG], target, python=None, engine="sglang",
+                          reports=args.reports, dtype=args.dtype, verbose=args.verbose)
+        rows = [verdict_row(f"SGLang: {s.title}", v, expect_status=s.expect_status, expect_kinds=s.expect_kinds)
+                for s, v in zip(SGLANG, verdicts, strict=True)]
         if vllm:
-            _say(f"=== 2. vLLM's real loop, {args.dtype} target")
-            todo = [(s, draft_for(s, work)) for s in VLLM]
-            ok &= _gates(todo, target, python=args.vllm_python, engine="vllm", reports=args.reports,
-                         dtype=args.dtype)
-            _say("=== 3. tokens per second")
-            ok &= _tok_s(target, todo[0][1], todo[2][1], args.vllm_python, args.dtype)
-    _say(f"=== demo-real done in {time.perf_counter() - t0:.0f} s: "
-         + ("every scenario ended as expected" if ok else "SOME SCENARIO DID NOT END AS EXPECTED"))
+            vllm_rows, speed, loop_ok = _vllm_rows(target, work, python=args.vllm_python, dtype=args.dtype,
+                                                   reports=args.reports, verbose=args.verbose)
+            rows += vllm_rows
+    ok = loop_ok and all(r.as_expected is not False for r in rows)
+    print_summary(rows, title=f"specparity demo-real: SmolLM2-135M-Instruct, {args.dtype} target "
+                  f"({time.perf_counter() - t0:.0f} s)", color=use_color(sys.stdout))
+    if speed:
+        _say(speed)
+    _say(f"Full reports (text, JSON, HTML, JUnit; loop.json): {args.reports}"
+         + ("" if args.verbose else "; -v (make: DEMO_ARGS=-v) prints them here"))
+    _say("Every scenario ended as expected." if ok else "SOME SCENARIO DID NOT END AS EXPECTED")
     return 0 if ok else 1
 
 

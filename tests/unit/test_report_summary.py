@@ -1,0 +1,73 @@
+"""The demos' summary table (report/summary.py): one row per gate run, built from hand-made Verdicts."""
+
+from __future__ import annotations
+
+import io
+
+from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.report.summary import SummaryRow, print_summary, verdict_row
+from specparity.verdict import OutcomeSummary, Verdict
+
+EXPECTED = ("layer:1", "layer:3", "layer:5")
+
+
+def verdict(status: str, *kinds: FindingKind, loop: list[float] | None = None) -> Verdict:
+    served = [0.805, 0.05] if status == "pass" else [0.351, 0.05]
+    outcome = OutcomeSummary(recorded_acceptance=[0.805, 0.05], served_acceptance=served,
+                             recorded_acceptance_length=1.87, served_acceptance_length=1.4, expected_acceptance=None,
+                             diagnosis="healthy" if status == "pass" else "wiring",
+                             engine_loop={"engine": "vllm", "per_position": loop} if loop else None)
+    return Verdict(contract_name="tiny-llama-eagle3", contract_hash=None, level="all", status=status,  # type: ignore[arg-type]
+                   engine_version="0.5.23", target_architecture="LlamaForCausalLM", draft_path="d",
+                   expected_layout=EXPECTED, served_layout=EXPECTED, outcome=outcome,
+                   findings=tuple(Finding(k, Severity.ERROR, "m") for k in kinds))
+
+
+def test_a_row_names_the_expected_finding_first_and_counts_the_rest() -> None:
+    v = verdict("fail", FindingKind.MISSING_SOURCE, FindingKind.EXTRA_EMBEDDING, FindingKind.ACCEPTANCE_COLLAPSE)
+    row = verdict_row("seed", v, expect_status="fail", expect_kinds=("extra_embedding",), tok_s=21.8)
+    assert row == SummaryRow(scenario="seed", expected="FAIL: extra_embedding", verdict="FAIL", exit_code=1,
+                             finding="extra_embedding (+2 more)", acceptance="80.5% / 35.1%", tok_s=21.8,
+                             as_expected=True)
+
+
+def test_a_row_that_misses_its_finding_is_not_as_expected() -> None:
+    row = verdict_row("late", verdict("fail", FindingKind.MISSING_SOURCE), expect_status="fail",
+                      expect_kinds=("off_by_one",))
+    assert (row.finding, row.as_expected) == ("missing_source", False)
+    assert verdict_row("ok", verdict("pass"), expect_status="fail").as_expected is False
+
+
+def test_the_table_golden_plain() -> None:
+    rows = [verdict_row("healthy", verdict("pass", loop=[0.5, 0.29]), expect_status="pass", tok_s=30.8),
+            verdict_row("the seed's wiring", verdict("fail", FindingKind.EXTRA_EMBEDDING, loop=[0.2, 0.09]),
+                        expect_status="fail", expect_kinds=("extra_embedding",), tok_s=21.8),
+            SummaryRow(scenario="no speculation", tok_s=19.6)]
+    out = io.StringIO()
+    print_summary(rows, title="demo", stream=out)
+    assert out.getvalue().splitlines() == [
+        "demo",
+        "┏━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳"
+        "━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┓",
+        "┃   ┃                   ┃                       ┃         ┃      ┃                 ┃ acceptance        ┃"
+        " engine loop  ┃       ┃ as       ┃",
+        "┃ # ┃ scenario          ┃ expected              ┃ verdict ┃ exit ┃ finding         ┃ recorded / served ┃"
+        " per position ┃ tok/s ┃ expected ┃",
+        "┡━━━╇━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━╇"
+        "━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━┩",
+        "│ 1 │ healthy           │ PASS                  │ PASS    │    0 │ -               │ 80.5% / 80.5%     │"
+        " 50% 29%      │  30.8 │ yes      │",
+        "│ 2 │ the seed's wiring │ FAIL: extra_embedding │ FAIL    │    1 │ extra_embedding │ 80.5% / 35.1%     │"
+        " 20% 9%       │  21.8 │ yes      │",
+        "│ 3 │ no speculation    │ -                     │ -       │    - │ -               │ -                 │"
+        " -            │  19.6 │ -        │",
+        "└───┴───────────────────┴───────────────────────┴─────────┴──────┴─────────────────┴───────────────────┴"
+        "──────────────┴───────┴──────────┘",
+    ]
+
+
+def test_columns_nobody_measured_are_left_out() -> None:
+    out = io.StringIO()
+    print_summary([verdict_row("healthy", verdict("pass"), expect_status="pass")], title="demo", stream=out)
+    assert "tok/s" not in out.getvalue() and "engine loop" not in out.getvalue()
+    assert "80.5% / 80.5%" in out.getvalue()
