@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real test test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real demo-server test test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -22,6 +22,11 @@ vllm-env:
 
 demo-real: install vllm-env
 	@$(PY) -m specparity.realmodel.demo $(DEMO_ARGS)
+
+# The gate on vLLM's own server, launched from a deploy command, on the real model: healthy, then the seed's wiring,
+# with the server's own acceptance (docs/live-server.md)
+demo-server: install vllm-env
+	@$(PY) -m specparity.realmodel.demo_server $(DEMO_ARGS)
 
 test: install
 	@$(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)

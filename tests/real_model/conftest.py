@@ -29,7 +29,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     if not _selected(config):
         return True
-    if name == "test_real_vllm.py":
+    if name.startswith("test_real_vllm"):  # test_real_vllm.py, test_real_vllm_server.py
         return not HAS_VLLM
     return not HAS_SGLANG
 

@@ -115,7 +115,8 @@ class SglangEngine(EngineBase):
         result = live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress)
         records = Path(where) / "records" if where is not None else None
         moved = sum(f.stat().st_size for f in records.glob("*") if f.is_file()) if records and records.is_dir() else 0
-        return dataclasses.replace(result, loop={**(result.loop or {}), "evidence_bytes": moved})
+        replay = _live_outcome_refusal(result) if outcome is not None else None
+        return dataclasses.replace(result, loop={**(result.loop or {}), "evidence_bytes": moved}, replay=replay)
 
     def live_resolve(self, client: ServerClient, *, python: str | None,
                      timeout_s: float) -> results.ResolvedDeployment | results.ServingFailure:
@@ -159,6 +160,25 @@ def _why_sglang_cannot_read(failures: Sequence[results.ServingFailure],
     return (results.ServingFailure(DRAFT_UNREADABLE,
                                    f"{why.message}{vllm} (SGLang {version or 'at start-up'} raised: {raised})",
                                    engine_version=version),)
+
+
+def _live_outcome_refusal(result: results.CaptureResult) -> results.ServingFailure:
+    """Why a live SGLang server gives the outcome no acceptance of its own, by call and release (exit 3): on CPU its
+    EAGLE decode step has no kernel; on a GPU its server counts acceptance pooled over a request
+    (``/generate`` meta_info ``spec_accept_rate``, ``spec_accept_length``), never per draft position, which the
+    outcome compares (docs/live-server.md)."""
+    from specparity.serving.sglang.live import CPU_REFUSALS
+
+    dep = result.deployment
+    version = dep.engine_version if dep is not None else "?"
+    if dep is None or dep.device == "cpu":
+        r = CPU_REFUSALS[0]
+        return results.ServingFailure(results.NEEDS_HARDWARE, f"sglang {version} refuses the EAGLE decode step on "
+                                      f"this CPU at {r.call}, so the server's own acceptance (its decode loop) "
+                                      "cannot be counted here; the capture above ran at prefill")
+    return results.ServingFailure(results.UNSUPPORTED_VERSION, f"sglang {version}'s server counts acceptance pooled "
+                                  "per request (meta_info spec_accept_rate), not per draft position; the outcome "
+                                  "needs the in-process gate (without --launch/--server) for SGLang")
 
 
 def _cpu_server(spec: LaunchSpec) -> bool:

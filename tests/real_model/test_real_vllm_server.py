@@ -1,0 +1,61 @@
+"""The gate on vLLM's own server (issue 33), on the real target: SmolLM2-135M-Instruct and its trained drafter.
+
+``make demo-server``'s two launches as tests: each deploy command is parsed by vLLM's own parser, its server started by
+the gate with vLLM's hook switches, the probes sent, the fc input read back through ``/collective_rpc`` and the
+acceptance from ``/metrics``; then the server is stopped and nothing of it may be left. The healthy deployment is
+served in bf16, the seed's wiring in fp32 (src/specparity/realmodel/demo_server.py builds both commands).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from tests.process_marks import describe, gone, marked_alive
+
+from specparity.compare.findings import FindingKind
+from specparity.gate import run_gate
+from specparity.launch_command import read_launch
+from specparity.realmodel.demo_server import command
+from specparity.realmodel.fetch import RealModel
+from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for
+from specparity.serving.launch import parse_launch
+from specparity.serving.reaper import MARKER_ENV
+from specparity.verdict import Verdict
+
+pytestmark = [pytest.mark.real_model, pytest.mark.vllm, pytest.mark.slow]
+HEALTHY, _, SEED = VLLM
+
+
+def _launched(target: Path, draft: Path, dtype: str, marker: str, monkeypatch: pytest.MonkeyPatch) -> Verdict:
+    monkeypatch.setenv(MARKER_ENV, marker)
+    spec = parse_launch(read_launch(command(target, draft, dtype), source="--launch", cwd=REPO), python=sys.executable)
+    v = run_gate(CONTRACT, level="all", launch=spec, timeout_s=1200)
+    assert gone(marker, within_s=15), describe(marked_alive(marker))
+    return v
+
+
+def test_the_healthy_deployment_passes_on_its_server_with_the_servers_own_acceptance(
+        real_model: RealModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    v = _launched(real_model.bf16, draft_for(HEALTHY, tmp_path), "bfloat16", f"real-server-ok-{os.getpid()}",
+                  monkeypatch)
+    assert v.status == "pass", [str(f) for f in v.errors]
+    assert list(v.served_layout or []) == ["layer:1", "layer:14", "layer:26"]
+    assert v.live is not None and v.live["mode"] == "launched"
+    loop = v.outcome.engine_loop if v.outcome is not None else None
+    # the server's own counters over the probes' prompts: a drafter that learned something real is accepted
+    assert loop is not None and loop["drafts"] > 0 and loop["per_position"][0] > 0.2, loop
+
+
+def test_the_seeds_wiring_is_named_on_its_server(real_model: RealModel, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    v = _launched(real_model.fp32, draft_for(SEED, tmp_path), "float32", f"real-server-seed-{os.getpid()}",
+                  monkeypatch)
+    assert v.status == "fail"
+    assert FindingKind.EXTRA_EMBEDDING in {f.kind for f in v.errors}
+    assert list(v.served_layout or []) == ["embedding", "layer:1", "layer:14"]
+    assert v.outcome is not None and v.outcome.diagnosis == "wiring"
+    loop = v.outcome.engine_loop
+    assert loop is not None and loop["drafts"] > 0
