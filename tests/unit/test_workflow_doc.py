@@ -25,17 +25,16 @@ def _load() -> dict[str, Any]:
     return doc
 
 
-def _steps() -> list[dict[str, Any]]:
-    (job,) = _load()["jobs"].values()
-    return list(job["steps"])
+def _steps(name: str = "parity") -> list[dict[str, Any]]:
+    return list(_load()["jobs"][name]["steps"])
 
 
-def _commands() -> list[list[str]]:
-    """Every command of every ``run`` block, with the job's env expanded."""
-    (job,) = _load()["jobs"].values()
+def _commands(name: str = "parity") -> list[list[str]]:
+    """Every command of every ``run`` block of job ``name``, with the job's env expanded."""
+    job = _load()["jobs"][name]
     env = job.get("env", {})
     out = []
-    for step in _steps():
+    for step in _steps(name):
         for line in step.get("run", "").splitlines():
             for key, value in env.items():
                 line = line.replace(f"${key}", value).replace(f"${{{key}}}", value)
@@ -112,3 +111,19 @@ def test_the_ci_guides_shell_commands_parse_with_the_cli() -> None:
     assert gates, "docs/ci.md shows no specparity command"
     for cmd in gates:
         _click_parse(cmd[1:])
+
+
+def test_the_server_job_launches_the_deploy_command_and_keeps_its_reports() -> None:
+    """The second job gates the server itself (docs/live-server.md): the deploy script launched on a GPU runner."""
+    job = _load()["jobs"]["parity-server"]
+    assert "gpu" in job["runs-on"] and job["needs"] == "parity"
+    env = job["env"]["ENGINE_ENV"]
+    gates = [c for c in _commands("parity-server") if c[:1] == [f"{env}/bin/specparity"]]
+    assert len(gates) == 1
+    ctx = _click_parse(gates[0][1:])
+    assert ctx.info_name == "gate" and ctx.params["launch_file"] is not None
+    assert ctx.params["python"] == f"{env}/bin/python"
+    (upload,) = [s for s in _steps("parity-server") if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    report_dir = upload["with"]["path"].rstrip("/")
+    assert upload["if"] == "always()" and str(ctx.params["json_path"]).startswith(f"{report_dir}/")
+

@@ -16,6 +16,7 @@ from typing import Any
 from specparity.serving.results import (
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
+    HOOKS_MISSING,
     CaptureResult,
     FcCapture,
     LayerAtlas,
@@ -97,6 +98,14 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
         verify_calls.append(len(evidence.calls(lead, i)) - used)
     loop["rank_max_abs_diff"] = rank_diff
     loop["verify_calls"] = verify_calls
+    if atlas and not any(samples):
+        # the tap's boundary wrapper never ran: the target's layer loop is inside a graph torch.compile traced at
+        # start-up (vLLM's default without --enforce-eager: models/llama.py:337 @support_torch_compile), where a
+        # Python hook added later is never called. The fc input is the server's own; which layer each chunk is
+        # cannot be told without the target's boundaries: the machine's limit (exit 3), never a verdict
+        out.append(ServingFailure(HOOKS_MISSING, "vLLM ran the target compiled (torch.compile), so its layer "
+                                  "boundaries are not observable from a hook and the fc chunks cannot be attributed; "
+                                  "gate a server started with --enforce-eager (a staging copy of the command)"))
     out += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
     out += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
             for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in out)]
