@@ -111,22 +111,29 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
     from specparity.report import check_report_paths, render_text, use_color, write_reports
 
     check_report_paths(json_path=json_path, html_path=html_path, junit_path=junit_path)  # before any engine starts
-    spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
-    if server is not None and spec is not None:
+    cmd = cli_launch.read_command(launch, command, launch_file)
+    if server is not None and cmd is not None:
         raise InputError("give the deploy command (--launch) or a running server (--server), not both",
                          field="--server")
-    if server is None:  # a running server says itself what it serves (gate_launch.attach)
-        target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
-        _check_model_dirs(target, draft)
-    elif not cli_launch.engine_given():
-        from specparity.serving.live import detect_engine
+    started = cli_launch.start_early(cmd, level=level, python=python, allow_dev_endpoints=allow_dev_endpoints)
+    try:  # the server started from the command is stopped whatever happens next (bad input included)
+        spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s, cmd=cmd)
+        if server is None:  # a running server says itself what it serves (gate_launch.attach)
+            target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
+            _check_model_dirs(target, draft)
+        elif not cli_launch.engine_given():
+            from specparity.serving.live import detect_engine
 
-        engine = detect_engine(server, api_key=api_key) or engine
-    with Progress(3, "gate") as progress:
-        verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args), level=level,
-                           device=device, python=python, timeout_s=timeout_s, progress=progress, engine=engine,
-                           engine_args=parse_sglang_args(engine_args, field="--engine-arg"), launch=spec,
-                           server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints)
+            engine = detect_engine(server, api_key=api_key) or engine
+        with Progress(3, "gate") as progress:
+            verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args),
+                               level=level, device=device, python=python, timeout_s=timeout_s, progress=progress,
+                               engine=engine, engine_args=parse_sglang_args(engine_args, field="--engine-arg"),
+                               launch=spec, server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints,
+                               started=started)
+    finally:
+        if started is not None:
+            started.stop()
     click.echo(render_text(verdict, color=use_color(sys.stdout)), nl=False)
     write_reports(verdict, json_path=json_path, html_path=html_path, junit_path=junit_path)
     sys.exit(verdict.exit_code)

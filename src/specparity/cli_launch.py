@@ -22,6 +22,7 @@ import click
 from specparity.errors import EXIT_PARITY_FAILURE, EXIT_PASS, InputError
 from specparity.launch_command import LaunchCommand, read_launch
 from specparity.serving.launch import LaunchSpec
+from specparity.serving.live import StartedServer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,14 +79,30 @@ def server_options(f: F) -> F:
 
 
 def launch_spec(launch: bool, command: Sequence[str], launch_file: Path | None, *, python: str | None,
-                timeout_s: float) -> LaunchSpec | None:
-    """The deploy command as its engine parses it (None without ``--launch``/``--launch-file``)."""
-    cmd = read_command(launch, command, launch_file)
+                timeout_s: float, cmd: LaunchCommand | None = None) -> LaunchSpec | None:
+    """The deploy command as its engine parses it (None without ``--launch``/``--launch-file``); ``cmd`` when the
+    shell layer has read it already."""
+    cmd = cmd or read_command(launch, command, launch_file)
     if cmd is None:
         return None
     from specparity.serving.launch import parse_launch
 
     return parse_launch(cmd, python=python, timeout_s=min(timeout_s, 300))
+
+
+def start_early(cmd: LaunchCommand | None, *, level: str, python: str | None,
+                allow_dev_endpoints: bool) -> StartedServer | None:
+    """At the capture levels, the user's server started from the command's words before its engine parses them:
+    the engine's parser (seconds of imports) runs while the server starts (serving/live.py ``start_server``).
+    None at the static level, or without a command."""
+    if cmd is None or level == "static":
+        return None
+    from specparity.serving.engine import get_engine
+    from specparity.serving.launch import interpreter_for
+    from specparity.serving.live import start_server
+
+    return start_server(get_engine(cmd.engine), cmd, python=interpreter_for(cmd, python),
+                        allow_dev_endpoints=allow_dev_endpoints)
 
 
 def engine_given() -> bool:

@@ -49,7 +49,7 @@ from specparity.replay.outcome import check_outcome
 from specparity.serving.engine import convention_findings, engine_args_for, get_engine, outcome_request
 from specparity.serving.launch import LaunchSpec
 from specparity.serving.layout import served_layout as layout_of
-from specparity.serving.live import capture_attached
+from specparity.serving.live import StartedServer, capture_attached
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
 
@@ -111,6 +111,7 @@ def run_gate(
     server: str | None = None,
     api_key: str | None = None,
     allow_dev_endpoints: bool = False,
+    started: StartedServer | None = None,
 ) -> Verdict:
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
@@ -121,7 +122,7 @@ def run_gate(
     that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
     gate starts that server itself, with the engine's hook switches added (serving/live.py). ``server`` is the URL of
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
-    its hooks. Raises
+    its hooks; ``started``, that server already started from the command while it was parsed (cli.py). Raises
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
@@ -181,7 +182,8 @@ def run_gate(
                                        timeout_s=timeout_s, progress=progress)
         elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
             capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
-                                       progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints)
+                                       progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints,
+                                       started=started)
         else:
             capture = eng.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
                                   python=python, progress=progress, outcome=request)

@@ -25,6 +25,7 @@ from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving.engine import Engine
 from specparity.serving.launch import LaunchSpec
 from specparity.serving.launch_findings import command_findings
+from specparity.serving.live import StartedServer
 from specparity.serving.results import (
     CaptureResult,
     OutcomeRequest,
@@ -100,13 +101,13 @@ def resolve_launched(engine: Engine, launch: LaunchSpec, target: str | Path, dra
 
 def capture_launched(engine: Engine, launch: LaunchSpec, *, probes: Sequence[Sequence[int]], timeout_s: float,
                      python: str | None, progress: Progress | None, outcome: OutcomeRequest | None,
-                     allow_dev_endpoints: bool = False) -> CaptureResult:
+                     allow_dev_endpoints: bool = False, started: StartedServer | None = None) -> CaptureResult:
     """The capture (and the outcome's evidence) from the user's own server: the command launched as given, plus the
     engine's hook switches and a free port, then stopped (serving/live.py)."""
     from specparity.serving.live import capture_launched as launched
 
     return launched(engine, launch, probes=probes, outcome=outcome, python=python, timeout_s=timeout_s,
-                    progress=progress, allow_dev_endpoints=allow_dev_endpoints)
+                    progress=progress, allow_dev_endpoints=allow_dev_endpoints, started=started)
 
 
 @dataclass(frozen=True)

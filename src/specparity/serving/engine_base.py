@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.launch import LaunchSpec
+    from specparity.launch_command import LaunchCommand
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -76,8 +76,8 @@ class Engine(Protocol):
 
     health_path: str
 
-    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                            list[str]]: ...
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                                   list[str]]: ...
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, progress: Progress | None,

@@ -45,6 +45,7 @@ from specparity.serving.server import (
 )
 
 if TYPE_CHECKING:
+    from specparity.launch_command import LaunchCommand
     from specparity.serving.engine import Engine
     from specparity.serving.launch import LaunchSpec
 
@@ -89,40 +90,95 @@ def _program(program: Sequence[str], python: str | None) -> tuple[list[str], lis
     return out, notes
 
 
-def _host(spec: LaunchSpec) -> str:
-    return str(spec.host or "127.0.0.1")
+def host_of(args: Sequence[str]) -> str | None:
+    """The ``--host`` the command's words give (the last one, as argparse takes it), or None."""
+    host = None
+    for i, a in enumerate(args):
+        if a == "--host" and i + 1 < len(args):
+            host = args[i + 1]
+        elif a.startswith("--host="):
+            host = a.split("=", 1)[1]
+    return host
 
 
-def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],
-                     outcome: OutcomeRequest | None, python: str | None, timeout_s: float,
-                     progress: Callable[[int, int], None] | None = None,
-                     allow_dev_endpoints: bool = False) -> CaptureResult:
-    """Launch the user's server with the engine's hook switches, capture through it, stop it (module docstring)."""
-    host = _host(spec)
+@dataclass
+class StartedServer:
+    """A server started from the user's command with the engine's hook switches, not yet known healthy: started
+    while the engine's parser reads the command (the parse and the server's start-up overlap), or by
+    :func:`capture_launched` itself. :meth:`stop` stops its process tree and removes its evidence directory."""
+
+    server: LaunchedServer
+    evidence: Path
+    run: LiveRun
+    cwd: str
+
+    def stop(self) -> None:
+        try:
+            self.server.stop()
+        finally:
+            reaper.release_dir(self.evidence)
+
+
+def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
+                 allow_dev_endpoints: bool = False) -> StartedServer:
+    """Start the command as given plus the engine's hook switches and a free port (module docstring); returns at
+    once. InputError (exit 2) for a non-loopback host with dev endpoints without ``allow_dev_endpoints``, or a
+    program that is not there."""
+    given = host_of(command.args)
+    host = given or "127.0.0.1"
     evidence = Path(tempfile.mkdtemp(prefix="specparity-evidence-"))
     os.chmod(evidence, 0o700)
     reaper.adopt_dir(evidence)
     try:
-        flags, env, notes = engine.live_switches(spec, evidence_dir=evidence)
+        flags, env, notes = engine.live_switches(command, evidence_dir=evidence)
         if env.get("VLLM_SERVER_DEV_MODE") and not is_loopback(host) and not allow_dev_endpoints:
             raise InputError(f"the command binds {host}, not loopback, and the capture needs {engine.label}'s dev-mode "
                              "endpoints there; pass --allow-dev-endpoints to accept that, or drop --host",
                              field="--launch")
         port = free_port("127.0.0.1" if host in ("0.0.0.0", "::") else host)
-        program, where = _program(spec.command.program, python or spec.python or None)
-        placed = ["--host", host, "--port", str(port)] if spec.host is None else ["--port", str(port)]
-        argv = [*program, *spec.command.args, *flags, *placed]
-        added_env = {**env, "PYTHONPATH": _python_path(evidence, env, spec.command.env)}
-        full_env = {**spec.command.env, **added_env}
+        program, where = _program(command.program, python)
+        placed = ["--host", host, "--port", str(port)] if given is None else ["--port", str(port)]
+        argv = [*program, *command.args, *flags, *placed]
+        added_env = {**env, "PYTHONPATH": _python_path(evidence, env, command.env)}
         connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         url = f"http://{connect}:{port}"
-        api_key = api_key_of(spec)
-        run = LiveRun("launched", url, tuple(redact(argv, [api_key or ""])), tuple(flags + placed), added_env,
-                      notes=tuple(where + notes))
-        server = LaunchedServer(argv, full_env, url, api_key=api_key, health_path=engine.health_path,
-                                log=evidence / "server.log")
+        secrets = [v for k, v in command.env.items() if "KEY" in k.upper() or "TOKEN" in k.upper()]
+        shown = redact(argv, [*secrets, *_key_words(command.args)])
+        run = LiveRun("launched", url, tuple(shown), tuple(flags + placed), added_env, notes=tuple(where + notes))
+        server = LaunchedServer(argv, {**command.env, **added_env}, url, health_path=engine.health_path,
+                                cwd=command.cwd, log=evidence / "server.log")
+        server.start()
+    except BaseException:
+        reaper.release_dir(evidence)
+        raise
+    return StartedServer(server, evidence, run, command.cwd)
+
+
+def _key_words(args: Sequence[str]) -> list[str]:
+    """The values of an ``--api-key`` in the command's words (hidden in what the report shows)."""
+    out = []
+    for i, a in enumerate(args):
+        if a == "--api-key" and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith("--api-key="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],
+                     outcome: OutcomeRequest | None, python: str | None, timeout_s: float,
+                     progress: Callable[[int, int], None] | None = None, allow_dev_endpoints: bool = False,
+                     started: StartedServer | None = None) -> CaptureResult:
+    """Launch the user's server with the engine's hook switches (or take the one ``started`` while the command was
+    parsed), capture through it, stop it (module docstring)."""
+    if started is None:
+        started = start_server(engine, spec.command, python=python or spec.python or None,
+                               allow_dev_endpoints=allow_dev_endpoints)
+    server, run = started.server, started.run
+    api_key = api_key_of(spec)
+    server.api_key = api_key
+    try:
         try:
-            server.start()
             server.wait_healthy(timeout_s)
         except ServerError as e:
             server.stop()
@@ -130,19 +186,17 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
             return CaptureResult(None, None, None, (failure,), loop={"live": run.to_dict()})
         run = replace(run, startup_s=server.started_s)
         try:
-            with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
-                result = engine.live_capture(client, evidence_dir=evidence, probes=probes, outcome=outcome,
-                                             progress=progress, cwd=spec.command.cwd)
+            with ServerClient(server.url, api_key=api_key, timeout_s=timeout_s) as client:
+                result = engine.live_capture(client, evidence_dir=started.evidence, probes=probes, outcome=outcome,
+                                             progress=progress, cwd=started.cwd)
         except ServerError as e:
             alive = server.alive()
             result = CaptureResult(None, None, None, (ServingFailure(
                 SERVER_FAILED if not alive else SERVER_UNREACHABLE,
                 f"{e}" + ("" if alive else f"; the server died; log tail:\n{server.log_tail()}")),))
-        finally:
-            server.stop()
         return _with_live(result, run)
     finally:
-        reaper.release_dir(evidence)
+        started.stop()
 
 
 def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: Sequence[Sequence[int]],

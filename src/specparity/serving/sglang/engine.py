@@ -13,7 +13,7 @@ from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.launch import LaunchSpec
+    from specparity.launch_command import LaunchCommand
     from specparity.serving.server import ServerClient
 
 # added to a CPU server's command (reported with the other switches): SGLang's own warm-up request decodes 8 tokens
@@ -86,19 +86,20 @@ class SglangEngine(EngineBase):
                          f"{r['live_capture']!s:<5} {tested}")
         return lines
 
-    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                            list[str]]:
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                                   list[str]]:
         """``--forward-hooks`` naming the hook factory; on a CPU server also the stand-ins' environment and
-        ``--skip-server-warmup`` (SGLang's warm-up decodes, which no CPU kernel can: ``live.CPU_REFUSALS``)."""
+        ``--skip-server-warmup`` (SGLang's warm-up decodes, which no CPU kernel can: ``live.CPU_REFUSALS``). Read
+        from the command's words, so the server can start while SGLang's parser reads them."""
         from specparity.serving.sglang.live import hook_switches
 
-        cpu = _cpu_server(spec)
+        cpu = _cpu_server(command.args)
         flags, env = hook_switches(evidence_dir, cpu_stand_ins=cpu)
         notes = []
         if cpu:
             notes.append("a CPU server: the CPU stand-ins of the in-process capture are active in it (recorded in the "
                          "report's stand-ins)")
-            if not spec.parsed.get("skip_server_warmup"):
+            if SKIP_WARMUP not in command.args:
                 flags.append(SKIP_WARMUP)
                 notes.append(f"{SKIP_WARMUP} added: SGLang's warm-up request decodes, and the EAGLE decode step has no "
                              "CPU kernel (sglang 0.5.23 speculative/eagle_utils.py:910)")
@@ -181,11 +182,15 @@ def _live_outcome_refusal(result: results.CaptureResult) -> results.ServingFailu
                                   "needs the in-process gate (without --launch/--server) for SGLang")
 
 
-def _cpu_server(spec: LaunchSpec) -> bool:
-    """Whether the command's server runs on the CPU: it says ``--device cpu``, or says nothing and this machine has
-    no NVIDIA device (SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU stand-ins)."""
-    device = spec.parsed.get("device")
+def _cpu_server(args: Sequence[str]) -> bool:
+    """Whether the command's server runs on the CPU: it says ``--device cpu``, or names no device and this machine
+    has no NVIDIA device (SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU stand-ins)."""
+    device = None
+    for i, a in enumerate(args):
+        if a == "--device" and i + 1 < len(args):
+            device = args[i + 1]
+        elif a.startswith("--device="):
+            device = a.split("=", 1)[1]
     if device:
-        return str(device) == "cpu"
+        return device == "cpu"
     return not any(Path("/dev").glob("nvidia[0-9]*"))
-

@@ -12,7 +12,7 @@ from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.serving.launch import LaunchSpec
+    from specparity.launch_command import LaunchCommand
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -98,11 +98,11 @@ class VllmEngine(EngineBase):
                          f"{v['tested_versions'][0]}){gpu}")
         return lines
 
-    def live_switches(self, spec: LaunchSpec, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                            list[str]]:
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
+                                                                                   list[str]]:
         from specparity.serving.vllm.live import hook_switches
 
-        return hook_switches(spec.command.args)
+        return hook_switches(command.args)
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, progress: Progress | None,
