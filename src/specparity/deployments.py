@@ -39,7 +39,7 @@ else:  # pragma: no cover - pytest itself depends on tomli before 3.11
 
 DEFAULT_ENGINE = "sglang"
 LEVELS = ("static", "capture", "outcome", "all")
-FIELDS = ("contract", "target", "draft", "engine", "engine_args", "level", "python", "launch")
+FIELDS = ("contract", "target", "draft", "engine", "engine_args", "level", "python", "launch", "server")
 TABLE = "tool.specparity.deployments"
 _BAD_NAME_CHARS = ("::", "[", "]", "/", " ", "\t")
 
@@ -68,6 +68,9 @@ class Deployment:
     # come from the command.
     launch: str | None = None
     launch_cwd: str | None = None
+    # a running server to check (a ``server`` key: its URL; docs/live-server.md): it reports what it serves, so target,
+    # draft and engine are optional; its API key is read from SPECPARITY_API_KEY when the gate runs, never from a file
+    server: str | None = None
 
     def __hash__(self) -> int:  # the values may be lists or dicts: hash what identifies the run
         return hash(json.dumps(self.to_dict(), sort_keys=True, default=repr))
@@ -77,7 +80,7 @@ class Deployment:
         return {"name": self.name, "contract": self.contract, "target": self.target, "draft": self.draft,
                 "engine": self.engine, "engine_args": [list(p) for p in self.engine_args],
                 "engine_arg_text": list(self.engine_arg_text), "level": self.level, "python": self.python,
-                "launch": self.launch, "launch_cwd": self.launch_cwd}
+                "launch": self.launch, "launch_cwd": self.launch_cwd, "server": self.server}
 
     def gate_args(self, parse: Callable[[Sequence[str]], dict[str, object]]) -> dict[str, object]:
         """The engine arguments for the gate: the text typed once by ``parse``, the TOML values as written."""
@@ -191,11 +194,17 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
     if unknown:
         raise InputError(f"unknown key {unknown[0]!r}; known keys: {', '.join(FIELDS)}", path=where,
                          field=f"{prefix}.{unknown[0]}")
-    launch = table.get("launch")
-    for required in ("contract",) if launch is not None else ("contract", "target", "draft"):
+    launch, server = table.get("launch"), table.get("server")
+    if launch is not None and server is not None:
+        raise InputError("give the deploy command (launch) or a running server (server), not both", path=where,
+                         field=f"{prefix}.server")
+    if server is not None and (not isinstance(server, str) or not server.startswith(("http://", "https://"))):
+        raise InputError(f"expected the server's URL (http://HOST:PORT), got {server!r}", path=where,
+                         field=f"{prefix}.server")
+    for required in ("contract",) if launch is not None or server is not None else ("contract", "target", "draft"):
         if required not in table:
             raise InputError(f"missing key {required!r}" + ("" if required == "contract" else " (or a launch key "
-                             "with the deploy command)"), path=where, field=f"{prefix}.{required}")
+                             "with the deploy command, or a server key)"), path=where, field=f"{prefix}.{required}")
     engine = check_engine(table.get("engine", DEFAULT_ENGINE), where=where, field=f"{prefix}.engine")
     if launch is not None:
         engine = _launch_engine(launch, table.get("engine"), base=base, where=where, field=f"{prefix}.launch")
@@ -214,6 +223,7 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
         source=where,
         launch=None if launch is None else str(launch),
         launch_cwd=None if launch is None else str(base),
+        server=None if server is None else str(server),
     )
 
 

@@ -127,6 +127,15 @@ def _run_gate(deployment: Deployment) -> Verdict:
             command = read_launch(deployment.launch, source=f"tool.specparity.deployments.{deployment.name}.launch",
                                   path=deployment.source, cwd=deployment.launch_cwd)
             kwargs["launch"] = parse_launch(command, python=deployment.python)
+        if deployment.server is not None:  # a running server (docs/live-server.md); its key from the environment
+            import os
+
+            from specparity.serving.live import detect_engine
+
+            key = os.environ.get("SPECPARITY_API_KEY")
+            kwargs.update(server=deployment.server, api_key=key)
+            if deployment.engine == DEFAULT_ENGINE:  # the server says which engine it is (its /v1/models)
+                kwargs["engine"] = detect_engine(deployment.server, api_key=key) or DEFAULT_ENGINE
         return run_gate(
             deployment.contract, deployment.target or None, deployment.draft or None,
             sglang_args=deployment.gate_args(parse_sglang_args), level=deployment.level, python=deployment.python,

@@ -114,3 +114,19 @@ def test_toml_num_steps_equals_the_contracts(tmp_path: Path, monkeypatch: pytest
     assert eng.args == {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
     assert not [f for f in verdict.findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN]
     assert verdict.status == "pass"
+
+
+def test_a_server_key_is_a_running_server_to_check(tmp_path: Path) -> None:
+    """``server = "URL"``: target, draft and engine optional (the server reports them); with launch, or not a URL,
+    exit 2 naming the key."""
+    py = tmp_path / "pyproject.toml"
+    py.write_text(f'[tool.specparity.deployments.staging]\ncontract = "{CONTRACT}"\nserver = "http://127.0.0.1:8000"\n')
+    (d,) = from_pyproject(py)
+    assert d.server == "http://127.0.0.1:8000" and d.target is None and d.draft is None
+    assert d.to_dict()["server"] == d.server
+    for bad, field in (('server = "127.0.0.1:8000"', "server"),
+                       ('server = "http://h:1"\nlaunch = "vllm serve m"', "server")):
+        py.write_text(f'[tool.specparity.deployments.staging]\ncontract = "{CONTRACT}"\n{bad}\n')
+        with pytest.raises(InputError) as e:
+            from_pyproject(py)
+        assert e.value.exit_code == 2 and (e.value.field or "").endswith(field)

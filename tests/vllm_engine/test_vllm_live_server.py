@@ -172,3 +172,16 @@ def test_a_server_without_the_hooks_refuses_the_capture_by_name(drafts: dict[str
         assert v.exit_code == 3
         msg = " ".join(f.message for f in v.errors)
         assert "--worker-extension-cls specparity.serving.vllm.tap.TapWorkerExtension" in msg, msg
+
+
+def test_pytest_parity_against_the_running_server(attached_server: str, pytester: pytest.Pytester) -> None:
+    """``pytest -m parity`` with a ``server`` key: the same verdict, item by item, read from the running server."""
+    pytester.makepyprojecttoml(f"""
+        [tool.specparity.deployments.staging]
+        contract = "{CONTRACT}"
+        server = "{attached_server}"
+        python = "{sys.executable}"
+    """)
+    result = pytester.runpytest_subprocess("-m", "parity", "-p", "no:cacheprovider", "-ra")
+    result.stdout.fnmatch_lines(["*parity::staging::static*FAILED*", "*off_by_one*"])
+    assert result.ret == 1

@@ -75,8 +75,12 @@ class ServerClient:
 
         self.url = self.url.rstrip("/")
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        # trust_env=False: a proxy from the environment must never see a loopback server's traffic or its key
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s, trust_env=False)
+        # trust_env=False: a proxy from the environment must never see a loopback server's traffic or its key.
+        # No keep-alive: uvicorn closes an idle connection after 5 s (its timeout_keep_alive), and a request sent on
+        # it just then is reset ("Connection reset by peer"), which a loaded machine's gaps between calls hit
+        transport = httpx.HTTPTransport(retries=2, limits=httpx.Limits(max_keepalive_connections=0))
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s, trust_env=False,
+                                  transport=transport)
 
     def close(self) -> None:
         self._http.close()
