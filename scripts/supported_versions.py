@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Print the supported-SGLang-versions table (Markdown) for the README, from ``specparity versions --json``.
+"""Print the supported-versions tables (Markdown) for docs/engines.md, from ``specparity versions --json``.
 
     .venv/bin/python scripts/supported_versions.py
 
-The rows are ``specparity.serving.sglang.families.versions_table()`` (what ``specparity versions --json``
-prints), plus the pins of each matrix env's lists in ``constraints/``. Needs only ``packaging``: neither
-torch nor sglang is imported.
+The SGLang rows are ``specparity.serving.sglang.families.versions_table()`` and the vLLM rows
+``specparity.serving.vllm.versions.versions_rows()`` (what ``specparity versions --json`` prints), plus the pins of
+each SGLang matrix env's lists in ``constraints/``. Needs only ``packaging``: neither torch nor an engine is imported.
+tests/unit/test_docs.py checks that docs/engines.md holds this output between its markers.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("_families", REPO / "src/specparity/serving/sglang/families.py")
-assert _spec is not None and _spec.loader is not None
-families: Any = importlib.util.module_from_spec(_spec)
-sys.modules["_families"] = families  # dataclasses resolve their module while the class is built
-_spec.loader.exec_module(families)
+
+
+def _load(name: str, path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+families: Any = _load("_families", "src/specparity/serving/sglang/families.py")
+vllm_versions: Any = _load("_vllm_versions", "src/specparity/serving/vllm/versions.py")
 
 
 def _pin(path: Path, package: str) -> str:
@@ -42,8 +51,8 @@ def _tested(env_name: str) -> str:
 
 def table() -> str:
     """The Markdown table, one row per range, oldest first, then the untested newer range."""
-    rows = ["| SGLang versions | family (domain.md §6) | adapter (`serving/sglang/`) | releases | tested in the matrix (tox, scripts/matrix.sh) with |",
-            "|---|---|---|---|---|"]
+    rows = ["| SGLang versions | family (domain.md §6) | adapter (`serving/sglang/`) | releases | tested in the matrix (tox, scripts/matrix.sh) with | live server capture |",
+            "|---|---|---|---|---|---|"]
     for r in families.versions_table():
         if r["untested"]:
             tested = "untested: the newest adapter, with an `untested_version` warning in every report"
@@ -52,7 +61,17 @@ def table() -> str:
         else:
             tested = r["untested_why"]
         releases = f"{r['releases'][0]} … {r['releases'][-1]} ({len(r['releases'])})" if r["releases"] else "—"
-        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['module'].replace('.', '/')}.py` | {releases} | {tested} |")
+        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['module'].replace('.', '/')}.py` | {releases} "
+                    f"| {tested} | {r['live_capture']} |")
+    return "\n".join(rows)
+
+
+def vllm_table() -> str:
+    """The vLLM rows, oldest first."""
+    rows = ["| vLLM versions | distribution | levels on CPU | tested in the matrix with |", "|---|---|---|---|"]
+    for r in vllm_versions.versions_rows():
+        tested = "; ".join(f"{r['dist']} {v} (`{e}`)" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
+        rows.append(f"| `{r['range']}` | `{r['dist']}` | {', '.join(r['levels_on_cpu'])} | {tested} |")
     return "\n".join(rows)
 
 
@@ -62,7 +81,10 @@ def main() -> int:
     print(f"SGLang older than {families.FIRST_EAGLE3} (no EAGLE-3) is refused with an `unsupported_version` "
           "failure naming these ranges. `specparity versions [--json]` prints the same table. .ci/run runs every "
           "env. Family A is served at the static level only: its capture level is a typed `unsupported_version` "
-          "failure (exit 3), never a pass.")
+          "failure (exit 3), never a pass. The live server capture (through the server you run, `--launch` or "
+          "`--server`) is `specparity versions`' column `live`: docs/live-sglang.md says why each family has it or not.")
+    print()
+    print(vllm_table())
     return 0
 
 

@@ -131,7 +131,7 @@ class Verdict:
     timings: Mapping[str, float] = field(default_factory=dict)
     # what the SGLang child really ran on: python, sglang (+ path), torch, transformers, device
     environment: Mapping[str, str] = field(default_factory=dict)
-    # stand-ins that were active in the child (README "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
+    # stand-ins that were active in the child (docs/development.md "Stand-ins"), e.g. "sgl_kernel: copy_all_layer_kv_cache_cpu x3"
     stand_ins: Sequence[str] = ()
     engine: str = "sglang"  # the serving engine ("sglang" | "vllm")
     # the served layout (ResolvedDeployment.layout): engine, executor, TP/PP/DP/EP sizes, ranks expected and reported

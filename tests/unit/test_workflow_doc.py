@@ -5,17 +5,15 @@ loaded, the cache holds the engine env it builds, and the reports the gate write
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Any
 
 import click
 import pytest
 import yaml
+from tests.doc_commands import ROOT, click_parse, commands, pytest_parse, shell_blocks
 
 import specparity
-from specparity.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "docs" / "workflows" / "parity.yml"
 
 
@@ -44,16 +42,7 @@ def _commands(name: str = "parity") -> list[list[str]]:
 
 
 def _click_parse(args: list[str]) -> click.Context:
-    """Resolve the subcommand path as click would and parse its options (raises on an unknown one)."""
-    cmd: click.Command = main
-    ctx = None
-    name = "specparity"
-    while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
-        ctx = cmd.make_context(name, [args[0]], resilient_parsing=True, parent=ctx)
-        sub = cmd.get_command(ctx, args[0])
-        assert sub is not None, f"{WORKFLOW.name}: specparity has no command {args[0]!r}"
-        name, cmd, args = args[0], sub, args[1:]
-    return cmd.make_context(name, list(args), parent=ctx)
+    return click_parse(args, WORKFLOW.name)
 
 
 def test_every_command_parses_with_the_cli_and_the_plugin(pytester: pytest.Pytester) -> None:
@@ -71,8 +60,7 @@ def test_every_command_parses_with_the_cli_and_the_plugin(pytester: pytest.Pytes
             assert pins in ([], [f"specparity=={specparity.__version__}"]), pins  # the release this checkout is
             seen.add("pip")
         elif exe == f"{engine_env}/bin/python" and args[:2] == ["-m", "pytest"]:
-            config = pytester.parseconfig(*args[2:])  # pytest's own parser, specparity's plugin loaded
-            assert config.pluginmanager.has_plugin("specparity"), "the plugin is not loaded"
+            config = pytest_parse(pytester, args[2:], WORKFLOW.name)  # pytest's own parser, specparity's plugin loaded
             assert config.getoption("markexpr") == "parity"
             seen.add("pytest")
         else:
@@ -102,12 +90,9 @@ def test_the_ci_guide_points_at_the_workflow_file() -> None:
 
 
 def test_the_ci_guides_shell_commands_parse_with_the_cli() -> None:
-    import re
-
+    """tests/unit/test_docs.py parses every page's commands; the CI guide must show the CLI form at all."""
     guide = (ROOT / "docs" / "ci.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", guide, flags=re.S)
-    commands = [shlex.split(b.replace("\\\n", " "), comments=True) for b in blocks]
-    gates = [c for c in commands if c[:1] == ["specparity"]]
+    gates = [c for _, block in shell_blocks(guide) for c in commands(block) if c[:1] == ["specparity"]]
     assert gates, "docs/ci.md shows no specparity command"
     for cmd in gates:
         _click_parse(cmd[1:])

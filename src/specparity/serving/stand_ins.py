@@ -1,7 +1,7 @@
-"""The stand-ins a child may activate, recorded so that every report lists them (README "Stand-ins").
+"""The stand-ins a child may activate, recorded so that every report lists them (docs/development.md "Stand-ins").
 
 A stand-in replaces or bypasses a piece of SGLang's environment (never its model code) where the CPU child
-cannot run the real one. Each is documented in the README with a test, and each that activates calls
+cannot run the real one. Each is documented in docs/development.md with a test, and each that activates calls
 :func:`record`; the worker puts the list on the deployment (``ResolvedDeployment.stand_ins``), and the
 gate on the verdict. The ``sgl_kernel`` import stand-in (serving/sglang/kernel_stub) may only be *called*
 for the ops in :data:`KERNEL_STUB_ALLOWED`: any other recorded call fails the run as an environment error.
