@@ -102,26 +102,34 @@ def read_ids(config: Mapping[str, Any], *, num_layers: int, version: str = "0.32
         ids = None
         dflash, eagle = config.get("dflash_config"), config.get("eagle_config")
         if dflash and isinstance(dflash, Mapping):
-            ids, key = [i + 1 for i in (dflash.get("target_layer_ids") or [])], "dflash_config.target_layer_ids"
+            target = dflash.get("target_layer_ids")
+            ids = [i + 1 for i in target if _is_id(i)] if isinstance(target, list | tuple) else None
+            key = "dflash_config.target_layer_ids"
         if eagle and isinstance(eagle, Mapping):
             ids, key = eagle.get(IDS_KEY), f"eagle_config.{IDS_KEY}"
     if not (ids and isinstance(ids, list | tuple)):
         ids, key = None, None
-    raw = tuple(int(i) for i in ids) if ids is not None else None
+    # a non-integer entry is never a layer vLLM captures (its layer loop compares integer indices): shown, not served
+    raw = tuple(int(i) for i in ids if _is_id(i)) if ids is not None else None
+    odd = tuple(f"<not a layer id: {i!r}>" for i in ids or () if not _is_id(i))
     boundaries = tuple(sorted(set(raw if raw is not None else vllm_default_ids(num_layers))))
     sources = tuple(boundary_to_source(b, num_layers) if 0 <= b <= num_layers else f"<boundary {b}>"
-                    for b in boundaries)
+                    for b in boundaries) + odd
     return VllmIds(ids=raw, key=key, boundaries=boundaries, sources=sources)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def drafter_aux_count(config: Mapping[str, Any]) -> int:
     """How many aux states the drafter's fc expects (rule 4)."""
     n = config.get("num_aux_hidden_states")
-    if n is None:
-        eagle = config.get("eagle_config") or {}
-        nested = eagle.get(IDS_KEY) if isinstance(eagle, Mapping) else None
-        n = len(nested) if nested else 3
-    return int(n)
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    eagle = config.get("eagle_config") or {}
+    nested = eagle.get(IDS_KEY) if isinstance(eagle, Mapping) else None
+    return len(nested) if nested and isinstance(nested, list | tuple) else 3
 
 
 def fix_ops(sources: Sequence[str], config: Mapping[str, Any], *, num_layers: int,

@@ -48,6 +48,9 @@ HOOKS_MISSING = "hooks_missing"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
 # writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
 ENGINE_IMPORT = "engine_import"
+# specparity's own code raised (an adapter that does not fit what it read): exit 3 naming specparity's file:line, never
+# the engine's fault nor the deployment's (issue 37 item 4)
+INTERNAL_ERROR = "internal_error"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -68,6 +71,7 @@ FAILURE_KINDS = (
     SERVER_UNREACHABLE,
     HOOKS_MISSING,
     ENGINE_IMPORT,
+    INTERNAL_ERROR,
 )
 ENGINES = ("sglang", "vllm")
 

@@ -242,4 +242,28 @@ def explain(target: Path, draft: Path, *, sglang_args: Mapping[str, object], pyt
 
     dep = resolve_deployment(target, draft, server_args=dict(sglang_args), device="cpu", python=python,
                              timeout_s=timeout_s)
-    return explain_resolved(dep) if isinstance(dep, ResolvedDeployment) else explain_failure(dep)
+    if not isinstance(dep, ResolvedDeployment):
+        return explain_failure(dep)
+    return with_shift_hint(explain_resolved(dep), dep, draft)
+
+
+def with_shift_hint(e: Explanation, dep: ResolvedDeployment, draft: Path) -> Explanation:
+    """The converse of vLLM's hint (idrules/vllm_shapes.py): ids that look like vLLM's/speculators' (a top-level key,
+    or vLLM's default list) mean one layer earlier there than SGLang serves them. A warning: ``--strict`` exits 1."""
+    import json
+    from dataclasses import replace
+
+    from specparity.idrules.vllm_shapes import sglang_shift_hint
+
+    try:
+        cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return e
+    hint = sglang_shift_hint(cfg if isinstance(cfg, dict) else {}, dep.draft_config_ids, list(dep.served_sources),
+                             num_layers=dep.num_layers) if dep.ids_read else None
+    if hint is None:
+        return e
+    note = {"kind": "engine_convention_mismatch", "severity": "warning", "message": hint,
+            "cite": "vllm/model_executor/models/interfaces.py (id k = hidden_states[k])"}
+    data = {**e.data, "adapter_notes": [*(e.data.get("adapter_notes") or []), note]}
+    return replace(e, data=data, lines=(*e.lines, f"warning  engine_convention_mismatch: {hint}"))

@@ -14,6 +14,23 @@ def _hf_dict(cfg: Any) -> dict[str, Any]:
     return {k: v for k, v in d.items() if not k.startswith("_")}
 
 
+def text_config_of(model_config: Any) -> Any:
+    """The config that holds a target's text sizes: vLLM's own ``hf_text_config`` (a multimodal or nested config's
+    ``text_config``, ``transformers_utils/config.py`` get_hf_text_config), else the config itself."""
+    return getattr(model_config, "hf_text_config", None) or model_config.hf_config
+
+
+def fallback_reason(raw: dict[str, Any], parsed: dict[str, Any], boundaries: list[int]) -> str:
+    """Why vLLM took its default: the draft config's exact shape (idrules/vllm_shapes.py), as written, else as vLLM
+    parsed it (a speculators config is translated first)."""
+    from specparity.idrules.vllm_shapes import fallback_shape
+
+    found = fallback_shape(raw) or fallback_shape(parsed)
+    what = f"{found.shape}: {found.message}" if found else "vLLM's reader returned no ids"
+    return (f"vLLM read no aux layer ids ({what}) and serves its model default (2, L//2, L-3) = boundaries "
+            f"{boundaries} (vllm/model_executor/models/interfaces.py:1712-1733)")
+
+
 def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int, *, fc_meta: dict[str, Any] | None,
                 timings: dict[str, float], served_layout: dict[str, Any] | None = None) -> Any:
     """A :class:`ResolvedDeployment` from vLLM's own resolved config (and the live fc when given)."""
@@ -26,30 +43,30 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     from specparity.serving.worker_common import fc_shape_from_checkpoint
 
     mc, sc = vllm_config.model_config, vllm_config.speculative_config
-    tcfg = mc.hf_config
+    tcfg = mc.hf_config  # the architecture's own config: a multimodal one keeps its sizes in a text config
+    text = text_config_of(mc)
     num_layers = int(mc.get_total_num_hidden_layers())
-    hidden = int(tcfg.hidden_size)
+    hidden = int(getattr(text, "hidden_size", None) or mc.get_hidden_size())
     dcfg = _hf_dict(sc.draft_model_config.hf_config) if sc is not None else {}
 
     class _Runner:  # the attribute vLLM's reader looks at (gpu_model_runner.py:5263-5266)
         speculative_config = sc
 
     read = GPUModelRunner._get_eagle3_aux_layers_from_config(_Runner()) if sc is not None else None
+    try:
+        raw = json.loads((Path(request.draft) / "config.json").read_text())
+    except (OSError, ValueError):
+        raw = {}
     if read:
         boundaries = tuple(sorted(set(int(b) for b in read)))
         reason = None
     else:
         boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
-        reason = ("vLLM found no eagle_aux_hidden_state_layer_ids (top level, dflash_config or eagle_config) "
-                  "and uses the model default (2, L//2, L-3) (vllm/model_executor/models/interfaces.py:1712-1733)")
+        reason = fallback_reason(raw if isinstance(raw, dict) else {}, dcfg, list(boundaries))
     from specparity.sources import boundary_to_source
 
     reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
     shape = fc_shape_from_checkpoint(Path(request.draft))
-    try:
-        raw = json.loads((Path(request.draft) / "config.json").read_text())
-    except (OSError, ValueError):
-        raw = {}
     k = drafter_aux_count(dcfg)
     t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
     if fc_meta is not None:
@@ -68,7 +85,7 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     return ResolvedDeployment(
         engine_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
         device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
-        num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(tcfg.vocab_size),
+        num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(mc.get_vocab_size()),
         target_dtype=str(mc.dtype).removeprefix("torch."),
         # as the draft's config.json names it (vLLM maps a speculators config to its own class)
         draft_architecture=str((raw.get("architectures") or dcfg.get("architectures") or ["?"])[0]),

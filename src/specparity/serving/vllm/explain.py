@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, InputError
 from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 
-_ENVIRONMENT = frozenset({"vllm_missing", "unsupported_version", "timeout", "child_crashed"})
+_ENVIRONMENT = frozenset({"vllm_missing", "unsupported_version", "timeout", "child_crashed", "internal_error",
+                          "engine_import", "needs_hardware"})
+IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 RULE = ("id k = boundary k = hidden_states[k], no +1 (vllm/model_executor/models/interfaces.py:1601-1611, "
         "models/llama.py:428-441); sorted and deduplicated (interfaces.py:1577-1578)")
 
@@ -28,6 +31,7 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
     read = read_ids(draft_config, num_layers=dep.num_layers, version=dep.engine_version)
     ids_source = (f"draft config.json: {read.key}" if read.key is not None else
                   f"vLLM default (2, L//2, L-3): {dep.ids_fallback_reason}")
+    notes = _warnings(dep, draft_config, read)
     problems = []
     if dep.unreachable_boundaries:
         problems.append(f"boundaries {list(dep.unreachable_boundaries)} are outside 0..{dep.num_layers}")
@@ -47,20 +51,49 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
         f"serves   {served} (fc order)",
         f"fc       {dep.fc_in_features} -> {dep.fc_out_features} ({dep.fc_source})",
         f"spec     num_speculative_tokens {spec.num_steps} (one chain)",
+        *(f"{n['severity']:<8} {n['kind']}: {n['message']}" for n in notes),
         *(f"problem  {p}" for p in problems),
     )
     data = {"engine": "vllm", "engine_version": dep.engine_version, "target_architecture": dep.target_architecture,
             "num_layers": dep.num_layers, "draft_ids": list(read.ids) if read.ids is not None else None,
             "ids_source": ids_source, "convention": {"rule": RULE}, "layers_to_capture": list(dep.layers_to_capture),
             "served_sources": list(dep.served_sources), "ids_fallback": dep.ids_fallback_reason,
-            "fc_in_features": dep.fc_in_features, "resolved_spec": spec.to_dict(), "problems": problems}
+            "fc_in_features": dep.fc_in_features, "resolved_spec": spec.to_dict(), "problems": problems,
+            "adapter_notes": notes}
     code = EXIT_PARITY_FAILURE if problems else EXIT_PASS
     summary = (f"vLLM {dep.engine_version} feeds fc {served}" if not problems
                else f"vLLM {dep.engine_version} would not serve this drafter as built: {problems[0]}")
     return Explanation(code, summary, data, lines)
 
 
+def _warnings(dep: ResolvedDeployment, draft_config: Mapping[str, Any], read: Any) -> list[dict[str, Any]]:
+    """What a user must hear before a contract exists (warnings: ``--strict`` exits 1 on them): the silent default
+    fallback, by its exact shape, and the cross-engine shift of SpecForge-style ids (idrules/vllm_shapes.py)."""
+    from specparity.idrules.vllm_shapes import fallback_shape, vllm_shift_hint
+
+    notes: list[dict[str, Any]] = []
+    if read.ids is None:
+        shape = fallback_shape(draft_config)
+        what = f"{shape.shape}: {shape.message}" if shape else "vLLM's reader returned no ids"
+        notes.append({"kind": "default_ids_fallback", "severity": "warning", "shape": shape.shape if shape else None,
+                      "message": f"vLLM reads no aux layer ids ({what}) and silently serves its default (2, L//2, "
+                                 f"L-3) = {', '.join(dep.served_sources)}; a drafter trained on other layers "
+                                 f"loses its acceptance with no error (vllm-project/vllm#50170: 1.21% against "
+                                 f"58.9%). Write the ids the drafter was trained on as the top-level {IDS_KEY}",
+                      "cite": "vllm/v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config; "
+                              "model_executor/models/interfaces.py get_eagle3_default_aux_hidden_state_layers"})
+    else:
+        hint = vllm_shift_hint(list(read.ids), read.key, list(dep.served_sources), num_layers=dep.num_layers)
+        if hint is not None:
+            notes.append({"kind": "engine_convention_mismatch", "severity": "warning", "message": hint,
+                          "cite": RULE})
+    return notes
+
+
 def explain_vllm_failure(failure: ServingFailure) -> Explanation:
+    if failure.kind == "internal_error":  # ours, never vLLM's (worker.exception_failure)
+        return Explanation(EXIT_ENVIRONMENT, f"specparity failed (internal_error): {failure.message}",
+                           {"engine": "vllm", "error": failure.to_dict()})
     if failure.kind in _ENVIRONMENT:
         return Explanation(EXIT_ENVIRONMENT, f"vLLM could not run: {failure.message}",
                            {"engine": "vllm", "error": failure.to_dict()})

@@ -39,11 +39,29 @@ def innermost_vllm_frame(exc: BaseException) -> str:
     return ""
 
 
-def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
-    """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``."""
-    from specparity.serving.exception_text import exception_text
-    from specparity.serving.results import VLLM_EXCEPTION, ServingFailure
+def raised_in_specparity(exc: BaseException) -> str | None:
+    """``specparity/FILE.py:LINE`` where ``exc`` was raised when that innermost frame of vLLM's or specparity's code
+    is specparity's own (a bug of ours, never the engine's), else None."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        fname = frame.filename.replace("\\", "/")
+        if "/specparity/" in fname:
+            return f"{fname[fname.rindex('/specparity/') + 1 :]}:{frame.lineno}"
+        if "/vllm/" in fname:
+            return None
+    return None
 
+
+def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
+    """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``; ``internal_error`` naming
+    specparity's own ``file:line`` when specparity's code raised it (exit 3, never attributed to vLLM)."""
+    from specparity.serving.exception_text import exception_text
+    from specparity.serving.results import INTERNAL_ERROR, VLLM_EXCEPTION, ServingFailure
+
+    ours = raised_in_specparity(exc)
+    if ours is not None:
+        return ServingFailure(INTERNAL_ERROR, f"{prefix}specparity's own code raised {exception_text(exc)} at {ours} "
+                              "(a bug in specparity, not in vLLM or the deployment: please report it with this "
+                              "message)")
     return ServingFailure(VLLM_EXCEPTION, f"{prefix}{exception_text(exc)}{innermost_vllm_frame(exc)}")
 
 
@@ -88,6 +106,32 @@ def _setup_env(workers: int, atlas: bool) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r % n) for r in range(workers)))
 
 
+def target_quantization(target: str) -> str | None:
+    """The target checkpoint's ``quant_method`` (fp8, mxfp4, compressed-tensors, ...), top level or text config."""
+    try:
+        cfg = json.loads((Path(target) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for where in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
+        q = where.get("quantization_config") if isinstance(where, dict) else None
+        if isinstance(q, dict):
+            return str(q.get("quant_method") or "unnamed")
+    return None
+
+
+def cpu_capture_refusal(request: Any, exc: BaseException) -> Any:
+    """A quantized target's capture vLLM's CPU platform could not run: the machine's limit (exit 3), named."""
+    from specparity.serving.exception_text import exception_text
+    from specparity.serving.results import NEEDS_HARDWARE, ServingFailure
+
+    quant = target_quantization(request.target)
+    if request.op == "resolve" or request.device != "cpu" or quant is None:
+        return None
+    return ServingFailure(NEEDS_HARDWARE, f"vLLM's CPU platform cannot run this {quant}-quantized target for the "
+                          f"capture ({exception_text(exc)}{innermost_vllm_frame(exc)}); the static level resolves "
+                          "it here as deployed, the capture needs the deployment's GPU")
+
+
 def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
     """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
     args = dict(request.server_args)
@@ -102,7 +146,11 @@ def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
         "max_num_batched_tokens": max(max_len, 256),
     }
     if request.device == "cpu":
-        kw.update(dtype="float32", gpu_memory_utilization=0.3)
+        kw["gpu_memory_utilization"] = 0.3
+        # the static level resolves the target as deployed (a quantized one in its own dtype); only a capture runs the
+        # model here, in float32 where vLLM's CPU kernels have it (issue 37 item 4)
+        if request.op != "resolve" and target_quantization(request.target) is None:
+            kw["dtype"] = "float32"
     if "speculative_config" not in args:
         kw["speculative_config"] = {"method": "eagle3", "model": request.draft, "num_speculative_tokens": n_spec}
     kw.update(args)
@@ -232,7 +280,7 @@ def main(argv: list[str]) -> int:
     try:
         result = resolve(request) if request.op == "resolve" else capture(request)
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
-        failure = exception_failure(exc)
+        failure = cpu_capture_refusal(request, exc) or exception_failure(exc)
         result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,),
                                                                          loop={"layout": requested_layout(request)})
     from dataclasses import replace
