@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specparity import gate
+from specparity import gate_verdict
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.serving.sglang.common import NORM_FLAGS, applied_norm_flags, with_applied_norms
 
@@ -43,15 +43,15 @@ def test_a_norm_the_version_cannot_apply_is_said_as_such() -> None:
                       "training used norm_before_fc=True", details={"flag": "norm_before_fc", "expected": True,
                                                                     "served": False})
     dep = _dep(engine_version="0.5.3", unsupported_norms=NORM_FLAGS, ignored_norm_config=("norm_before_fc",))
-    [f] = gate._explain_unsupported_norms([generic], dep)
+    [f] = gate_verdict._explain_unsupported_norms([generic], dep)
     assert f.kind is FindingKind.NORM_MISMATCH and f.severity is Severity.ERROR
     assert "sglang 0.5.3 cannot apply" in f.message and f.fix is not None and ">= 0.5.17" in f.fix
     assert f.details["unsupported_by_version"] == "0.5.3"
     # a version that builds the norm keeps the plain finding; so does the reverse direction
-    assert gate._explain_unsupported_norms([generic], _dep()) == [generic]
+    assert gate_verdict._explain_unsupported_norms([generic], _dep()) == [generic]
     reverse = Finding(FindingKind.NORM_MISMATCH, Severity.ERROR, "x",
                       details={"flag": "norm_before_fc", "expected": False, "served": True})
-    assert gate._explain_unsupported_norms([reverse], dep) == [reverse]
+    assert gate_verdict._explain_unsupported_norms([reverse], dep) == [reverse]
 
 
 # --- issue 11 item 10: the atlas includes boundary L (layer:L-1) where the class's loop can capture it --------

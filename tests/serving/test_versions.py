@@ -130,7 +130,8 @@ def test_versions_text_names_each_range_and_its_env() -> None:
 def test_supported_versions_table_lists_every_range() -> None:
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "supported_versions.py")], check=True,
                          capture_output=True, text=True, timeout=120).stdout
-    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    # SGLang's rows (the vLLM table below them names its distribution in the second column)
+    rows = [line for line in out.splitlines() if line.startswith("| `") and "| `vllm" not in line]
     assert len(rows) == len(REGISTRY) + 1
     for entry in REGISTRY:
         assert any(f"`{entry.range_text}`" in row and f"| {entry.family}: " in row for row in rows), entry
@@ -227,7 +228,7 @@ def _static_deployment(**kw: Any) -> Any:
 
 
 def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -> None:
-    from specparity import gate
+    from specparity import gate_verdict
     from specparity.contract import load_contract
     from specparity.serving import CaptureResult, ResolvedDeployment
     from specparity.serving.sglang.worker import with_version_note
@@ -244,8 +245,9 @@ def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -
     tested = select_adapter("0.5.23")
     assert with_version_note(_static_deployment(), tested).adapter_notes == ()
     contract = REPO / "contracts" / "tiny-llama-eagle3.json"
-    run = gate._Run(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft", deployment=dep)
-    v = gate._verdict(run, level="static", timings={})
+    run = gate_verdict.GateRun(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft",
+                               deployment=dep)
+    v = gate_verdict.verdict_of(run, level="static", timings={})
     found = [f for f in v.findings if f.kind.value == "untested_version"]
     assert len(found) == 1 and found[0].severity.value == "warning" and v.status == "pass"
     assert found[0].details["check"] == "static"
@@ -255,7 +257,7 @@ def test_untested_version_warning_reaches_every_report_and_is_only_a_warning() -
                                                         ((1, 3, 5), "error"), ((0, 1, 2), "error")])
 def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
         configured: tuple[int, ...] | None, severity: str) -> None:
-    from specparity import gate
+    from specparity import gate_verdict
     from specparity.contract import load_contract
     from specparity.serving.sglang.since_0_4_4.static_only import ids_ignored_note
 
@@ -267,8 +269,9 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
                              layers_to_capture=(2, 4, 5), served_sources=(layer(1), layer(3), layer(4)),
                              adapter_notes=(note,))
     contract = REPO / "contracts" / "tiny-llama-eagle3.json"
-    run = gate._Run(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft", deployment=dep)
-    v = gate._verdict(run, level="static", timings={})
+    run = gate_verdict.GateRun(contract=load_contract(contract), draft=REPO / "fixtures" / "default" / "draft",
+                               deployment=dep)
+    v = gate_verdict.verdict_of(run, level="static", timings={})
     assert v.status == "fail"  # the bundle was trained on layer:1,3,5; 0.4.8 serves 1,3,4
     assert any(f.kind.value == "draft_ids_ignored" and f.severity.value == severity for f in v.findings)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specparity import gate
+from specparity import gate_verdict
 from specparity.checkpoint_files import weight_files
 from specparity.compare.findings import FindingKind, Severity
 from specparity.errors import InputError
@@ -103,11 +103,11 @@ def test_an_index_naming_a_missing_shard_is_bad_input(tmp_path: Path) -> None:
 def test_an_unreadable_draft_is_a_check_skipped_warning(tmp_path: Path) -> None:
     d = _draft_dir(tmp_path / "draft")
     (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
-    cfg, d2t, observed, keys, skipped = gate._draft_facts(d)
+    cfg, d2t, observed, keys, skipped = gate_verdict._draft_facts(d)
     assert cfg["hidden_size"] == H and (d2t, observed, keys) == (None, False, None)
     [f] = skipped
     assert f.kind is FindingKind.CHECK_SKIPPED and f.severity is Severity.WARNING
     assert f.details["skipped"] == ["vocab_map", "checkpoint_keys"]
     assert "model.safetensors" in f.message and "vocab-map" in f.message
     save_file({**_shard_1(), **_shard_2()}, str(d / "model.safetensors"))
-    assert gate._draft_facts(d)[4] == []  # readable: nothing skipped
+    assert gate_verdict._draft_facts(d)[4] == []  # readable: nothing skipped

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.resolved_deployments import tiny_deployment
 
-from specparity import gate
+from specparity import gate, gate_verdict
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
 from specparity.errors import InputError
@@ -87,9 +87,9 @@ def test_specforge_ids_on_vllm_are_an_engine_convention_mismatch() -> None:
 
 
 def test_static_vllm_verdict_names_the_mismatch_and_gives_the_vllm_patch() -> None:
-    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_vllm_deployment(),
+    run = gate_verdict.GateRun(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_vllm_deployment(),
                     engine="vllm")
-    v = gate._verdict(run, level="static", timings={})
+    v = gate_verdict.verdict_of(run, level="static", timings={})
     assert v.status == "fail" and v.engine == "vllm"
     assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in v.errors}
     assert v.fix is not None and list(v.fix.json_patch) == [

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tests.resolved_deployments import tiny_deployment
 
-from specparity import engine_args, gate
+from specparity import engine_args, gate, gate_verdict
 from specparity.contract import load_contract, read_contract_probes
 from specparity.errors import InputError
 from specparity.serving import ResolvedDeployment
@@ -48,16 +48,16 @@ def _deployment() -> ResolvedDeployment:
 
 def test_a_capture_without_tensors_is_never_a_pass() -> None:
     """Even a serving result that reports no failure but brings no tensors back cannot pass."""
-    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
-    v = gate._verdict(run, level="capture", timings={})
+    run = gate_verdict.GateRun(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
+    v = gate_verdict.verdict_of(run, level="capture", timings={})
     assert v.status != "pass" and any("no fc input" in f.message for f in v.errors)
-    v = gate._verdict(run, level="static", timings={})
+    v = gate_verdict.verdict_of(run, level="static", timings={})
     assert v.status == "pass"  # static level: the resolved layout is the evidence
 
 
 def test_outcome_level_without_figures_is_never_a_pass() -> None:
-    run = gate._Run(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
-    v = gate._verdict(run, level="all", timings={})
+    run = gate_verdict.GateRun(contract=load_contract(CONTRACT), draft=BUNDLE / "draft", deployment=_deployment())
+    v = gate_verdict.verdict_of(run, level="all", timings={})
     assert v.status != "pass" and any("no acceptance figures" in f.message for f in v.errors)
 
 
