@@ -43,6 +43,7 @@ from specparity.serving.server import (
     is_loopback,
     redact,
 )
+from specparity.testpoints import pause
 
 if TYPE_CHECKING:
     from specparity.launch_command import LaunchCommand
@@ -185,6 +186,7 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
             failure = engine.server_failure(str(e), server.log_tail(3000).splitlines())
             return CaptureResult(None, None, None, (failure,), loop={"live": run.to_dict()})
         run = replace(run, startup_s=server.started_s)
+        pause("server_up")  # test-only (specparity/testpoints.py): inert unless its variable names it
         try:
             with ServerClient(server.url, api_key=api_key, timeout_s=timeout_s) as client:
                 result = engine.live_capture(client, evidence_dir=started.evidence, probes=probes, outcome=outcome,

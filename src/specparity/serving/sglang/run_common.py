@@ -33,6 +33,7 @@ from specparity.serving.sglang.common import (
     split_rows,
 )
 from specparity.serving.worker_common import WorkerRequest, nonfinite_failures
+from specparity.testpoints import pause
 
 
 @contextmanager
@@ -139,6 +140,7 @@ def capture_forward(request: WorkerRequest, deployment: ResolvedDeployment, *, t
     t1 = time.perf_counter()
     tap = tap_class(fc_mod, target.model)
     raised: ServingFailure | None = None
+    pause("capture")  # test-only (specparity/testpoints.py): inert unless SPECPARITY_TEST_PAUSE names it
     try:
         if sum(lengths) > 0:
             prefill()

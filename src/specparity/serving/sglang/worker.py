@@ -124,6 +124,7 @@ def prepare(device: str) -> Prepared:
     from specparity.serving.results import ENGINE_IMPORT, SGLANG_MISSING, ServingFailure
     from specparity.serving.sglang.adapter import load_adapter, select_adapter
     from specparity.serving.sglang.common import exception_failure
+    from specparity.testpoints import pause
 
     try:
         version = metadata.version("sglang")
@@ -138,6 +139,7 @@ def prepare(device: str) -> Prepared:
     if device == "cpu":
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     install_kernel_stub_if_needed(device)
+    pause("engine_import")  # test-only (specparity/testpoints.py): inert unless SPECPARITY_TEST_PAUSE names it
     try:
         adapter = load_adapter(entry, sglang_version=version)
     except Exception as exc:  # before SGLang saw the deployment: this machine's install or environment (exit 3)

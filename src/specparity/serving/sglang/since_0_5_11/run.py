@@ -19,6 +19,7 @@ from specparity.serving.sglang.capture_marks import aux_capture
 from specparity.serving.sglang.common import split_rows
 from specparity.serving.sglang.run_common import FcTapBase
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
+from specparity.testpoints import pause
 
 
 @dataclass
@@ -79,6 +80,7 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     model_config = ModelConfig.from_server_args(sa)
     bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=port_args.nccl_port)
     bootstrap.init_layer_runtime(model_config=model_config)
+    pause("model_load")  # test-only (specparity/testpoints.py): inert unless SPECPARITY_TEST_PAUSE names it
     tp_worker = TpModelWorker(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port)
     algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     spec_worker = algo.create_worker(sa)(
