@@ -8,11 +8,14 @@
   temporary file, and is a :class:`ReportWriteError` (exit 3) saying which faces were written (none, unless a
   rename itself failed) and which were not. A report on disk is therefore always whole, and from the same run.
   An interrupt (Ctrl-C, SIGTERM, SIGHUP) while writing removes the faces this call already put in place: a run cut
-  short leaves no report that could be read as its verdict.
+  short leaves no report that could be read as its verdict. Until the last rename, every temporary file and every
+  face put in place is registered with the reaper's watchdog (serving/reaper.py), which removes them if the process
+  is killed (SIGKILL) before this call ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import tempfile
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specparity.errors import EnvironmentProblem, InputError
+from specparity.serving import reaper
 from specparity.testpoints import pause
 
 
@@ -79,10 +83,12 @@ def check_report_path(path: str | Path, *, option: str, directory: bool = False)
     return p
 
 
-def _stage(f: ReportFile) -> Path:
-    """``f.text`` in a new temporary file beside ``f.path`` (synced), which is removed again if writing fails."""
+def _stage(f: ReportFile, guard: list[Path]) -> Path:
+    """``f.text`` in a new temporary file beside ``f.path`` (synced), which is removed again if writing fails; its
+    name joins ``guard`` (the watchdog's) before it exists."""
     f.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.path.with_name(f".{f.path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    _guard(tmp, guard)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any new file
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -95,6 +101,13 @@ def _stage(f: ReportFile) -> Path:
     return tmp
 
 
+def _guard(path: Path, guard: list[Path]) -> None:
+    """``path`` is removed by the reaper's watchdog should this process be killed before :func:`write_files` ends."""
+    with contextlib.suppress(OSError):  # no watchdog process to be had: the files are still written
+        reaper.adopt_file(path.absolute())
+    guard.append(path)
+
+
 def _unwritten(written: Sequence[ReportFile]) -> None:
     for f in written:
         f.path.unlink(missing_ok=True)
@@ -104,13 +117,15 @@ def write_files(files: Sequence[ReportFile]) -> list[Path]:
     """Write every file whole, or none (module docstring); returns the paths written, in order."""
     staged: list[Path] = []
     written: list[ReportFile] = []
+    guard: list[Path] = []  # what a SIGKILL before the end must not leave: every temporary file, every face renamed
     try:
         for i, f in enumerate(files):
             try:
-                staged.append(_stage(f))
+                staged.append(_stage(f, guard))
             except OSError as e:
                 raise ReportWriteError(f, e, written=(), not_written=files[i:]) from None
         for i, (f, tmp) in enumerate(zip(files, staged, strict=True)):
+            _guard(f.path, guard)
             try:
                 os.replace(tmp, f.path)
             except OSError as e:
@@ -125,4 +140,6 @@ def write_files(files: Sequence[ReportFile]) -> list[Path]:
     finally:
         for tmp in staged:
             tmp.unlink(missing_ok=True)  # only those not renamed into place are still there
+        for p in guard:  # what is on disk now is this call's result: the watchdog leaves it
+            reaper.release_file(p.absolute())
     return [f.path for f in files]

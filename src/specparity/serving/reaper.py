@@ -10,7 +10,8 @@ Three layers, each covering what the one before cannot:
 3. a watchdog process, started with the first group this process adopts, holds the read end of a pipe whose write
    end only this process has. When this process dies for any reason (SIGKILL included: no handler runs) the pipe
    closes, and the watchdog sends SIGTERM, then SIGKILL, to every group still registered and removes every
-   registered directory. It runs in a session of its own, so a signal to the gate's process group does not reach it.
+   registered directory and file (a report being written: report/writing.py). It runs in a session of its own, so a
+   signal to the gate's process group does not reach it.
 
 Each child also gets ``PR_SET_PDEATHSIG`` (Linux), so the direct child dies with this process even before the
 watchdog acts, and the marker :data:`MARKER_ENV` in its environment, by which a test finds every process of a run.
@@ -35,15 +36,16 @@ from types import FrameType
 MARKER_ENV = "SPECPARITY_RUN_ID"  # in the environment of every process a run starts (a test greps /proc for it)
 TERM_GRACE_S = 5.0
 
-# The watchdog: reads "+PGID", "-PGID", "+dPATH", "-dPATH" lines; at EOF (its parent died, or closed the pipe at
-# the end) it stops the groups still registered and removes the directories. Standard library only.
+# The watchdog: reads "+gPGID", "-gPGID", "+dPATH", "-dPATH", "+fPATH", "-fPATH" lines; at EOF (its parent died, or
+# closed the pipe at the end) it stops the groups still registered and removes the directories and files. Standard
+# library only.
 _WATCHDOG = r"""
 import os, shutil, signal, sys, time
-groups, dirs = set(), set()
+groups, dirs, files = set(), set(), set()
 for line in sys.stdin:
     line = line.rstrip("\n")
     op, kind, value = line[:1], line[1:2], line[2:]
-    target = groups if kind == "g" else dirs
+    target = groups if kind == "g" else dirs if kind == "d" else files
     item = int(value) if kind == "g" else value
     (target.add if op == "+" else target.discard)(item)
 for sig, wait in ((signal.SIGTERM, float(sys.argv[1])), (signal.SIGKILL, 0)):
@@ -62,6 +64,11 @@ for sig, wait in ((signal.SIGTERM, float(sys.argv[1])), (signal.SIGKILL, 0)):
         time.sleep(0.1)
 for d in dirs:
     shutil.rmtree(d, ignore_errors=True)
+for f in files:
+    try:
+        os.unlink(f)
+    except OSError:
+        pass
 """
 
 
@@ -84,6 +91,7 @@ class Interrupted(BaseException):
 _lock = threading.Lock()
 _groups: set[int] = set()
 _dirs: set[str] = set()
+_files: set[str] = set()
 _watchdog: subprocess.Popen[str] | None = None
 _watchdog_pid_owner: int | None = None  # the pid that started it (a forked child must not reuse it)
 
@@ -101,6 +109,8 @@ def _send(line: str) -> None:
             _watchdog.stdin.write(f"+g{g}\n")  # type: ignore[union-attr]
         for d in _dirs:
             _watchdog.stdin.write(f"+d{d}\n")  # type: ignore[union-attr]
+        for f in _files:
+            _watchdog.stdin.write(f"+f{f}\n")  # type: ignore[union-attr]
     assert _watchdog.stdin is not None
     with contextlib.suppress(BrokenPipeError, ValueError):
         _watchdog.stdin.write(line + "\n")
@@ -135,6 +145,22 @@ def release_dir(path: str | Path, *, remove: bool = True) -> None:
         _dirs.discard(str(path))
         if _watchdog is not None and _watchdog_pid_owner == os.getpid():
             _send(f"-d{path}")
+
+
+def adopt_file(path: str | Path) -> None:
+    """Register a file the watchdog removes if this process is killed before :func:`release_file` (a report being
+    written, report/writing.py: a run killed while writing leaves no report of its own). Only the watchdog removes
+    it: a caller that is not killed removes or keeps it itself."""
+    with _lock:
+        _files.add(str(path))
+        _send(f"+f{path}")
+
+
+def release_file(path: str | Path) -> None:
+    with _lock:
+        _files.discard(str(path))
+        if _watchdog is not None and _watchdog_pid_owner == os.getpid():
+            _send(f"-f{path}")
 
 
 def group_alive(pgid: int) -> bool:
