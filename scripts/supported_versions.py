@@ -67,11 +67,16 @@ def table() -> str:
 
 
 def vllm_table() -> str:
-    """The vLLM rows, oldest first."""
-    rows = ["| vLLM versions | distribution | levels on CPU | tested in the matrix with |", "|---|---|---|---|"]
+    """The vLLM rows, one per family (serving/vllm/families.py), oldest first, then the untested newer range."""
+    envs = vllm_versions.ENVS
+    rows = ["| vLLM versions | family | adapter (`serving/vllm/`) | reads the draft's ids | releases read "
+            "(`idrules/vllm_releases.py`) | levels on CPU | tested in the matrix with |", "|---|---|---|---|---|---|---|"]
     for r in vllm_versions.versions_rows():
-        tested = "; ".join(f"{r['dist']} {v} (`{e}`)" for e, v in zip(r["tested_with"], r["tested_versions"], strict=True))
-        rows.append(f"| `{r['range']}` | `{r['dist']}` | {', '.join(r['levels_on_cpu'])} | {tested} |")
+        tested = "; ".join(f"{envs[e].dist} {v} (`{e}`: {'static, capture, outcome' if envs[e].cpu_capture else 'static'})"
+                           for e, v in zip(r["tested_with"], r["tested_versions"], strict=True)) or r["untested_why"]
+        releases = f"{r['releases'][0]} … {r['releases'][-1]} ({len(r['releases'])})" if r["releases"] else "—"
+        rows.append(f"| `{r['range']}` | {r['family']}: {r['summary']} | `{r['folder'].removeprefix('serving/vllm/')}` "
+                    f"| `{r['reader']}` | {releases} | {', '.join(r['levels_on_cpu'])} | {tested} |")
     return "\n".join(rows)
 
 

@@ -42,9 +42,10 @@ def test_dflash_ids_get_plus_one_and_nested_eagle_wins_over_them() -> None:
     assert read_ids(both, num_layers=L).boundaries == (1, 3, 5)
 
 
-def test_version_outside_the_pinned_rules_is_refused() -> None:
-    with pytest.raises(ValueError, match="no pinned vLLM id rules"):
-        read_ids({}, num_layers=L, version="0.34.0")
+def test_a_release_before_eagle3_is_refused_and_a_newer_one_takes_the_newest_rules() -> None:
+    with pytest.raises(ValueError, match="predates EAGLE-3"):
+        read_ids({}, num_layers=L, version="0.8.4")
+    assert read_ids({}, num_layers=L, version="0.99.0").reader == "v2"  # untested: the newest rules
 
 
 def test_drafter_width_counts_nested_ids_only() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specparity.idrules.vllm import drafter_aux_count, read_ids
+from specparity.idrules.vllm import READ_PATHS, drafter_aux_count, read_ids
 from specparity.idrules.vllm_shapes import (
     FALLBACK_SHAPES,
     IdsFallback,
@@ -54,9 +54,26 @@ def test_no_fallback_where_vllm_reads_ids(cfg: dict[str, Any]) -> None:
     assert read_ids({**BASE, **cfg}, num_layers=80).ids is not None
 
 
-def test_nested_only_releases_read_a_top_level_key_as_misplaced() -> None:
-    found = fallback_shape({**BASE, IDS: [2, 40, 77]}, nested_only=True)
-    assert found is not None and found.shape == "key_at_wrong_level" and found.where == IDS
+def test_each_release_reads_its_own_keys() -> None:
+    nested = {**BASE, "eagle_config": {IDS: [1, 39, 76]}}
+    # 0.11.1-0.19 read the top level only: SpecForge's nested key is at the wrong level there
+    found = fallback_shape(nested, reads=READ_PATHS["top_level"])
+    assert found is not None and (found.shape, found.where) == ("key_at_wrong_level", f"eagle_config.{IDS}")
+    assert read_ids(nested, num_layers=80, version="0.19.1").ids is None
+    assert read_ids(nested, num_layers=80, version="0.22.1").ids == (1, 39, 76)
+    # 0.34 reads eagle_config.layer_ids, no longer eagle_config's eagle_aux_hidden_state_layer_ids
+    assert read_ids(nested, num_layers=80, version="0.34.0").ids is None
+    assert read_ids({**BASE, "eagle_config": {"layer_ids": [1, 39, 76]}}, num_layers=80, version="0.34.0").ids == (
+        1, 39, 76)
+    # before 0.11.1 no reader: any ids are ignored
+    top = {**BASE, IDS: [2, 40, 77]}
+    assert read_ids(top, num_layers=80, version="0.10.2").ids is None
+    found = fallback_shape(top, reads=READ_PATHS["model_default"])
+    assert found is not None and found.shape == "release_reads_no_ids"
+    # before 0.18 boundary L is never reached (the loop captures before each layer)
+    last = read_ids({**BASE, IDS: [2, 40, 80]}, num_layers=80, version="0.17.1")
+    assert last.sources[-1].startswith("<boundary 80: never reached")
+    assert read_ids({**BASE, IDS: [2, 40, 80]}, num_layers=80, version="0.18.1").sources[-1] == "layer:79"
 
 
 def test_specforge_ids_on_vllm_name_the_shift_both_ways() -> None:
@@ -124,3 +141,15 @@ def test_target_readers_take_the_text_config_of_any_nesting(top: dict[str, Any],
     mc = SimpleNamespace(hf_config=SimpleNamespace(**cfg), hf_text_config=SimpleNamespace(**(text or top)))
     assert text_config_of(mc) is mc.hf_text_config
     assert text_config_of(SimpleNamespace(hf_config=mc.hf_config)) is mc.hf_config
+
+
+def test_an_exception_in_specparitys_vllm_folder_is_never_quoted_as_vllms_code() -> None:
+    from specparity.serving.vllm.worker import exception_failure, innermost_vllm_frame
+
+    try:
+        text_config_of(SimpleNamespace())
+    except AttributeError as exc:
+        assert innermost_vllm_frame(exc) == ""  # serving/vllm/deployment.py is ours, not vllm/deployment.py
+        failure = exception_failure(exc)
+    assert failure.kind == "internal_error" and "specparity/serving/vllm/deployment.py:" in failure.message
+    assert "bug in specparity" in failure.message

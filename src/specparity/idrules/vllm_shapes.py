@@ -26,8 +26,9 @@ from typing import Any
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 FALLBACK_SHAPES = ("no_eagle_config", "eagle_config_without_key", "ids_null", "ids_empty", "ids_not_a_list",
-                   "eagle_config_not_object", "key_at_wrong_level")
-_READ_PATHS = (IDS_KEY, f"eagle_config.{IDS_KEY}", "dflash_config.target_layer_ids")
+                   "eagle_config_not_object", "key_at_wrong_level", "release_reads_no_ids")
+_READ_PATHS = (IDS_KEY, "dflash_config.target_layer_ids", f"eagle_config.{IDS_KEY}")  # 0.22-0.33 (idrules/vllm.py)
+_ID_KEYS = (IDS_KEY, "target_layer_ids", "layer_ids", "dspark_target_layer_ids")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ def _paths(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping):
         for key, child in value.items():
             path = f"{prefix}.{key}" if prefix else str(key)
-            if key in (IDS_KEY, "target_layer_ids"):
+            if key in _ID_KEYS:
                 yield path, child
             yield from _paths(child, path)
     elif isinstance(value, list):
@@ -53,13 +54,17 @@ def _paths(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from _paths(child, f"{prefix}[{i}]")
 
 
-def fallback_shape(config: Mapping[str, Any], *, nested_only: bool = False) -> IdsFallback | None:
+def fallback_shape(config: Mapping[str, Any], *, reads: Sequence[str] = _READ_PATHS) -> IdsFallback | None:
     """The shape of a draft config from which vLLM reads no aux layer ids, or None when it reads some.
 
-    ``nested_only``: the release reads only ``eagle_config``'s key (before 0.11: RELEASE_RULES), so a top-level key
-    is at the wrong level there."""
-    read = ((f"eagle_config.{IDS_KEY}",) if nested_only else _READ_PATHS)
+    ``reads``: the key paths the release's reader looks at (idrules/vllm.py ``READ_PATHS``; 0.22-0.33's by default).
+    A release with no reader (before 0.11.1) ignores any ids: ``release_reads_no_ids``."""
+    read = tuple(reads)
     found = dict(_paths(config))
+    if not read:
+        where = ", ".join(p for p, v in found.items() if isinstance(v, list) and v) or "none"
+        return IdsFallback("release_reads_no_ids", where, "this vLLM release reads no ids from the draft config at "
+                           f"all (ids in the config: {where}); vLLM reads them from 0.11.1")
     if any(found.get(p) for p in read if isinstance(found.get(p), list)):
         return None
     reads = " then ".join(read)

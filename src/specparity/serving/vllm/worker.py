@@ -34,7 +34,7 @@ def innermost_vllm_frame(exc: BaseException) -> str:
     """`` at vllm/FILE.py:LINE`` for the innermost frame of ``exc`` inside vLLM, or ``""``."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         fname = frame.filename.replace("\\", "/")
-        if "/vllm/" in fname:
+        if "/vllm/" in fname and "/specparity/" not in fname:  # never specparity's own serving/vllm/ folder
             return f" at {fname[fname.rindex('/vllm/') + 1 :]}:{frame.lineno}"
     return ""
 
@@ -265,12 +265,14 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
         write_result(out_dir, ServingFailure(VLLM_MISSING, f"cannot import vllm in {sys.executable}: {exc}"))
         return 0
-    from specparity.idrules.vllm import SUPPORTED
+    from specparity.serving.vllm.families import family_for
 
     version = str(vllm.__version__)
-    refused = (f"vllm {version} is not supported (supported: {', '.join(v + '.x' for v in SUPPORTED)})"
-               if ".".join(version.split(".")[:2]) not in SUPPORTED else
-               capture_refusal(version, request.device, request.op))  # a CUDA-only build's capture on CPU
+    try:  # a release newer than the table is served by the newest family (an untested_version warning)
+        family_for(version)
+        refused = capture_refusal(version, request.device, request.op)  # a CUDA-only build's capture on CPU
+    except ValueError as exc:  # before vLLM's first EAGLE-3 release
+        refused = str(exc)
     if refused is not None:
         write_result(out_dir, ServingFailure(UNSUPPORTED_VERSION, refused))
         return 0
