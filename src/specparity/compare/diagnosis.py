@@ -77,6 +77,11 @@ EMBEDDING_CAUSE = {
 }
 
 
+# Where each engine reads a draft config's ids (SGLang: the nested key, domain.md D11; vLLM: the top-level key first
+# in every release that reads ids, 0.11.1-, while its nested key is read only 0.22-0.33: idrules/vllm_releases.py)
+IDS_FIX = {"sglang": "write eagle_config.eagle_aux_hidden_state_layer_ids (nested) into the draft config.json",
+           "vllm": "write the ids as the top-level eagle_aux_hidden_state_layer_ids in the draft config.json (the key "
+                   "every vLLM release from 0.11.1 reads first; vLLM reads id k as hidden_states[k])"}
 # Why an engine never ran the drafter's fc, and where it applies the norm flags: each engine's own code.
 FC_SKIPPED = {
     "sglang": "SGLang applies fc only when the hidden-state width differs from the draft hidden size (sglang 0.5.23 "
@@ -144,7 +149,7 @@ def _static(exp: ExpectedFacts, dep: DeploymentFacts) -> list[Finding]:
             f"a default is "
             f"never a pass, even when it happens to match",
             details={"reason": dep.ids_fallback_reason},
-            fix="write eagle_config.eagle_aux_hidden_state_layer_ids (nested) into the draft config.json"))
+            fix=IDS_FIX.get(dep.engine or "sglang", IDS_FIX["sglang"])))
     for key in SPEC_KEYS:
         req, got = dep.requested_spec.get(key), dep.resolved_spec.get(key)
         if req is not None and got is not None and req != got:
