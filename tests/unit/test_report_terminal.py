@@ -120,6 +120,22 @@ def test_error_golden_quotes_the_sglang_exception() -> None:
     ]
 
 
+def test_an_outcome_that_cannot_run_here_does_not_hide_a_matching_capture() -> None:
+    """A live SGLang server on a CPU at --level all: the fc input was captured and matches; only the server's own
+    acceptance could not be counted (exit 3). The headline says both."""
+    refusal = Finding(FindingKind.ENGINE_ERROR, Severity.ERROR, "sglang 0.5.23 refuses the EAGLE decode step on this "
+                      "CPU at mem_cache/allocation.py:746", details={"check": "outcome", "engine": "sglang"})
+    chunks = tuple(ChunkReport(i, s, s, cosine=1.0, max_abs_err=0.0) for i, s in enumerate(EXPECTED))
+    v = verdict(status="error", chunks=chunks, findings=(refusal,))
+    assert render_text(v).splitlines()[0] == (
+        "ERROR  fc input matches contract 'tiny-llama-eagle3' (sglang 0.5.23, LlamaForCausalLM): layer:1, layer:3, "
+        "layer:5; the outcome could not be checked on this machine: SGLang failed")
+    # without a capture, or with a capture-level error too, the headline stays the one for an unchecked fc input
+    for other in (verdict(status="error", findings=(refusal,)), verdict(status="error", chunks=chunks, findings=(
+            refusal, dataclasses.replace(refusal, details={"check": "capture"})))):
+        assert render_text(other).startswith("ERROR  could not check fc input against")
+
+
 def test_timeout_without_fix_points_at_debug_traceback() -> None:
     v = verdict(status="error", engine_version=None, target_architecture=None, served_layout=None,
                 findings=(Finding(FindingKind.TIMEOUT, Severity.ERROR, "SGLang did not finish within 600 s"),))
