@@ -1,40 +1,53 @@
-"""SGLang's own HTTP server (``python -m sglang.launch_server``) on this CPU, with specparity's hook switches:
-``/server_info`` -> the static level, and the capture at prefill through ``--forward-hooks``.
+"""The gate on SGLang's own server (issue 33): a deploy command launched as given, and a running server attached to.
 
-One server start per drafter (module-scoped): the bundled healthy drafter, and the seed incident's wiring (the
-same drafter with ids ``[-1, 1, 3]``, as the catalog makes it). Each server is started by the engine-neutral server
-layer (``serving.server.LaunchedServer``: 127.0.0.1 and a free port, its own process group) and stopped (the whole
-group) inside its fixture, whatever happens; the tests then check what was recorded, including that no process of
-the group is left (read from /proc).
+The command is SGLang's published EAGLE-3 command made to run on this CPU (tests/launch_commands/sglang/
+cpu_docs_eagle3.sh, provenance in its README): ``python3 -m sglang.launch_server ...``. The tests put the bundled
+models in for the published ones and, where a test says so, change only the speculative settings. The gate adds only
+SGLang's ``--forward-hooks`` (with, on this CPU, ``--skip-server-warmup`` and the stand-ins' environment) and a
+free port; the evidence is read from the hooks' directory on this host.
 
-On CPU the command carries ``--skip-server-warmup`` (SGLang's warm-up decodes, which needs a CPU ``sgl_kernel`` op:
-``live.CPU_REFUSALS``) and the stand-ins' environment (``live.hook_switches(..., cpu_stand_ins=True)``).
+Server starts (each ~25 s idle to healthy, 60-130 s with other runs on the 2 cores):
+
+1. launched through the CLI: the healthy drafter with the contract's speculative settings, ``--level capture``: exit 0;
+2. launched through ``run_gate``: the seed's wiring (``[-1, 1, 3]``) with the published command's topk tuned to 1 and
+   its 16 draft tokens kept (SGLang rewrites them to steps + 1 = 4), ``--level all``;
+3. a server the test starts itself with ``specparity launch-flags --engine sglang --evidence-dir DIR``'s flags, serving
+   the command of start 1; ``--server URL`` at the capture, static and ``all`` levels against it.
+
+Every run carries its own run marker (``SPECPARITY_RUN_ID``); after each, no process with it is alive
+(tests/process_marks.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.deploy_files import draft_with_ids
+from tests.process_marks import describe, gone, marked_alive
 from version_facts import SGLANG_VERSION
 
-from specparity.compare.attribution import attribute
-from specparity.compare.tolerances import tolerances_from_contract
-from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
+from specparity.compare.findings import FindingKind, Severity, is_environmental
+from specparity.contract import load_contract, read_contract_probes
+from specparity.gate import run_gate
+from specparity.launch_command import read_launch
 from specparity.serving import stand_ins
-from specparity.serving.results import CaptureResult, SpecSettings
-from specparity.serving.server import LaunchedServer, ServerClient, ServerError, free_port
+from specparity.serving.launch import LaunchSpec, parse_launch
+from specparity.serving.reaper import MARKER_ENV
+from specparity.serving.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.sglang import live
 from specparity.sources import EMBEDDING
+from specparity.verdict import Verdict
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow, pytest.mark.usefixtures("sglang_required")]
 
@@ -42,188 +55,272 @@ REPO = Path(__file__).resolve().parents[2]
 TARGET = REPO / "fixtures" / "default" / "target"
 DRAFT = REPO / "fixtures" / "default" / "draft"
 CONTRACT = REPO / "contracts" / "tiny-llama-eagle3.json"
-START_TIMEOUT_S = 240
+COMMAND = REPO / "tests" / "launch_commands" / "sglang" / "cpu_docs_eagle3.sh"
+PUBLISHED_TARGET, PUBLISHED_DRAFT = "meta-llama/Meta-Llama-3.1-8B-Instruct", "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B"
 LIVE_FROM = "0.5.23"  # the release this CPU's live run is made for (its refusals and stand-ins are 0.5.23's)
+TIMEOUT_S = 600
+# the contract's serving block (num_steps 3, eagle_topk 1, num_draft_tokens 4); the published steps are 3 already
+CONTRACT_SPEC = {"--speculative-eagle-topk 4": "--speculative-eagle-topk 1",
+                 "--speculative-num-draft-tokens 16": "--speculative-num-draft-tokens 4"}
+# a user who tunes the docs' topk to 1 and keeps its 16 draft tokens (tests/serving/test_launch_parse.py
+# docs-eagle3-topk1): SGLang serves steps + 1 = 4 (arg_groups/speculative_hook.py, "adjusted to speculative_num_steps + 1")
+TOPK1 = {"--speculative-eagle-topk 4": "--speculative-eagle-topk 1"}
+SOURCES = ["layer:1", "layer:3", "layer:5"]
+SEED_IDS, SEED_SOURCES = [-1, 1, 3], [EMBEDDING, "layer:1", "layer:3"]
+# the decode step SGLang 0.5.23 refuses on this CPU (live.CPU_REFUSALS[0])
+DECODE_REFUSAL = ("mem_cache/allocation.py:746", "speculative/eagle_utils.py:910")
+
+
+def _text(draft: Path, edit: dict[str, str]) -> str:
+    text = COMMAND.read_text().replace(PUBLISHED_TARGET, str(TARGET)).replace(PUBLISHED_DRAFT, str(draft))
+    for old, new in edit.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def _spec(draft: Path, edit: dict[str, str]) -> LaunchSpec:
+    return parse_launch(read_launch(_text(draft, edit), source="--launch", cwd=REPO), python=sys.executable)
+
+
+@contextmanager
+def _marked(marker: str) -> Iterator[None]:
+    """Every process started in the block carries ``marker``; after it none may be alive."""
+    old = os.environ.get(MARKER_ENV)
+    os.environ[MARKER_ENV] = marker
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MARKER_ENV, None)
+        else:
+            os.environ[MARKER_ENV] = old
+    assert gone(marker, within_s=15), describe(marked_alive(marker))
+
+
+def _cli(*args: str, marker: str, timeout_s: float = 900) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "specparity.cli", *args], cwd=REPO,
+                         env={**os.environ, MARKER_ENV: marker}, capture_output=True, text=True, timeout=timeout_s)
+    took = time.monotonic() - t0
+    assert gone(marker, within_s=15), describe(marked_alive(marker))
+    return run, took
+
+
+def _probe_tokens() -> list[int]:
+    return [s.num_tokens for s in read_contract_probes(load_contract(CONTRACT), CONTRACT).samples]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release() -> None:
+    if SGLANG_VERSION != LIVE_FROM:
+        pytest.fail(f"this CPU's live server run is made for sglang {LIVE_FROM}; installed: {SGLANG_VERSION}")
+
+
+@pytest.fixture(scope="module")
+def launched_healthy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Start 1: ``specparity gate --launch-file CMD --level capture`` as a user runs it; its JSON report."""
+    tmp = tmp_path_factory.mktemp("healthy")
+    cmd, report = tmp / "cmd.sh", tmp / "r.json"
+    cmd.write_text(_text(DRAFT, CONTRACT_SPEC))
+    run, took = _cli("gate", "--contract", str(CONTRACT), "--level", "capture", "--python", sys.executable,
+                     "--launch-file", str(cmd), "--json", str(report), marker=f"sglang-live-healthy-{os.getpid()}")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    d = json.loads(report.read_text())
+    print(f"\nlaunched healthy --level capture (CLI): {took:.1f} s, server healthy after "
+          f"{d['live']['startup_s']:.1f} s")
+    return {"report": d, "stdout": run.stdout}
+
+
+def test_healthy_drafter_passes_on_the_launched_server(launched_healthy: dict[str, Any]) -> None:
+    """Exit 0 through the CLI; what the server fed fc is what training recorded, at the contract's layers."""
+    d = launched_healthy["report"]
+    assert d["verdict"] == "pass" and d["level"] == "capture" and d["engine_version"] == LIVE_FROM
+    assert d["served_layout"] == SOURCES and d["expected_layout"] == SOURCES
+    assert [(c["served"], c["expected"]) for c in d["chunks"]] == list(zip(SOURCES, SOURCES, strict=True))
+    # fp32 on torch_native: the served fc input equals the recording to < 1e-4, probe by probe, every token
+    assert [p["tokens"] for p in d["probes"]] == _probe_tokens()
+    assert all(p["status"] == "pass" and p["chunks"] == 3 and p["max_abs_err"] < 1e-4 for p in d["probes"]), d["probes"]
+    # the live atlas has every boundary of the 8-layer target (the attribution's candidates)
+    assert set(d["heatmap"]["columns"]) >= {EMBEDDING, "final_norm", *(f"layer:{i}" for i in range(8))}
+    # the server's own settings (its /server_info): the contract's, asked for and served, nothing rewritten
+    spec = d["resolved_spec_config"]
+    assert spec["requested"] == spec["resolved"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    assert d["layout"]["ranks_expected"] == [0] and d["layout"]["ranks_reported"] == [0]
+    assert not [f for f in d["findings"] if f["severity"] != "info"], d["findings"]
+    assert "PASS" in launched_healthy["stdout"]
+
+
+def test_the_live_block_lists_what_the_gate_added(launched_healthy: dict[str, Any]) -> None:
+    """The report says the server was launched from the command, and lists every flag and env var added to it."""
+    d = launched_healthy["report"]
+    run = d["live"]
+    assert run["mode"] == "launched" and run["url"].startswith("http://127.0.0.1:")
+    port = run["url"].rsplit(":", 1)[1]
+    flags = run["added_flags"]
+    assert flags[0] == "--forward-hooks" and live.HOOK_FACTORY in flags[1]
+    evidence = json.loads(flags[1])[0]["config"]["evidence_dir"]
+    # SGLang's warm-up decodes, which no CPU kernel can; a free port (and loopback, which is SGLang's default too)
+    assert flags[2] == "--skip-server-warmup" and flags[-2:] == ["--port", port]
+    assert flags[3:-2] in ([], ["--host", "127.0.0.1"]), flags
+    env = run["added_env"]
+    assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SPECPARITY_SGLANG_LIVE_STAND_INS"] == evidence
+    assert str(Path(live.__file__).parent / "live_site") in env["PYTHONPATH"].split(os.pathsep)
+    # the user's words all ran, in their order, with what was added after them
+    words = _text(DRAFT, CONTRACT_SPEC).replace("\\\n", " ").split()[2:]  # less HF_HUB_OFFLINE=1 and python3
+    assert run["command"][1:] == [*words, *flags] and run["command"][0] == sys.executable
+    assert d["launch"]["command"]["env"] == {"HF_HUB_OFFLINE": "1"}
+    assert run["evidence_bytes"] > 0
+    assert not Path(evidence).exists()  # the evidence directory went with the run
+    out = launched_healthy["stdout"]
+    assert "Server: launched from the command" in out and "--skip-server-warmup" in out
+
+
+def test_stand_ins_are_recorded_and_reported(launched_healthy: dict[str, Any]) -> None:
+    """Only the in-process capture's two CPU stand-ins ran in the server's processes, each reported."""
+    names = launched_healthy["report"]["stand_ins"]
+    assert names[0] == f"{stand_ins.SGL_KERNEL}: calls copy_all_layer_kv_cache_cpu"  # inside KERNEL_STUB_ALLOWED
+    assert "copy_all_layer_kv_cache_cpu" in stand_ins.KERNEL_STUB_ALLOWED
+    assert names[1].startswith(stand_ins.DRAFT_ATTENTION_FALLBACK)
+    assert len(names) == 2
+    assert "Stand-ins active: " in launched_healthy["stdout"]
+
+
+@pytest.fixture(scope="module")
+def launched_seed(tmp_path_factory: pytest.TempPathFactory) -> Verdict:
+    """Start 2: the seed's wiring, the published command with topk 1 and its 16 draft tokens, ``--level all``."""
+    draft = draft_with_ids(DRAFT, tmp_path_factory.mktemp("seed") / "draft", SEED_IDS)
+    spec = _spec(draft, TOPK1)
+    t0 = time.monotonic()
+    with _marked(f"sglang-live-seed-{os.getpid()}"):
+        v = run_gate(CONTRACT, launch=spec, level="all", timeout_s=TIMEOUT_S)
+    assert v.live is not None
+    print(f"\nlaunched seed --level all (run_gate): {time.monotonic() - t0:.1f} s, server healthy after "
+          f"{v.live['startup_s']:.1f} s")
+    return v
+
+
+def test_the_seeds_wiring_is_named_with_its_fix(launched_seed: Verdict) -> None:
+    v = launched_seed
+    assert v.status == "fail" and v.exit_code == 1 and v.live is not None and v.live["mode"] == "launched"
+    assert FindingKind.EXTRA_EMBEDDING in {f.kind for f in v.errors}
+    assert v.served_layout == SEED_SOURCES  # the capture through the hooks
+    assert v.fix is not None and list(v.fix.json_patch) == [
+        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [1, 3, 5]}]
+
+
+def test_the_servers_own_rewrite_is_named(launched_seed: Verdict) -> None:
+    """16 draft tokens at topk 1: the server's /server_info says it runs steps + 1 = 4, its launch_command that 16
+    was asked for; the gate names the rewrite from what the server itself reports, with the flags that keep 16."""
+    v = launched_seed
+    spec = v.resolved_spec_config
+    assert spec is not None
+    assert spec["requested"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 16}
+    assert spec["resolved"] == {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
+    rewritten = [f for f in v.findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN]
+    assert [(f.severity, f.details["setting"], f.details["requested"], f.details["resolved"]) for f in rewritten] == [
+        (Severity.ERROR, "num_draft_tokens", 16, 4)], [str(f) for f in v.findings]
+    assert "from 16 to 4" in rewritten[0].message and "sglang 0.5.23" in rewritten[0].message
+    assert rewritten[0].fix is not None and "--speculative-num-steps 15" in rewritten[0].fix
+
+
+def test_the_decode_refusal_is_named_and_is_not_the_mismatch(launched_seed: Verdict) -> None:
+    """At ``--level all`` the server's own acceptance cannot be counted on this CPU: named by call, environmental;
+    the exit 1 is the wiring's and the rewrite's."""
+    v = launched_seed
+    refusal = [f for f in v.errors if all(c in f.message for c in DECODE_REFUSAL)]
+    assert len(refusal) == 1 and is_environmental(refusal[0]) and refusal[0].details.get("check") == "outcome"
+    others = {f.kind for f in v.errors if f not in refusal and not is_environmental(f)}
+    assert others >= {FindingKind.EXTRA_EMBEDDING, FindingKind.SPEC_CONFIG_REWRITTEN}
 
 
 @dataclass
-class ServerRun:
-    """What one server start recorded: the capture, the timings, and the process group after the stop."""
-
-    result: CaptureResult
-    info: dict[str, Any]
-    startup_s: float
-    capture_s: float
-    stop_s: float
-    pgid: int
-    left_after_stop: list[int]
-    log_tail: str
-    raised_inside: bool
+class Attached:
+    url: str
+    marker: str
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Processes (zombies included) whose process group is ``pgid``, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:
-            out.append(int(entry))
-    return out
-
-
-class _OnPurpose(Exception):
-    """Raised inside a server's block to show the stop runs when a test fails there."""
-
-
-def _serve_and_capture(draft: Path, probes: list[list[int]], *, fail_inside: bool = False) -> ServerRun:
-    """Start ``launch_server`` with the hook switches (``serving.server.LaunchedServer``: its own process group,
-    127.0.0.1 and a free port), capture, stop the group; the stop runs also when the block raises."""
-    evidence = Path(tempfile.mkdtemp(prefix="specparity-live-test-"))
-    os.chmod(evidence, 0o700)
+@pytest.fixture(scope="module")
+def attached_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attached]:
+    """Start 3: the command of start 1 run by the test itself, with ``specparity launch-flags --engine sglang
+    --evidence-dir DIR``'s flags. On this CPU it also needs what the gate adds to a launched CPU server: the
+    stand-ins' environment and ``--skip-server-warmup`` (launch-flags prints what a GPU server needs)."""
+    tmp = tmp_path_factory.mktemp("attach")
+    evidence = tmp / "evidence"  # launch-flags creates it, 0700
+    marker = f"sglang-live-attached-{os.getpid()}"
+    printed = json.loads(subprocess.run(
+        [sys.executable, "-m", "specparity.cli", "launch-flags", "--engine", "sglang", "--evidence-dir", str(evidence),
+         "--json"], capture_output=True, text=True, check=True).stdout)
+    assert evidence.is_dir() and evidence.stat().st_mode & 0o777 == 0o700
+    _, cpu_env = live.hook_switches(evidence, cpu_stand_ins=True)
+    command = read_launch(_text(DRAFT, CONTRACT_SPEC), source="--launch", cwd=REPO)
     port = free_port()
-    flags, env = live.hook_switches(evidence, cpu_stand_ins=True)
-    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(TARGET),
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
-            # 16 draft tokens at topk 1: SGLang rewrites it to steps + 1, and /server_info must show that
-            "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "16",
-            "--device", "cpu", "--attention-backend", "torch_native", "--dtype", "float32", "--disable-cuda-graph",
-            "--mem-fraction-static", "0.05", "--max-total-tokens", "4096", "--skip-server-warmup",
-            "--host", "127.0.0.1", "--port", str(port), *flags]
-    full_env = {"HF_HUB_OFFLINE": "1", **env,
-                "PYTHONPATH": os.pathsep.join(p for p in (env["PYTHONPATH"], os.environ.get("PYTHONPATH")) if p)}
-    url = f"http://127.0.0.1:{port}"
-    server = LaunchedServer(argv, full_env, url, log=evidence / "server.log")
-    raised = False
-    capture_s = 0.0
-    result: CaptureResult | None = None
-    info: dict[str, Any] = {}
+    argv = [sys.executable, *command.program[1:], *command.args, *printed["flags"], "--skip-server-warmup",
+            "--host", "127.0.0.1", "--port", str(port)]
     try:
-        server.start()
-        try:
-            server.wait_healthy(START_TIMEOUT_S)
-        except ServerError as e:
-            lines = server.log_tail(400).splitlines()
-            raise AssertionError(f"the server did not come up: {live.server_failure(str(e), lines)}") from None
-        t1 = time.monotonic()
-        with ServerClient(url, timeout_s=120) as client:
-            info = live.server_info(client)
-            result = live.live_capture(client, evidence_dir=evidence, probes=probes, cwd=REPO)
-        capture_s = time.monotonic() - t1
-        if fail_inside:  # a test that fails while its server runs must still leave nothing behind
-            raise _OnPurpose
-    except _OnPurpose:
-        raised = True
+        with _marked(marker), LaunchedServer(argv, {**command.env, **printed["env"], **cpu_env},
+                                             f"http://127.0.0.1:{port}", cwd=str(REPO),
+                                             log=tmp / "server.log") as server:
+            server.wait_healthy(TIMEOUT_S)
+            print(f"\nattached server healthy after {server.started_s:.1f} s")
+            yield Attached(server.url, marker)
     finally:
-        t2 = time.monotonic()
-        server.stop()
-        stop_s = time.monotonic() - t2
-        assert server.proc is not None
-        pgid = server.proc.pid
-        deadline = time.monotonic() + 5  # orphaned children's zombies are init's to reap
-        while (left := _group_members(pgid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        tail = server.log_tail()
-        shutil.rmtree(evidence, ignore_errors=True)  # the records are read into `result` by now
-    assert result is not None
-    return ServerRun(result, info, server.started_s or 0.0, capture_s, stop_s, pgid, left, tail, raised)
+        shutil.rmtree(evidence, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def contract() -> tuple[Contract, ProbePack]:
-    c = load_contract(CONTRACT)
-    return c, read_contract_probes(c, CONTRACT)
+def test_attached_server_gives_the_launched_verdict(attached_server: Attached,
+                                                    launched_healthy: dict[str, Any]) -> None:
+    """``--server URL`` at the capture level: the verdict of the launched run of the same command and draft."""
+    t0 = time.monotonic()
+    v = run_gate(CONTRACT, server=attached_server.url, level="capture", timeout_s=TIMEOUT_S)
+    print(f"\nattached --level capture: {time.monotonic() - t0:.1f} s")
+    d, launched = v.to_dict(), launched_healthy["report"]
+    assert v.status == launched["verdict"] == "pass"
+    for key in ("served_layout", "stand_ins", "resolved_spec_config", "engine_version", "target_architecture"):
+        assert d[key] == launched[key], key
+    assert [p["tokens"] for p in d["probes"]] == [p["tokens"] for p in launched["probes"]]
+    assert {f["kind"] for f in d["findings"]} == {f["kind"] for f in launched["findings"]}
+    assert v.live is not None and v.live["mode"] == "attached" and v.live["url"] == attached_server.url
+    assert v.live["added_flags"] == [] and v.live["added_env"] == {}  # nothing of a running server is changed
 
 
-@pytest.fixture(scope="module")
-def probes(contract: tuple[Contract, ProbePack]) -> list[list[int]]:
-    return [s.input_ids.tolist() for s in contract[1].samples]
+def test_attached_static_level_is_the_servers_own_report(attached_server: Attached) -> None:
+    """``--server URL --level static``: what the server itself reports (/server_info: its resolved settings and the
+    draft it serves, read at the path it names), without starting anything."""
+    with ServerClient(attached_server.url, timeout_s=30) as client:
+        info = live.server_info(client)
+    t0 = time.monotonic()
+    v = run_gate(CONTRACT, server=attached_server.url, level="static", timeout_s=TIMEOUT_S)
+    took = time.monotonic() - t0
+    print(f"\nattached --level static: {took:.1f} s")
+    assert v.status == "pass" and v.level == "static", [str(f) for f in v.errors]
+    assert v.resolved_spec_config is not None
+    assert v.resolved_spec_config["resolved"] == {key: info[f"speculative_{key}"] for key in
+                                                  ("num_steps", "eagle_topk", "num_draft_tokens")}
+    assert v.resolved_spec_config["requested"] == v.resolved_spec_config["resolved"]
+    assert "--speculative-num-draft-tokens 4" in info["launch_command"]
+    assert live.HOOK_FACTORY in str(info["forward_hooks"])
+    assert v.served_layout == SOURCES and v.draft_path == info["speculative_draft_model_path"]
+    assert v.live is not None and v.live["mode"] == "attached"
 
 
-@pytest.fixture(scope="module")
-def healthy(probes: list[list[int]]) -> Iterator[ServerRun]:
-    if SGLANG_VERSION != LIVE_FROM:
-        pytest.fail(f"this CPU's live server run is made for sglang {LIVE_FROM}; installed: {SGLANG_VERSION}")
-    run = _serve_and_capture(DRAFT, probes)
-    print(f"\nhealthy: server start to /health {run.startup_s:.1f} s, capture of {len(probes)} probes "
-          f"{run.capture_s:.1f} s, stop {run.stop_s:.1f} s")
-    yield run
-
-
-@pytest.fixture(scope="module")
-def seed(probes: list[list[int]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerRun]:
-    draft = draft_with_ids(DRAFT, tmp_path_factory.mktemp("seed") / "draft", [-1, 1, 3])
-    run = _serve_and_capture(draft, probes, fail_inside=True)
-    print(f"\nseed: server start to /health {run.startup_s:.1f} s, capture {run.capture_s:.1f} s, stop "
-          f"{run.stop_s:.1f} s")
-    yield run
-
-
-def _attribution(run: ServerRun, contract: tuple[Contract, ProbePack]) -> list[str | None]:
-    c, pack = contract
-    fc, atlas = run.result.fc, run.result.atlas
-    assert fc is not None and atlas is not None, run.result.failures
-    base, over = tolerances_from_contract(c.tolerances, dtype=fc.dtype)
-    table = attribute(fc.per_sample, [s.fc_input for s in pack.samples], atlas.per_sample,
-                      expected=list(c.fc_input.sources), tolerance=base, overrides=over)
-    assert table.recorded_sources() == list(c.fc_input.sources)  # the live atlas explains the recording
-    return table.served_sources()
-
-
-def test_server_info_resolves_the_deployment(healthy: ServerRun) -> None:
-    dep = healthy.result.deployment
-    assert dep is not None
-    assert dep.engine_version == LIVE_FROM and dep.adapter == live.ADAPTER and dep.device == "cpu"
-    # the server's own rewrite, shown by the server: 16 requested, steps + 1 = 3 resolved
-    assert dep.requested_spec == SpecSettings(2, 1, 16)
-    assert dep.resolved_spec == SpecSettings(2, 1, 3)
-    assert healthy.info["speculative_num_draft_tokens"] == 3
-    assert dep.spec_warnings and "16 to 3" in dep.spec_warnings[0]
-    assert "--speculative-num-draft-tokens 16" in healthy.info["launch_command"]
-    assert dep.draft_config_ids == (1, 3, 5) and dep.layers_to_capture == (2, 4, 6)
-    assert dep.served_sources == ("layer:1", "layer:3", "layer:5")
-    assert (dep.target_architecture, dep.num_layers, dep.fc_in_features, dep.fc_source) == \
-        ("LlamaForCausalLM", 8, 192, "checkpoint")
-    assert live.HOOK_FACTORY in str(dep.server_args["forward_hooks"])
-    assert dep.layout["ranks_expected"] == [0] and dep.layout["ranks_reported"] == [0]
-
-
-def test_capture_at_prefill_is_attributed_to_the_contracts_layers(
-        healthy: ServerRun, contract: tuple[Contract, ProbePack]) -> None:
-    result, pack = healthy.result, contract[1]
-    assert result.ok, result.failures
-    assert result.fc is not None and result.atlas is not None
-    assert [t.shape[0] for t in result.fc.per_sample] == [s.num_tokens for s in pack.samples]
-    assert result.fc.aux_states_captured == 3 and result.fc.dtype == "float32"
-    assert _attribution(healthy, contract) == list(contract[0].fc_input.sources)
-    # what training recorded is what the server fed fc (fp32, torch_native: the bundle's unpadded forward)
-    worst = max(float((got - s.fc_input).abs().max()) for got, s in zip(result.fc.per_sample, pack.samples, strict=True))
-    assert worst < 1e-4, worst
-    assert set(result.atlas.sources()) >= {EMBEDDING, "final_norm", *(f"layer:{i}" for i in range(8))}
-
-
-def test_the_seeds_wiring_is_named(seed: ServerRun, contract: tuple[Contract, ProbePack]) -> None:
-    dep = seed.result.deployment
-    assert dep is not None and dep.draft_config_ids == (-1, 1, 3)
-    assert dep.served_sources == (EMBEDDING, "layer:1", "layer:3")  # the static level, from /server_info
-    assert _attribution(seed, contract) == [EMBEDDING, "layer:1", "layer:3"]  # the capture, from the hooks
-
-
-def test_stand_ins_are_recorded_and_reported(healthy: ServerRun) -> None:
-    dep, fc = healthy.result.deployment, healthy.result.fc
-    assert dep is not None and fc is not None
-    assert dep.stand_ins[0] == f"{stand_ins.SGL_KERNEL}: calls copy_all_layer_kv_cache_cpu"
-    assert any(s.startswith(stand_ins.DRAFT_ATTENTION_FALLBACK) for s in dep.stand_ins)
-    assert len(dep.stand_ins) == 2
-    assert fc.kernel_stub_active and set(fc.kernel_stub_calls) <= stand_ins.KERNEL_STUB_ALLOWED
-
-
-def test_no_process_is_left_after_stop(healthy: ServerRun, seed: ServerRun) -> None:
-    for run in (healthy, seed):
-        assert run.left_after_stop == [], (run.pgid, run.left_after_stop)
-    assert seed.raised_inside  # the seed's block raised on purpose: the group went all the same
+def test_level_all_on_cpu_is_exit_3_naming_the_decode_refusal(attached_server: Attached, tmp_path: Path) -> None:
+    """``--server URL --level all`` through the CLI: the healthy drafter's capture passes, the server's own
+    acceptance cannot be counted on this CPU: exit 3 by name, never 1 and never a pass; the server still serves."""
+    report = tmp_path / "r.json"
+    run, took = _cli("gate", "--contract", str(CONTRACT), "--level", "all", "--server", attached_server.url,
+                     "--json", str(report), marker=f"{attached_server.marker}-all")
+    print(f"\nattached --level all (CLI): {took:.1f} s")
+    assert run.returncode == 3, run.stdout[-4000:] + run.stderr[-4000:]
+    d = json.loads(report.read_text())
+    assert d["verdict"] == "error" and d["served_layout"] == SOURCES
+    assert [(c["served"], c["expected"]) for c in d["chunks"]] == list(zip(SOURCES, SOURCES, strict=True))
+    errors = [f for f in d["findings"] if f["severity"] == "error"]
+    assert len(errors) == 1 and errors[0]["details"]["check"] == "outcome", errors
+    assert all(c in errors[0]["message"] for c in DECODE_REFUSAL)
+    assert all(c in run.stdout for c in DECODE_REFUSAL)
+    # the headline keeps the capture's result apart from the outcome that could not run here
+    assert run.stdout.startswith("ERROR  fc input matches contract 'tiny-llama-eagle3'"), run.stdout[:400]
+    assert "the outcome could not be checked on this machine" in run.stdout.splitlines()[0]
+    with ServerClient(attached_server.url, timeout_s=30) as client:
+        assert client.healthy("/health")  # no decode was sent to it

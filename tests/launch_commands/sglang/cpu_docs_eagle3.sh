@@ -1,0 +1,12 @@
+HF_HUB_OFFLINE=1 python3 -m sglang.launch_server \
+    --model meta-llama/Meta-Llama-3.1-8B-Instruct \
+    --speculative-algorithm EAGLE3 \
+    --speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B \
+    --speculative-num-steps 3 \
+    --speculative-eagle-topk 4 \
+    --speculative-num-draft-tokens 16 \
+    --mem-fraction-static 0.7 \
+    --cuda-graph-max-bs-decode 8 \
+    --dtype float32 \
+    --log-level warning \
+    --device cpu --attention-backend torch_native --disable-cuda-graph --max-total-tokens 4096
