@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real demo-server test test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -30,6 +30,14 @@ demo-server: install vllm-env
 
 test: install
 	@$(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+
+# The fault tier (tests/faults, `-m faults`): real gate runs on the bundled models signalled at named points (SIGTERM,
+# SIGINT, SIGHUP, SIGKILL during engine import, model load, capture and report writing), bad inputs, reports on a
+# full or read-only disk (tmpfs mounts: as root), a launched SGLang server killed while up, the plugin interrupted;
+# after each: the exit code, nothing left running, no temp directory, inputs unchanged, reports whole or absent.
+# In the default CI after `make test`: about 250 CPU-seconds on two workers, the longest tests first.
+test-faults: install
+	@$(PY) -m pytest -p no:cacheprovider -q -m faults -n 2 --dist load --maxschedchunk 1 --durations=10 tests/faults
 
 # The real-model tier (tests/real_model): SGLang in .venv, vLLM's real loop in the vllm env; the model is fetched
 # into the cache once (python -m specparity.realmodel fetch).
