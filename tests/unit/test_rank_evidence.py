@@ -114,7 +114,7 @@ def test_the_layout_names_sizes_nodes_and_ranks_in_every_report() -> None:
     assert (lay["expert_parallel_size"], lay["nodes"], lay["ranks_reported"]) == (2, 2, [0, 1])
     assert lay["ranks"]["1"]["fc_calls"] == 2 and lay["ranks"]["1"]["ray_node_id"] == "node1"
     v = _verdict(lay)
-    assert layout_line(v) == "Layout: vllm (ray) TP=2 PP=1 DP=1 EP=2, 2 nodes, ranks reported 0, 1 of 0, 1"
+    assert layout_line(v) == "Layout: vllm (ray) TP=2 PP=1 DP=1 EP=2, 2 nodes, ranks reported 2 of 2 (ranks 0, 1)"
     assert layout_line(v) in render_text(v)
     assert 'name="layout.sizes" value="TP=2 PP=1 DP=1 EP=2"' in render_junit(v)
     again = verdict_from_dict(json.loads(json.dumps(v.to_dict())))
@@ -126,7 +126,7 @@ def test_the_layout_names_sizes_nodes_and_ranks_in_every_report() -> None:
 def test_a_missing_rank_is_named_in_the_layout_and_no_layout_is_no_line() -> None:
     ev = _served(_Workers([0], tp=2), probes=1)
     rows = dict(layout_rows(_verdict(layout(_pc(world_size=2), ev))))
-    assert rows["ranks reported"] == "0 of 0, 1; missing: 1"
+    assert rows["ranks reported"] == "1 of 2 (rank 0); missing: 1"
     assert "none of 0, 1 (no rank started)" in str(layout_line(_verdict(layout(_pc(), None))))
     assert layout_line(_verdict({})) is None and "Layout:" not in render_text(_verdict({}))
 

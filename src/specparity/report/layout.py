@@ -32,10 +32,10 @@ def layout_rows(verdict: Verdict) -> list[tuple[str, str]]:
                  f"{len(reported)} of {len(expected)} (rank {_ranks(reported)}, in-process)")
     elif reported is None:
         ranks = f"none of {_ranks(expected)} (no rank started)"
-    else:
+    else:  # a count and the ids, never "0 of 0" (rank 0 of ranks [0])
         missing = [r for r in expected if r not in reported]
-        ranks = (f"{_ranks(reported)} of {_ranks(expected)}" +
-                 (f"; missing: {_ranks(missing)}" if missing else ""))
+        ranks = (f"{len(reported)} of {len(expected)} (rank{'s' if len(reported) != 1 else ''} "
+                 f"{_ranks(reported)})" + (f"; missing: {_ranks(missing)}" if missing else ""))
     rows = [("engine", str(lay.get("engine", verdict.engine))), ("executor", str(lay.get("executor", "?"))),
             ("sizes", sizes), ("nodes", "none reported" if lay.get("nodes") is None else str(lay["nodes"])),
             ("ranks reported", ranks)]
@@ -50,7 +50,7 @@ def layout_rows(verdict: Verdict) -> list[tuple[str, str]]:
 
 
 def layout_line(verdict: Verdict) -> str | None:
-    """``Layout: vllm (mp) TP=2 PP=1 DP=1 EP=1, 1 node, ranks reported 0, 1 of 0, 1``, or None."""
+    """``Layout: vllm (mp) TP=2 PP=1 DP=1 EP=1, 1 node, ranks reported 2 of 2 (ranks 0, 1)``, or None."""
     rows = dict(layout_rows(verdict))
     if not rows:
         return None
