@@ -18,6 +18,7 @@ import click
 from specparity import __version__
 from specparity.cli_contract import _Group, contract
 from specparity.cli_launch import launch_options, server_options
+from specparity.cli_watch import alert_rules, watch
 from specparity.errors import InputError
 from specparity.serving.results import ENGINES
 
@@ -35,6 +36,8 @@ def main() -> None:
 
 
 main.add_command(contract)
+main.add_command(watch)
+main.add_command(alert_rules)
 
 
 def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -192,8 +195,10 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
 @click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="The server's engine.")
 @click.option("--evidence-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="SGLang: the directory the hooks write into (created 0700 if absent).")
+@click.option("--cpu", is_flag=True, default=False,
+              help="SGLang on a CPU (no sgl_kernel CPU build): also the CPU stand-ins' env and --skip-server-warmup.")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print flags, env and notes as JSON.")
-def launch_flags(engine: str, evidence_dir: Path | None, as_json: bool) -> None:
+def launch_flags(engine: str, evidence_dir: Path | None, cpu: bool, as_json: bool) -> None:
     """What to add to a staging or canary server's command so that `specparity gate --server URL` can capture the
     fc input from it. The hooks record nothing until the gate arms them."""
     import json
@@ -204,10 +209,12 @@ def launch_flags(engine: str, evidence_dir: Path | None, as_json: bool) -> None:
     eng = get_engine(engine)
     flags, env, notes = eng.launch_flags()
     if evidence_dir is not None and engine == "sglang":
-        from specparity.serving.sglang.live import hook_specs
+        from specparity.serving.sglang.engine import SKIP_WARMUP
+        from specparity.serving.sglang.live import hook_switches
 
         evidence_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        flags = ["--forward-hooks", json.dumps(hook_specs(evidence_dir.resolve()), separators=(",", ":"))]
+        flags, env = hook_switches(evidence_dir.resolve(), cpu_stand_ins=cpu)
+        flags += [SKIP_WARMUP] if cpu else []
     if as_json:
         click.echo(json.dumps({"engine": engine, "flags": flags, "env": env, "notes": notes}, indent=2))
         return
