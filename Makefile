@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-watch test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -51,6 +51,14 @@ test-real: install vllm-env
 # run in the default CI; these do not (about 15 minutes on 2 cores).
 test-topology: vllm-env
 	@.tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m topology tests/vllm_engine
+
+# The watch tier (tests/watch): `specparity watch` and the rules `alert-rules` writes, against two real vLLM servers of
+# the real model (healthy and the seed's wiring) and a real Prometheus (apt-get install -y prometheus) started on
+# loopback; about 6 minutes on 2 cores. Not in the default CI (its rules run there through promtool): run it when
+# src/specparity/watch, the vLLM pins or the real model change.
+test-watch: install vllm-env
+	@$(PY) -m specparity.realmodel fetch >/dev/null
+	@$(PY) -m pytest -p no:cacheprovider -q -m watch_live tests/watch
 
 # The bundle tier: fixtures/make_default.py regenerates the default bundle single-threaded and it must equal the
 # committed one within its manifest's tolerances (about 3.5 CPU-minutes). Not in the default CI: run it when

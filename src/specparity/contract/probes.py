@@ -18,12 +18,14 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from specparity.errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where a pack is read or written: the contract alone (watch) needs none
+    import torch
 
 FORMAT = "specparity-probes-v1"
 
@@ -70,6 +72,9 @@ def file_sha256(path: str | Path) -> str:
 
 def write_probe_pack(pack: ProbePack, path: str | Path) -> str:
     """Write ``pack`` to ``path``; returns the file's sha256."""
+    import torch
+    from safetensors.torch import save_file
+
     tensors: dict[str, torch.Tensor] = {}
     for i, s in enumerate(pack.samples):
         tensors[f"sample_{i}.input_ids"] = s.input_ids.to(torch.int64).contiguous()
@@ -103,6 +108,8 @@ def _meta(path: Path) -> dict[str, object]:
 
 def _nonfinite(t: torch.Tensor) -> str | None:
     """``"2 NaN/Inf values, the first at token 3"``, or None when every value is finite."""
+    import torch
+
     bad = ~torch.isfinite(t)
     if not bool(bad.any()):
         return None
@@ -117,6 +124,8 @@ def _check_sample(i: int, ids: torch.Tensor, fc: torch.Tensor, mask: torch.Tenso
     """One sample is something an engine can be run on and compared with: at least one token, integer ids,
     floating recordings of the right shapes, every value finite (a NaN in a recording would poison the replay and
     be blamed on the deployment)."""
+    import torch
+
     if ids.shape[0] == 0:
         raise InputError("0 tokens: every probe sample needs at least one token to run", path=path,
                          field=f"sample_{i}.input_ids")
@@ -143,6 +152,8 @@ def _check_sample(i: int, ids: torch.Tensor, fc: torch.Tensor, mask: torch.Tenso
 
 def read_probe_pack(path: str | Path, *, expected_sha256: str | None = None) -> ProbePack:
     """Read and check a probe pack. A missing, altered or inconsistent pack is an :class:`InputError`."""
+    from safetensors.torch import load_file
+
     p = Path(path)
     if not p.is_file():
         raise InputError("probe pack not found (it must lie beside the contract)", path=p, field="probes.file")

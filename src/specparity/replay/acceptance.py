@@ -38,12 +38,14 @@ padding are skipped. Without a loss mask every row is scored.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from specparity.intervals import WILSON_Z as WILSON_Z
+from specparity.intervals import wilson_interval as wilson_interval
 
 
 def greedy_from_final_norm(final_norm: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
@@ -71,24 +73,6 @@ def rows_from_loss_mask(loss_mask: torch.Tensor | None) -> torch.Tensor | None:
     rows = torch.zeros(loss_mask.shape[0], dtype=torch.bool)
     rows[:-1] = loss_mask[1:] == 1
     return rows
-
-
-WILSON_Z = 1.959964  # two-sided 95%
-
-
-def wilson_interval(successes: int, trials: int, *, z: float = WILSON_Z) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion; (0, 1) when there are no trials.
-
-    Acceptance is a proportion of scored tokens and is noisy at probe-pack sizes (speculators #793 saw
-    first-position acceptance swing 0.073-0.118 across identical environments), so verdicts use its interval.
-    """
-    if trials <= 0:
-        return 0.0, 1.0
-    p = successes / trials
-    denom = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denom
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
