@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-watch test-bundle test-vllm-0.33 lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-watch test-bundle test-vllm-0.33 test-vllm-0.34 test-vllm-releases test-vllm-sweep lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -70,6 +70,21 @@ test-bundle: install
 # default CI (its env is ~1.8 GB and ~3 minutes to build on 2 cores): run it when the vLLM pins or rules change.
 test-vllm-0.33:
 	@scripts/matrix.sh vllm-0.33
+
+# vLLM 0.34.0 (a CUDA build, family E: the V2 runner's id reader): the same static tier as 0.33; CI runs it as
+# family E's representative (.ci/run, with family C's vllm-0.19).
+test-vllm-0.34:
+	@scripts/matrix.sh vllm-0.34
+
+# Every vLLM release with EAGLE-3 that has a pinned list (constraints/vllm-<minor>.txt), one env at a time, each
+# removed after its tests unless CI keeps it (scripts/vllm-releases.sh; the others are listed as not built, with why).
+test-vllm-releases: install
+	@scripts/vllm-releases.sh
+
+# The whole public-pairs sweep (35 real drafter/target configs, tests/vllm_engine/test_vllm_public_pairs.py) in the
+# vLLM env; CI runs one pair of each kind
+test-vllm-sweep: vllm-env
+	@SPECPARITY_VLLM_SWEEP=1 .tox/vllm-0.32/bin/python -m pytest -p no:cacheprovider -q -m vllm tests/vllm_engine/test_vllm_public_pairs.py
 
 lint: install
 	@$(VENV)/bin/ruff check src tests fixtures benchmarks conftest.py

