@@ -15,13 +15,15 @@ from specparity.watch.engines import ENGINES
 
 
 def _band(contract_path: Path, baseline: Path | None, floor_ratio: float, *, use_baseline: bool = True) -> Any:
+    """The band of ``contract_path``, with its baseline (``baseline``, else the one beside the contract, if present)
+    unless ``use_baseline`` is off (``--calibrate`` takes a new one: ``baseline`` is then where it goes)."""
     from specparity.watch.band import Band, Baseline, ContractFigures, baseline_path
 
     if not 0.0 < floor_ratio < 1.0:
         raise InputError(f"{floor_ratio:g} is not a fraction between 0 and 1", field="--floor-ratio")
     figures = ContractFigures.load(contract_path)
     path = baseline or baseline_path(contract_path)
-    if baseline is not None and not baseline.is_file():
+    if use_baseline and baseline is not None and not baseline.is_file():
         raise InputError("no such baseline (specparity watch --calibrate writes it)", path=baseline,
                          field="--baseline")
     loaded = Baseline.load(path, figures) if use_baseline and path.is_file() else None
@@ -43,7 +45,8 @@ def _band(contract_path: Path, baseline: Path | None, floor_ratio: float, *, use
 @click.option("--windows", type=int, default=3, show_default=True,
               help="Consecutive windows below the floor that make an alert (exit 1 with --once).")
 @click.option("--once", is_flag=True, default=False, help="A canary: watch for --duration, then exit 0, 1 or 3.")
-@click.option("--duration", "duration_s", type=float, default=None, help="Seconds to watch (--once, --calibrate).")
+@click.option("--duration", "duration_s", type=float, default=None,
+              help="Seconds to watch (needed by --once and --calibrate; without it, watch until interrupted).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="One JSON line per window on stdout.")
 @click.option("--calibrate", is_flag=True, default=False,
               help="Take the baseline from this server for --duration (right after the gate passed) and store it "
@@ -97,9 +100,10 @@ def watch(server: str, contract_path: Path, api_key: str | None, engine: str | N
         live: Any = None
         try:
             watcher.poll()  # the first read: unreachable (3) or no speculative metrics (3) before anything is sent
-            if prompts is not None:
-                load = watcher.load = PromptLoad(client, prompts, engine=watcher.engine or engine or "vllm",
-                                                 model=_model(client), max_tokens=max_tokens)
+            if prompts is not None:  # its own connection: a request may take far longer than a read of /metrics
+                load = watcher.load = PromptLoad(ServerClient(server, api_key=api_key, timeout_s=600.0), prompts,
+                                                 engine=watcher.engine or engine or "vllm", model=_model(client),
+                                                 max_tokens=max_tokens)
                 load.start()
             if not as_json and sys.stdout.isatty() and not calibrate:
                 from rich.live import Live
@@ -115,8 +119,7 @@ def watch(server: str, contract_path: Path, api_key: str | None, engine: str | N
                 else:
                     click.echo(view.plain_line(r, watcher))
 
-            watcher.run(duration_s=duration_s if (once or calibrate) else None, on_window=on_window,
-                        first_done=True)
+            watcher.run(duration_s=duration_s, on_window=on_window, first_done=True)
         finally:
             if live is not None:
                 live.stop()

@@ -75,7 +75,8 @@ def request_acceptance(engine: str, answer: Any) -> float | None:
 
 
 class PromptLoad:
-    """Sends the prompts, cycling, one at a time, until :meth:`stop`; records each answer's acceptance length."""
+    """Sends the prompts, cycling, one at a time, until :meth:`stop`; records each answer's acceptance length.
+    ``client`` is its own (not the watcher's): a request may take far longer than a read of ``/metrics``."""
 
     def __init__(self, client: ServerClient, prompts: list[list[dict[str, str]]], *, engine: str, model: str,
                  max_tokens: int = 64, clock: Callable[[], float] = time.monotonic) -> None:
@@ -92,8 +93,11 @@ class PromptLoad:
         self._thread.start()
 
     def stop(self) -> None:
+        """No new request; one in flight is left to the server (the thread is a daemon), its connection closed."""
         self._stop.set()
-        self._thread.join(timeout=self.client.timeout_s + 5)
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self.client.close()
 
     def _run(self) -> None:
         i = 0
