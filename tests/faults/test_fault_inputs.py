@@ -126,7 +126,8 @@ def test_an_engine_that_cannot_be_imported_is_exit_3(tmp_path: Path) -> None:
             home = under_a_file(tmp_path, "home")
         reports = tmp_path / "reports"
         run = Run(tmp_path / "run", gate_argv(level="static", reports=reports), name="engine-import",
-                  env={"HOME": str(home), "XDG_CACHE_HOME": None}, reports=report_paths(reports)).start()
+                  env={"HOME": str(home), "XDG_CACHE_HOME": None, "TORCHINDUCTOR_CACHE_DIR": None,
+                       "TRITON_CACHE_DIR": None}, reports=report_paths(reports)).start()
         code = run.wait(within_s=300)
         assert code == 3, run.output()
         assert "engine_import" in (reports / "r.json").read_text() and "SGLang refuses" not in run.stdout

@@ -130,8 +130,9 @@ def test_versions_text_names_each_range_and_its_env() -> None:
 def test_supported_versions_table_lists_every_range() -> None:
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "supported_versions.py")], check=True,
                          capture_output=True, text=True, timeout=120).stdout
-    # SGLang's rows (the vLLM table below them names its distribution in the second column)
-    rows = [line for line in out.splitlines() if line.startswith("| `") and "| `vllm" not in line]
+    # SGLang's rows: the first table (the vLLM table follows under its own header)
+    sglang_part = out.split("| vLLM versions |")[0]
+    rows = [line for line in sglang_part.splitlines() if line.startswith("| `")]
     assert len(rows) == len(REGISTRY) + 1
     for entry in REGISTRY:
         assert any(f"`{entry.range_text}`" in row and f"| {entry.family}: " in row for row in rows), entry

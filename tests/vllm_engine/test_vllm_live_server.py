@@ -183,5 +183,8 @@ def test_pytest_parity_against_the_running_server(attached_server: str, pytester
         python = "{sys.executable}"
     """)
     result = pytester.runpytest_subprocess("-m", "parity", "-p", "no:cacheprovider", "-ra")
-    result.stdout.fnmatch_lines(["*parity::staging::static*FAILED*", "*off_by_one*"])
+    result.stdout.fnmatch_lines(["*error   off_by_one: chunk 0: served layer:0, expected layer:1*"])
+    result.stdout.fnmatch_lines(["FAILED parity::staging::static - FAIL *", "FAILED parity::staging::capture[[]probe-0[]]*",
+                                 "FAILED parity::staging::outcome - FAIL *"])
+    result.assert_outcomes(failed=6)
     assert result.ret == 1

@@ -110,7 +110,12 @@ def _merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]
     try:
         from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
     except ImportError:  # before 0.5.1x the module sat beside server_args (0.5.3 server_args.py:3156)
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+        try:
+            from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+        except ImportError:  # no --config at all (0.4.x: no config parser module, no --config argument)
+            raise Rejected(f"sglang {metadata.version('sglang')} has no --config (no server_args_config_parser: "
+                           "the YAML merge came with 0.5.x); give the flags on the command line",
+                           flag="--config") from None
     try:
         merger = ConfigArgumentMerger(parser)
     except TypeError:  # 0.5.3: ConfigArgumentMerger(boolean_actions=[...]) (server_args.py:3164-3172)
