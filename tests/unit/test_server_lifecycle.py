@@ -112,7 +112,10 @@ def test_nothing_is_left_when_the_gate_is_killed_or_interrupted(server_script: P
                 time.sleep(600)
     """))
     env = {**os.environ, reaper.MARKER_ENV: marker}
-    proc = subprocess.Popen([sys.executable, str(holder)], env=env, stdout=subprocess.PIPE, text=True)
+    # SIGINT as a terminal gives it (a background job, e.g. CI started with `&`, inherits it ignored: Python then
+    # never raises KeyboardInterrupt; tests/faults/fault_runs.py does the same)
+    proc = subprocess.Popen([sys.executable, str(holder)], env=env, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         workdir = Path(proc.stdout.readline().strip())
