@@ -62,6 +62,14 @@ _MACHINE_LIMIT_ROWS: tuple[tuple[str, str], ...] = (
      "vLLM's CPU attention backends share no KV-cache block size for an MLA target and its drafter (CPU_MLA takes "
      "blocks of 16, CPU_ATTN multiples of 32: vllm 0.32 v1/worker/utils.py, the block-size check of the KV-cache "
      "groups); on a GPU the MLA and the drafter's backends agree, so the capture needs a GPU here"),
+    # where the CPU has AMX tiles vLLM prefers its AMX MLA backend instead (vllm 0.32 platforms/cpu.py:152-164, with
+    # torch builds that have torch.cpu._is_amx_tile_supported), whose weight packing takes no float32
+    (r"expect weight to be bfloat16, float16, int8.* at vllm/v1/attention/backends/mla/amx_mla\.py",
+     "vLLM's AMX MLA backend, which it picks for an MLA target on a CPU with AMX tiles (vllm 0.32 platforms/cpu.py:"
+     "152-164), packs the attention weights with torch.ops._C.convert_weight_packed, which takes bfloat16, float16 "
+     "or int8 weights only (v1/attention/backends/mla/amx_mla.py:303), and the CPU capture runs the target in "
+     "float32; on a GPU vLLM serves MLA with its GPU backends in the deployment's dtype, so the capture needs a GPU "
+     "here"),
     (r"batch2 tensor.* at sglang/srt/layers/attention/torch_native_backend\.py",
      "SGLang's CPU attention backend (torch_native, layers/attention/torch_native_backend.py) attends with the "
      "query's head size and cannot read MLA's compressed latent cache (kv_lora_rank + qk_rope_head_dim wide); on a "
