@@ -23,6 +23,7 @@ from specparity.compare.findings import (
     adapter_findings,
     engine_label,
 )
+from specparity.compare.target import explained_by_partial_load, partial_load_findings
 from specparity.compare.tolerances import Tolerance, tolerances_from_contract
 from specparity.contract import Contract
 from specparity.deployed import config_findings as _config_findings
@@ -227,6 +228,7 @@ def verdict_of(run: GateRun, *, level: Level, timings: Mapping[str, float]) -> V
     if dep is not None:
         findings += _config_findings(c, dep, d2t, keys)
         findings += adapter_findings(dep)
+        findings += partial_load_findings(dep.target_load, engine=dep.engine, version=dep.engine_version)
     findings += run.outcome_findings
     findings += _missing_evidence(run, level)
     if c.layout_assumed is not None:
@@ -236,7 +238,7 @@ def verdict_of(run: GateRun, *, level: Level, timings: Mapping[str, float]) -> V
                                 details={"check": "static", "trainer": a.trainer,
                                          "trainer_sglang_version": a.trainer_sglang_version,
                                          "trainer_sglang_version_assumed": a.trainer_sglang_version_assumed}))
-    findings = _tag(findings, level, static_layout, run)
+    findings = _tag(explained_by_partial_load(findings), level, static_layout, run)
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
         fix = FixSuggestion(spec_fix) if spec_fix else None

@@ -67,12 +67,26 @@ REDUCED_TEXT: dict[str, dict[str, Any]] = {
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": {**COMMON, "intermediate_size": 32, "intermediate_size_mlp": 128,
                                                     "num_local_experts": 8},
 }
+# Structural variants: a reduced target with one structural field changed, each for the engine behaviour it exposes
+# (no public checkpoint of the class has it): name -> (reduced target, changes).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # Qwen3-MoE with a dense first layer: transformers builds layer 0 as Qwen3MoeMLP (modeling_qwen3_moe.py:308-313);
+    # SGLang 0.5.23 builds every layer sparse (models/qwen3_moe.py:877, "all layers are sparse") and so loads this
+    # checkpoint only partly (test_real_class_capture.py)
+    "Qwen3-MoE-dense-first-layer": ("Qwen--Qwen3-30B-A3B", {"mlp_only_layers": [0]}),
+}
 DROPPED = ("quantization_config", "auto_map")
 SEED = 0
 
 
 def reduced_config(name: str) -> dict[str, Any]:
-    """The public config of ``name`` with only the size fields of :data:`REDUCED` replaced."""
+    """The public config of ``name`` with only the size fields of :data:`REDUCED` replaced (a :data:`VARIANTS` name: its
+    reduced target with the variant's fields changed, each one the public config has)."""
+    if name in VARIANTS:
+        base, changes = VARIANTS[name]
+        cfg = reduced_config(base)
+        assert set(changes) <= set(cfg), f"{name}: {sorted(set(changes) - set(cfg))} not in {base}'s public config"
+        return {**cfg, **changes}
     cfg: dict[str, Any] = json.loads((PUBLIC / f"{name}.json").read_text())
     if name in TEXT_BACKBONE:
         cfg = {**cfg["text_config"], "architectures": [TEXT_BACKBONE[name]]}

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 from serving_probes import PROBES
-from version_facts import SGLANG_VERSION, capture_level_supported, installed_facts, needs_capture_level
+from version_facts import (
+    SGLANG_VERSION,
+    assert_target_loaded_whole,
+    capture_level_supported,
+    installed_facts,
+    needs_capture_level,
+)
 
 from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
@@ -107,6 +113,8 @@ def test_fc_input_equals_hf_layers_1_3_5(
 ) -> None:
     r = _capture(serving_cache, models, "ids_1_3_5")
     assert r.failures == (), r.failures
+    assert r.deployment is not None
+    assert_target_loaded_whole(r.deployment)  # no false target_partly_loaded on the bundled target
     assert r.fc is not None and r.fc.dtype == "float32"
     assert r.fc.hook_calls == 1
     assert [t.shape for t in r.fc.per_sample] == [torch.Size([len(p), 3 * H]) for p in PROBES]

@@ -11,6 +11,7 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,18 @@ def capture_level_supported() -> bool:
     if SGLANG_VERSION is None:
         return True
     return installed_facts().capture_supported
+
+
+def assert_target_loaded_whole(deployment: Any) -> None:
+    """SGLang's load of the target left no parameter unloaded, as measured around its own ``load_weights`` while it
+    ran (serving/sglang/load_check.py: the since_0_5_11 capture of families C-E; family B's does not measure it)."""
+    load = deployment.target_load
+    if installed_entry().family not in ("C", "D", "E"):
+        assert load == {}, load
+        return
+    assert load, "the target's load was not measured"
+    assert load["never_loaded_count"] == 0 and load["partly_loaded_count"] == 0, load
+    assert 0 < load["parameters_checked"] == load["parameters"] and load["checkpoint_tensors"] > 0, load
 
 
 def needs_capture_level(refusal_test: str) -> pytest.MarkDecorator:

@@ -119,3 +119,59 @@ def test_a_corrupt_model_module_cache_is_written_again(tmp_path: Path, monkeypat
     assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name]  # no temporary file left
     monkeypatch.delitem(sys.modules, "sglang.srt.models.registry")
     assert model_modules.limit_registry(["LlamaForCausalLM"]) == frozenset({"llama"})
+
+
+# --- a target the engine loads only partly is the engine's partial load, never "deploy the right target" ------------
+_LOAD = {"engine_file_line": "sglang/srt/models/qwen3_moe.py:1157", "function": "Qwen3MoeForCausalLM.load_weights",
+         "parameters": 97, "parameters_checked": 97, "checkpoint_tensors": 107,
+         "never_loaded": ["model.layers.0.mlp.experts.w13_weight", "model.layers.0.mlp.experts.w2_weight",
+                          "model.layers.0.mlp.gate.weight"], "never_loaded_count": 3,
+         "modules": ["model.layers.0.mlp (Qwen3MoeSparseMoeBlock, sglang/srt/models/qwen3_moe.py:234)"],
+         "partly_loaded": [], "partly_loaded_count": 0,
+         "skipped": ["model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                     "model.layers.0.mlp.up_proj.weight"], "skipped_count": 3}
+
+
+def test_a_partial_load_names_the_engines_load_weights_and_what_it_left() -> None:
+    from specparity.compare.findings import FindingKind
+    from specparity.compare.target import partial_load_findings
+
+    [f] = partial_load_findings(_LOAD, engine="sglang", version="0.5.23")
+    assert f.kind is FindingKind.TARGET_PARTLY_LOADED and f.kind.value == "target_partly_loaded" and f.is_failure
+    assert f.message.startswith("SGLang 0.5.23 loaded the target only partly: its Qwen3MoeForCausalLM.load_weights "
+                                "(sglang/srt/models/qwen3_moe.py:1157) left 3 of the target's 97 parameters unloaded "
+                                "(model.layers.0.mlp.experts.w13_weight, "), f.message
+    assert ", in model.layers.0.mlp (Qwen3MoeSparseMoeBlock, sglang/srt/models/qwen3_moe.py:234)" in f.message
+    assert "it skipped 3 of the checkpoint's 107 tensors (no weight loader ran for them): " \
+           "model.layers.0.mlp.down_proj.weight, model.layers.0.mlp.gate_proj.weight, " in f.message, f.message
+    assert f.fix is not None and f.fix.startswith("SGLang 0.5.23 loads this checkpoint only partly: ")
+    assert "model.layers.0.mlp (Qwen3MoeSparseMoeBlock" in f.fix and "not at fault" in f.fix
+    assert f.details["cite"] == "sglang/srt/models/qwen3_moe.py:1157" and f.details["check"] == "capture"
+    # nothing skipped: the checkpoint lacks the tensors; not said exactly: no claim about the tensors
+    [none] = partial_load_findings({**_LOAD, "skipped": [], "skipped_count": 0}, engine="sglang", version="0.5.23")
+    assert none.fix is not None and "the checkpoint has no tensor for" in none.fix
+    [unsaid] = partial_load_findings({**_LOAD, "skipped": None, "skipped_count": None}, engine="sglang",
+                                     version="0.5.23")
+    assert "cannot be said exactly" in unsaid.message and "not at fault" not in (unsaid.fix or "")
+    assert partial_load_findings({}, engine="sglang", version="0.5.23") == []
+    assert partial_load_findings({**_LOAD, "never_loaded": [], "never_loaded_count": 0}, engine="sglang",
+                                 version="0.5.23") == []
+
+
+def test_with_a_partial_load_target_mismatch_on_the_weights_gives_no_deploy_the_trained_target_fix() -> None:
+    from specparity.compare.findings import Finding, FindingKind, Severity
+    from specparity.compare.target import explained_by_partial_load, partial_load_findings
+
+    weights = Finding(FindingKind.TARGET_MISMATCH, Severity.ERROR, "no recorded chunk matches any boundary of the "
+                      "deployed target (closest: ...): the deployed target has other weights than the one training "
+                      "recorded",
+                      details={"reason": "weights"}, fix="deploy the target the drafter was trained against")
+    config = Finding(FindingKind.TARGET_MISMATCH, Severity.ERROR, "config.json differs",
+                     details={"reason": "config"}, fix="deploy the target the drafter was trained against, or ...")
+    assert explained_by_partial_load([weights, config]) == [weights, config]  # no partial load: unchanged
+    partly = partial_load_findings(_LOAD, engine="sglang", version="0.5.23")
+    out = explained_by_partial_load([weights, config, *partly])
+    assert out[0].fix is None and "loaded this target only partly (target_partly_loaded)" in out[0].message
+    assert "other weights" not in out[0].message and "computes other hidden states" in out[0].message
+    assert out[0].details["explained_by"] == "target_partly_loaded"
+    assert out[1] == config and out[2] == partly[0]  # a config that differs is still the target's own

@@ -52,6 +52,9 @@ class FindingKind(str, enum.Enum):
     LAYOUT_ASSUMED = "layout_assumed"  # info: a contract from configs alone, its layout derived, not recorded
     # the deployed target against the one training recorded (contract fingerprints, or other weights)
     TARGET_MISMATCH = "target_mismatch"
+    # the engine loaded the target only partly: parameters its load_weights never filled, checkpoint tensors it
+    # skipped (serving/sglang/load_check.py); the checkpoint may be the very one training used
+    TARGET_PARTLY_LOADED = "target_partly_loaded"
     TOKENIZER_MISMATCH = "tokenizer_mismatch"
     CHAT_TEMPLATE_MISMATCH = "chat_template_mismatch"
     # outcome: drafter acceptance on recorded vs served fc inputs (specparity.replay)

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.compare.findings import Finding, FindingKind, Severity, engine_label
 from specparity.training.hfdir import TargetInfo, sha256_bytes
 from specparity.training.tokenizer_fingerprint import is_semantic
 
@@ -115,3 +115,78 @@ def tokenizer_finding(want: str | None, deployed: TargetInfo) -> Finding | None:
         details=details,
         fix="re-record the contract with this specparity against the tokenizer training used (it then records a "
             "semantic fingerprint); if the tokenizer did change, deploy the one the drafter was trained with")
+
+
+def _listed(names: Sequence[str], count: int) -> str:
+    more = count - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def partial_load_findings(load: Mapping[str, Any], *, engine: str, version: str) -> list[Finding]:
+    """``target_partly_loaded`` when the engine's own load of the target left parameters unloaded.
+
+    ``load`` is what the engine's child measured around the target's ``load_weights``
+    (``ResolvedDeployment.target_load``, serving/sglang/load_check.py); empty where nothing was measured.
+    """
+    never = int(load.get("never_loaded_count") or 0)
+    if not never:
+        return []
+    label = engine_label(engine)
+    names = [str(n) for n in load.get("never_loaded") or []]
+    modules = [str(m) for m in load.get("modules") or []]
+    skipped = load.get("skipped")
+    n_skipped = load.get("skipped_count")
+    function, cite, tensors = load.get("function"), load.get("engine_file_line"), load.get("checkpoint_tensors")
+    held = f"in {'; '.join(modules)}" if modules else _listed(names, never)
+    message = (f"{label} {version} loaded the target only partly: its {function} ({cite}) left {never} of the "
+               f"target's {load.get('parameters')} parameters unloaded ({_listed(names, never)})"
+               + (f", in {'; '.join(modules)}" if modules else ""))
+    if skipped is None:
+        message += ("; which checkpoint tensors it skipped cannot be said exactly (a parameter was loaded without a "
+                    "weight loader)")
+        fix = (f"{label} {version} loads this checkpoint only partly: the parameters {held} hold no checkpoint "
+               f"value; compare the checkpoint with what {label}'s {function} builds")
+    elif n_skipped:
+        message += (f"; it skipped {n_skipped} of the checkpoint's {tensors} tensors (no weight loader ran for them): "
+                    f"{_listed([str(s) for s in skipped], int(n_skipped))}")
+        fix = (f"{label} {version} loads this checkpoint only partly: it skips {n_skipped} of its tensors and leaves "
+               f"the parameters {held} unloaded. The checkpoint is not at fault (it may be the one training used): "
+               f"serve it on an engine or {label} release that loads it whole, or report it to {label}")
+    else:
+        message += f"; it skipped none of the checkpoint's {tensors} tensors: the checkpoint holds none for them"
+        fix = (f"{label} {version} loads this checkpoint only partly: the checkpoint has no tensor for the "
+               f"parameters {held}; deploy a checkpoint that holds them")
+    message += (". The served target computes with memory no checkpoint tensor filled, so its hidden states are not "
+                "the checkpoint's")
+    return [Finding(FindingKind.TARGET_PARTLY_LOADED, Severity.ERROR, message,
+                    details={"check": "capture", "engine": engine, "version": version,
+                             "cite": load.get("engine_file_line"), "function": load.get("function"),
+                             "never_loaded": names, "never_loaded_count": never, "modules": modules,
+                             "skipped": skipped, "skipped_count": n_skipped,
+                             "checkpoint_tensors": load.get("checkpoint_tensors"),
+                             "parameters": load.get("parameters")},
+                    fix=fix)]
+
+
+_OTHER_WEIGHTS = ": the deployed target has other weights than the one training recorded"
+
+
+def explained_by_partial_load(findings: Sequence[Finding]) -> list[Finding]:
+    """With ``target_partly_loaded`` present, a ``target_mismatch`` on the weights (the recording matches no
+    boundary of the served target) is what the partial load makes: said so, and its "deploy the target the drafter
+    was trained against" fix dropped, since the deployed checkpoint may be that very target."""
+    if not any(f.kind is FindingKind.TARGET_PARTLY_LOADED for f in findings):
+        return list(findings)
+    out = []
+    for f in findings:
+        if f.kind is FindingKind.TARGET_MISMATCH and f.details.get("reason") == "weights":
+            head = f.message  # compare/recorded.py's claim of other weights is what the partial load makes untrue
+            if head.endswith(_OTHER_WEIGHTS):
+                head = head.removesuffix(_OTHER_WEIGHTS) + ": the served target computes other hidden states than " \
+                                                           "the one training recorded"
+            f = Finding(f.kind, f.severity,
+                        f"{head}; the engine loaded this target only partly (target_partly_loaded), which alone gives "
+                        f"other hidden states, whichever checkpoint is deployed",
+                        f.chunk, {**f.details, "explained_by": FindingKind.TARGET_PARTLY_LOADED.value}, fix=None)
+        out.append(f)
+    return out

@@ -182,6 +182,10 @@ class ResolvedDeployment:
     # the served layout as the engine resolved it: engine, executor, TP/PP/DP/EP sizes, the ranks expected, and after
     # a capture which ranks reported, from which nodes (serving/vllm/ranks.py layout; report/layout.py renders it)
     layout: dict[str, Any] = field(default_factory=dict)
+    # the target's load measured against its checkpoint while the engine loaded it (serving/sglang/load_check.py):
+    # the engine's load_weights and its file:line, the parameters it never loaded and the checkpoint tensors it
+    # skipped; empty where not measured (the static level, a live server, a family that does not measure it)
+    target_load: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -219,7 +223,7 @@ class ResolvedDeployment:
                 v = tuple(str(x) for x in v)
             elif f.name == "draft_fc_module":
                 v = None if v is None else tuple(v)
-            elif f.name in ("server_args", "timings", "environment", "layout"):
+            elif f.name in ("server_args", "timings", "environment", "layout", "target_load"):
                 v = dict(v)
             elif f.name == "adapter_notes":
                 v = tuple((str(a), str(b), str(c), str(d)) for a, b, c, d in v)

@@ -9,6 +9,7 @@ the attention backend, and the batch. The call sequence mirrors ``Scheduler.init
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ from specparity.serving.sglang.common import (
     served_sources,
     with_applied_norms,
 )
+from specparity.serving.sglang.load_check import watch_target_load
 from specparity.serving.sglang.run_common import capture_forward
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
@@ -226,7 +228,9 @@ class Adapter:
         try:
             sa, warnings = self._server_args(request, extra_requests=3 * len(request.probes))
             self._publish(sa)
-            workers = self.run.start_workers(sa, device=request.device)
+            # the target's load measured against its checkpoint while SGLang loads it (load_check.py)
+            with watch_target_load() as load:
+                workers = self.run.start_workers(sa, device=request.device)
         except Exception as exc:
             return CaptureResult(None, None, None, (exception_failure(exc, prefix="during start-up: "),))
         timings["startup_s"] = time.perf_counter() - t0
@@ -250,6 +254,8 @@ class Adapter:
         )
         # the norms the drafter SGLang built applies, read from its modules (not re-derived from the config)
         deployment = with_applied_norms(deployment, drafter.model, fc_source="sglang_module")
+        if load.record is not None and load.model is target:
+            deployment = dataclasses.replace(deployment, target_load=load.record)
         return capture_forward(
             request,
             deployment,
