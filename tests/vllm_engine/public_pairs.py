@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,21 @@ def deployment(root: Path, pair: Pair) -> tuple[Path, Path]:
     return target, draft
 
 
+@contextmanager
+def fresh_environment() -> Iterator[None]:
+    """os.environ as it was, after: a child starts from the gate's environment, but in one interpreter what one
+    resolution writes stays for the next (the worker's SPECPARITY_VLLM_TAP, vLLM's VLLM_USE_V1 choice of engine:
+    0.11.0 envs.set_vllm_use_v1)."""
+    import os
+
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def explain_in_process(target: Path, draft: Path, *, engine_args: dict[str, object] | None = None) -> Any:
     """``specparity explain --engine vllm``'s answer, with the worker's ``main`` run in this interpreter."""
     from specparity.serving.child_run import make_request
@@ -108,7 +124,7 @@ def explain_in_process(target: Path, draft: Path, *, engine_args: dict[str, obje
 
     request = make_request("resolve", target, draft, server_args=engine_args, device="cpu")
     assert not isinstance(request, ServingFailure), request
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, fresh_environment():
         (Path(tmp) / "request.json").write_text(json.dumps(request.to_dict()))
         worker.main([str(Path(tmp) / "request.json"), str(Path(tmp) / "out")])
         outcome = read_result(Path(tmp) / "out")
@@ -128,7 +144,7 @@ def vllm_reading(target: Path, draft: Path) -> tuple[int, ...]:
     select_cpu_platform("cpu")  # a CUDA-only build (0.33, 0.34) on this CPU
     from vllm.engine.arg_utils import EngineArgs
 
-    with static_platform_stand_in("cpu"):  # 0.34's CPU platform asks for triton-cpu first (serving/vllm/versions.py)
+    with static_platform_stand_in("cpu"), fresh_environment():  # 0.34's CPU platform asks for triton-cpu first
         cfg = EngineArgs(model=str(target), max_model_len=256, enforce_eager=True, speculative_config={
             "method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}).create_engine_config()
     try:  # the V1 model runner's reader (0.11.1-0.33)

@@ -31,6 +31,7 @@ with the switches on pays one attribute read per hooked call.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -232,8 +233,8 @@ def _wrap(cls: type) -> None:
             install(self, atlas=bool(os.environ.get(ENV_ATLAS)))
         return result
 
+    functools.update_wrapper(load_model, original)  # __wrapped__: inspect reads the release's own load_model
     setattr(load_model, _MARK, True)
-    load_model.__doc__ = original.__doc__
     cls.load_model = load_model  # type: ignore[attr-defined]
 
 

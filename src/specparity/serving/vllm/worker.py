@@ -132,6 +132,38 @@ def cpu_capture_refusal(request: Any, exc: BaseException) -> Any:
                           "it here as deployed, the capture needs the deployment's GPU")
 
 
+def cpu_backend_refusal(request: Any) -> Any:
+    """A static resolution that failed only because this machine is a CPU: a release with a V0 fallback (0.11.0's
+    ``EngineArgs._is_v1_supported_oracle``) sends a sliding-window target off its V1 engine on vLLM's CPU backend
+    alone (``"sliding window (CPU backend)"``), and V0 cannot serve EAGLE there; on the deployment's GPU the same
+    release resolves it on V1. The machine's limit (exit 3), named; None where vLLM's own check says otherwise."""
+    import inspect
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+
+    from specparity.serving.results import NEEDS_HARDWARE, ServingFailure
+
+    oracle = getattr(EngineArgs, "_is_v1_supported_oracle", None)
+    if request.op != "resolve" or request.device != "cpu" or oracle is None or not current_platform.is_cpu():
+        return None
+    try:
+        if "sliding window (CPU backend)" not in inspect.getsource(oracle):
+            return None
+        kw, _, _ = llm_kwargs(request)
+        if EngineArgs(**kw).create_model_config().get_sliding_window() is None:
+            return None
+    except Exception:
+        return None
+    import vllm
+
+    return ServingFailure(NEEDS_HARDWARE, f"vllm {vllm.__version__}'s CPU backend serves no sliding-window target on "
+                          "its V1 engine (engine/arg_utils.py EngineArgs._is_v1_supported_oracle: \"sliding window "
+                          "(CPU backend)\") and its V0 engine serves no EAGLE with chunked prefill, so the deployment "
+                          "cannot be resolved on this CPU; on a GPU this release resolves it on V1: its static level "
+                          "needs the deployment's GPU")
+
+
 def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
     """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
     args = dict(request.server_args)
@@ -288,7 +320,7 @@ def main(argv: list[str]) -> int:
     try:
         result = resolve(request) if request.op == "resolve" else capture(request)
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
-        failure = cpu_capture_refusal(request, exc) or exception_failure(exc)
+        failure = cpu_capture_refusal(request, exc) or cpu_backend_refusal(request) or exception_failure(exc)
         result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,),
                                                                          loop={"layout": requested_layout(request)})
     from dataclasses import replace
