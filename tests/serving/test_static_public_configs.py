@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from meta_static import SKIP, make_0523_adapter
 from static_configs import hardware_note_expected
+from tests.public_drafts import specforge_style_draft
 
 if SKIP:
     pytest.skip(SKIP, allow_module_level=True)
@@ -75,19 +76,6 @@ def test_specforge_drafter_on_its_public_target(pair: dict[str, Any], tmp_path: 
     ids = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     r = resolve_static(ADAPTER, _deployment(tmp_path, pair["target"], draft))
     _check(r, target_cfg=target_cfg, ids=ids, expected=pair["expected_served"])
-
-
-def specforge_style_draft(hidden: int, vocab: int, ids: list[int] | None) -> dict[str, Any]:
-    """A one-layer LlamaForCausalLMEagle3 with SpecForge's configs/*-eagle3.json field names."""
-    cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
-        "hidden_size": hidden, "intermediate_size": 4 * hidden, "max_position_embeddings": 4096,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "rms_norm_eps": 1e-05,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": vocab, "draft_vocab_size": 32000,
-    }
-    if ids is not None:
-        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
-    return cfg
 
 
 @pytest.mark.parametrize("ids_kind", ["default", "specforge_default_ids"])

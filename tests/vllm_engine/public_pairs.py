@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.public_drafts import specforge_style_draft
+
 PUBLIC = Path(__file__).resolve().parents[1] / "serving" / "configs" / "public"
 SOURCES: dict[str, Any] = json.loads((PUBLIC / "SOURCES.json").read_text())
 LLAMA70 = ("meta-llama--Llama-3.3-70B-Instruct.json", "llama3-70B-ealge3.json")
@@ -46,19 +48,6 @@ class Pair:
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(cfg.get("text_config") or cfg)
-
-
-def specforge_style_draft(hidden: int, vocab: int, ids: list[int] | None) -> dict[str, Any]:
-    """A one-layer LlamaForCausalLMEagle3 with SpecForge's configs/*-eagle3.json field names."""
-    cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
-        "hidden_size": hidden, "intermediate_size": 4 * hidden, "max_position_embeddings": 4096,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "rms_norm_eps": 1e-05,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": vocab, "draft_vocab_size": 32000,
-    }
-    if ids is not None:
-        cfg["eagle_config"] = {IDS: ids, "use_aux_hidden_state": True}
-    return cfg
 
 
 def _draft(name: str) -> dict[str, Any]:
