@@ -277,8 +277,7 @@ def _weight_bytes(path: str) -> int:
 
 
 def cpu_mem_fraction(target: str, draft: str) -> float:
-    """``mem_fraction_static`` for a CPU capture (every family): 0.1 for the toys (as before), more where real
-    weights need it.
+    """``mem_fraction_static`` for a CPU capture (every family): 0.5, more where real weights need it.
 
     On CPU SGLang's "GPU memory" is the machine's available memory (``utils/common.py:454``,
     ``psutil.virtual_memory().available``). Start-up keeps ``pre * (1 - fraction)`` of what was available
@@ -287,14 +286,14 @@ def cpu_mem_fraction(target: str, draft: str) -> float:
     between counts against the fraction. A fixed 0.1 made a real 135M target's start depend on what else ran
     (three gates at once needed 0.113): an environment failure of ours, never the deployment's. The pool itself
     is capped by ``max_total_tokens``, so a larger fraction only admits the weights and the machine's churn; it
-    allocates nothing more."""
+    allocates nothing more. The toys had 0.1 until CI's sglang-0.5.20 run refused one start with "Loaded weights
+    leave no GPU memory for the KV cache" (``kv_cache_configurator.py:2191``): the other pytest worker had taken
+    more than a tenth of the machine's available memory during the load. 0.5 leaves the start room for half."""
     import psutil
 
     weights = _weight_bytes(target) + _weight_bytes(draft)
-    if weights < 64 << 20:
-        return 0.1
     available = max(1, int(psutil.virtual_memory().available))
-    return round(min(0.8, 0.3 + 3.0 * weights / available), 3)
+    return round(min(0.8, 0.5 + 3.0 * weights / available), 3)
 
 
 def draft_k(draft_hf_config: Any) -> int:
