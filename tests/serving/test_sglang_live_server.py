@@ -165,6 +165,8 @@ def test_the_live_block_lists_what_the_gate_added(launched_healthy: dict[str, An
     assert flags[3:-2] in ([], ["--host", "127.0.0.1"]), flags
     env = run["added_env"]
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SPECPARITY_SGLANG_LIVE_STAND_INS"] == evidence
+    # the server's temp files (SGLang's IPC placeholders) go with the evidence directory (serving/live.py scratch_env)
+    assert env["TMPDIR"] == str(Path(evidence) / "tmp")
     assert str(Path(live.__file__).parent / "live_site") in env["PYTHONPATH"].split(os.pathsep)
     # the user's words all ran, in their order, with what was added after them
     words = _text(DRAFT, CONTRACT_SPEC).replace("\\\n", " ").split()[2:]  # less HF_HUB_OFFLINE=1 and python3

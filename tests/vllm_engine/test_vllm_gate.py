@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,20 @@ def test_patched_drafter_passes_with_the_real_loop_reported(patched: Path, vllm_
     assert loop["prompts"] == "assistant_start" and loop["per_position"][0] > 0.5
 
 
-def test_tp2_gives_the_tp1_verdict(as_is: Verdict, vllm_python: str) -> None:
-    v = _gate(BUNDLE / "draft", vllm_python, level="capture", tensor_parallel_size=2)
+def test_tp2_gives_the_tp1_verdict(as_is: Verdict, vllm_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a temp directory of this run's own (short: vLLM's IPC socket paths live below it): at TP=2 vLLM's processes
+    # bind ZeroMQ sockets there and leave the socket files behind; the child puts them under its own directory
+    # (serving/vllm/worker.py _setup_env), so nothing of the run is left
+    tmp = Path(tempfile.mkdtemp(prefix="spv-"))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    try:
+        v = _gate(BUNDLE / "draft", vllm_python, level="capture", tensor_parallel_size=2)
+        # torch's inductor cache lives in the temp directory across runs by design (cache_dir_utils.py)
+        left = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert left == [], f"left in the run's TMPDIR: {left}"
     assert v.status == as_is.status == "fail"
     assert v.served_layout == as_is.served_layout
     assert {f.kind for f in v.errors} >= {FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.OFF_BY_ONE}

@@ -5,8 +5,8 @@ evidence (a :class:`CaptureResult`); compare/, replay/ and report/ do not know w
 engine-neutral part of a server's life; each engine adds its own (``Engine.live_switches``, ``live_capture``,
 ``live_resolve``: its hook switches, its evidence channel, its counters).
 
-- :func:`capture_launched`: the command as given (same program, flags and env), plus only the engine's hook switches
-  and a free port; its own process group; ``/health`` awaited with a timeout (the log tail goes into the failure);
+- :func:`capture_launched`: the command as given (same program, flags and env), plus only the engine's hook switches,
+  a free port and a temp directory of its own (:func:`scratch_env`); its own process group; ``/health`` awaited with a timeout (the log tail goes into the failure);
   the contract's probes as token ids, greedy; then the whole process tree stopped, whatever happened.
 - :func:`capture_attached`: the same against ``--server URL``; nothing started, nothing stopped.
 
@@ -140,7 +140,8 @@ def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
         program, where = _program(command.program, python)
         placed = ["--host", host, "--port", str(port)] if given is None else ["--port", str(port)]
         argv = [*program, *command.args, *flags, *placed]
-        added_env = {**env, "PYTHONPATH": _python_path(evidence, env, command.env)}
+        added_env = {**env, "PYTHONPATH": _python_path(evidence, env, command.env),
+                     **scratch_env(evidence, command.env)}
         connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         url = f"http://{connect}:{port}"
         secrets = [v for k, v in command.env.items() if "KEY" in k.upper() or "TOKEN" in k.upper()]
@@ -248,6 +249,38 @@ def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
     moved = (result.loop or {}).get("evidence_bytes")
     live = {**run.to_dict(), **({"evidence_bytes": int(moved)} if isinstance(moved, int) else {})}
     return replace(result, loop={**(result.loop or {}), "live": live})
+
+
+# A socket path holds at most 107 bytes (sockaddr_un) and vLLM's IPC sockets are <TMPDIR>/<uuid4>: a scratch TMPDIR
+# longer than this is not given (the server keeps its own)
+_SCRATCH_MAX = 107 - len("/") - 36
+
+
+def scratch_env(evidence: Path, command: Mapping[str, str]) -> dict[str, str]:
+    """``TMPDIR`` for a launched server: ``<evidence>/tmp``, removed with the run's evidence directory.
+
+    Engines leave files in the temp directory on every start and never remove them: SGLang an empty IPC placeholder
+    per server process (0.5.23 ``server_args.py:781,807-812``, ``NamedTemporaryFile(delete=False)``), vLLM its
+    ZeroMQ socket files (``utils/network_utils.py:176``) when a process is stopped. torch's inductor cache lives in
+    the temp directory too (``torch/_inductor/runtime/cache_dir_utils.py``, ``<tmp>/torchinductor_<user>``) and is
+    a cache across runs, so ``TORCHINDUCTOR_CACHE_DIR`` is set to where torch would have put it. Nothing is added
+    where the command or this environment sets ``TMPDIR``'s place itself, or where the path would be too long for a
+    socket."""
+    if "TMPDIR" in command or len(str(evidence / "tmp")) > _SCRATCH_MAX:
+        return {}
+    (evidence / "tmp").mkdir(mode=0o700, exist_ok=True)
+    out = {"TMPDIR": str(evidence / "tmp")}
+    if "TORCHINDUCTOR_CACHE_DIR" not in command and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        import getpass
+        import re
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"  # torch's own fallback and sanitising (cache_dir_utils.py:24-34)
+        user = re.sub(r'[\\/:*?"<>|]', "_", user)
+        out["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+    return out
 
 
 def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:

@@ -276,6 +276,33 @@ def _weight_bytes(path: str) -> int:
     return size * (2 if dtype in ("bfloat16", "float16") else 1)
 
 
+def nccl_port(server_args: Any) -> int:
+    """The distributed port SGLang's own ``PortArgs.init_new`` picks, without the IPC placeholder files it also makes.
+
+    ``init_new`` names an IPC endpoint for each process of SGLang's server (tokenizer, scheduler input, detokenizer,
+    RPC, metrics) with ``tempfile.NamedTemporaryFile(delete=False)`` (0.5.23 ``server_args.py:781,807-812``): an
+    empty file per endpoint in the temp directory, which SGLang never removes. A capture or static child starts none
+    of those processes and uses the port alone, so it removes the placeholders again (empty regular files only: a
+    bound socket is never touched); before this, every SGLang child left five or six files in ``/tmp``."""
+    import dataclasses
+    import stat
+
+    from sglang.srt.server_args import PortArgs
+
+    port_args = PortArgs.init_new(server_args)
+    for f in dataclasses.fields(port_args):
+        value = getattr(port_args, f.name)
+        if isinstance(value, str) and value.startswith("ipc://"):
+            path = Path(value[len("ipc://"):])
+            try:
+                st = path.lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
+    return int(port_args.nccl_port)
+
+
 def cpu_mem_fraction(target: str, draft: str) -> float:
     """``mem_fraction_static`` for a CPU capture (every family): 0.5, more where real weights need it.
 

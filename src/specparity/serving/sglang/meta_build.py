@@ -36,6 +36,7 @@ from specparity.serving.results import UNSUPPORTED_VERSION, ServingFailure
 from specparity.serving.sglang.common import (
     exception_failure,
     gpu_query_failure,
+    nccl_port,
     unknown_architecture_failure,
 )
 
@@ -93,10 +94,8 @@ def init_single_rank(sa: Any, model_config: Any) -> None:
             initialize_model_parallel,
             model_parallel_is_initialized,
         )
-        from sglang.srt.server_args import PortArgs
-
         if not model_parallel_is_initialized():
-            port = PortArgs.init_new(sa).nccl_port
+            port = nccl_port(sa)
             init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
                                          distributed_init_method=f"tcp://127.0.0.1:{port}")
             initialize_model_parallel(tensor_model_parallel_size=1)

@@ -16,7 +16,7 @@ import torch
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
-from specparity.serving.sglang.common import split_rows
+from specparity.serving.sglang.common import nccl_port, split_rows
 from specparity.serving.sglang.run_common import FcTapBase
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 from specparity.testpoints import pause
@@ -72,19 +72,18 @@ def start_workers(sa: Any, *, device: str) -> Workers:
     from sglang.srt.distributed import bootstrap
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.runtime_context import get_device
-    from sglang.srt.server_args import PortArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    port_args = PortArgs.init_new(sa)
+    port = nccl_port(sa)
     _init_process_global_configs()
     model_config = ModelConfig.from_server_args(sa)
-    bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=port_args.nccl_port)
+    bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=port)
     bootstrap.init_layer_runtime(model_config=model_config)
     pause("model_load")  # test-only (specparity/testpoints.py): inert unless SPECPARITY_TEST_PAUSE names it
-    tp_worker = TpModelWorker(server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port)
+    tp_worker = TpModelWorker(server_args=sa, gpu_id=0, nccl_port=port)
     algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
     spec_worker = algo.create_worker(sa)(
-        server_args=sa, gpu_id=0, nccl_port=port_args.nccl_port, target_worker=tp_worker
+        server_args=sa, gpu_id=0, nccl_port=port, target_worker=tp_worker
     )
     tp_worker.alloc_memory_pool(draft_parallel_layout=spec_worker.draft_parallel_layout)
     pool, allocator = tp_worker.get_memory_pool()

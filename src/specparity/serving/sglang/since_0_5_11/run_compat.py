@@ -42,7 +42,7 @@ import torch
 
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
-from specparity.serving.sglang.common import split_rows
+from specparity.serving.sglang.common import nccl_port, split_rows
 from specparity.serving.sglang.run_common import (
     _cuda_sync_noop_on_cpu,
     install_kv_copy_stand_in,
@@ -141,12 +141,11 @@ def _start_workers(sa: Any, *, device: str) -> Workers:
     scheduler.py:859-872``: init_tp_model_worker, maybe_init_draft_worker, init_memory_pools,
     init_all_attention_backends, init_all_cuda_graphs)."""
     from sglang.srt.managers.tp_worker import TpModelWorker
-    from sglang.srt.server_args import PortArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     install_kv_copy_stand_in(device)
-    port_args = PortArgs.init_new(sa)
-    common = {"server_args": sa, "gpu_id": 0, "nccl_port": port_args.nccl_port, **RANK_KWARGS,
+    port = nccl_port(sa)
+    common = {"server_args": sa, "gpu_id": 0, "nccl_port": port, **RANK_KWARGS,
               **parallel_state_kwargs(TpModelWorker)}
     tp_worker = call_with_accepted(TpModelWorker, **common)
     algo = SpeculativeAlgorithm.from_string(sa.speculative_algorithm)

@@ -30,6 +30,7 @@ from specparity.serving.sglang.common import (
     collect_sglang_warnings,
     exception_failure,
     gpu_query_failure,
+    nccl_port,
     unknown_architecture_failure,
     with_applied_norms,
 )
@@ -69,8 +70,6 @@ def init_single_rank(server_args: Any, *, model_config: Any) -> None:
     from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
     from sglang.srt.layers.quantization.unquant import initialize_bf16_gemm_config
     from sglang.srt.runtime_context import SpawnRanks, publish
-    from sglang.srt.server_args import PortArgs
-
     publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
     # The four functions benchmark/one_batch.py:119-128 (_init_process_global_configs) and the scheduler
     # (managers/scheduler.py:1008-1013) call, imported from their own modules: one_batch's module imports the
@@ -80,8 +79,7 @@ def init_single_rank(server_args: Any, *, model_config: Any) -> None:
     initialize_bf16_gemm_config()
     initialize_fp4_gemm_config()
     if not _PARALLEL_READY:
-        port_args = PortArgs.init_new(server_args)
-        bootstrap.init_parallel_runtime(server_args=server_args, device="cpu", dist_port=port_args.nccl_port)
+        bootstrap.init_parallel_runtime(server_args=server_args, device="cpu", dist_port=nccl_port(server_args))
         _PARALLEL_READY = True
     bootstrap.init_layer_runtime(model_config=model_config)
 
