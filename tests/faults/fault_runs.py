@@ -10,8 +10,10 @@ process group (as a terminal's Ctrl-C or a CI cancel does) and then checks, each
 - no process of the run alive: none carries the marker, none has the run's ``TMPDIR`` in its environment (which
   also finds the reaper's watchdog, the one process that drops the marker), and no process group seen while the run
   was paused has a live member;
-- no ``specparity-serving-*``, ``specparity-evidence-*``, ``specparity-server-*`` or ``specparity-zygote-*``
-  directory left in the run's ``TMPDIR``;
+- nothing left in the run's ``TMPDIR`` but torch's inductor cache: no directory of ours (``specparity-serving-*``,
+  ``-evidence-*``, ``-server-*``, ``-zygote-*``, ``-replay-*``, ``-launch-*``) and no file the engine made there
+  either (SGLang's ``PortArgs`` makes an empty IPC placeholder per server process and never removes it:
+  serving/sglang/common.py nccl_port);
 - the inputs byte-identical (:func:`digest` of the contract, its probe pack, the target and the draft);
 - the reports: none for an interrupted run, and no temporary file beside a report path
   (docs/report-format.md, "Cut short"); otherwise each one parses and its verdict agrees with the exit code.
@@ -23,10 +25,13 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +46,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "contracts" / "tiny-llama-eagle3.json"
 TARGET = ROOT / "fixtures" / "default" / "target"
 DRAFT = ROOT / "fixtures" / "default" / "draft"
-RUN_DIRS = ("specparity-serving-", "specparity-evidence-", "specparity-server-", "specparity-zygote-")
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL)
 VERDICT_CODES = {"pass": 0, "fail": 1, "error": 3}
 REACH_S = 240.0  # a point far into a run on a loaded 2-core machine (a capture's start-up is 15-60 s)
@@ -128,9 +132,12 @@ def _wait_for(check: object, within_s: float) -> list[int]:
     return left
 
 
-def run_dirs_left(tmp: Path) -> list[str]:
-    """The run's own temporary directories still in ``tmp``."""
-    return sorted(p.name for p in tmp.iterdir() if p.name.startswith(RUN_DIRS))
+def left_in(tmp: Path) -> list[str]:
+    """Whatever is still in the run's ``tmp``: its own directories, or anything the engine made there. torch's
+    inductor cache is not a run's leftover: torch keeps it in the temp directory across runs by design
+    (``<tmp>/torchinductor_<user>``, torch/_inductor/runtime/cache_dir_utils.py), and a launched server is pointed
+    at it (serving/live.py scratch_env)."""
+    return sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
 
 
 @dataclass
@@ -150,10 +157,12 @@ class Run:
     started: float = 0.0
 
     def __post_init__(self) -> None:
-        self.tmp = self.root / "tmp"
+        # short, beside pytest's own tmp: a launched server's scratch TMPDIR below it must fit a socket path
+        # (serving/live.py scratch_env); removed with this object
+        self.tmp = Path(tempfile.mkdtemp(prefix="spf-"))
+        weakref.finalize(self, shutil.rmtree, self.tmp, True)
         self.points = self.root / "points"
-        self.tmp.mkdir(parents=True)
-        self.points.mkdir()
+        self.points.mkdir(parents=True)
         self.marker = f"faults-{self.name}-{os.getpid()}-{time.monotonic_ns()}"
         self.before = digest(self.inputs)
 
@@ -249,10 +258,10 @@ class Run:
         if left:
             problems.append(f"alive in the run's process groups {sorted(self.groups)}: {describe(left)}")
         end = time.monotonic() + SETTLE_S
-        while run_dirs_left(self.tmp) and time.monotonic() < end:
+        while left_in(self.tmp) and time.monotonic() < end:
             time.sleep(0.2)
-        if run_dirs_left(self.tmp):
-            problems.append(f"left in TMPDIR: {run_dirs_left(self.tmp)}")
+        if left_in(self.tmp):
+            problems.append(f"left in TMPDIR: {left_in(self.tmp)}")
         after = digest(self.inputs)
         if after != self.before:
             changed = sorted(k for k in {*after, *self.before} if after.get(k) != self.before.get(k))

@@ -24,11 +24,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from typing import Any
 
 from specparity.errors import EnvironmentProblem, InputError
 from specparity.launch_command import LaunchCommand
+from specparity.serving import reaper
 from specparity.serving.launch_child import RESULT_PREFIX
 
 ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
@@ -179,16 +178,13 @@ def parse_launch(command: LaunchCommand, *, python: str | None = None, timeout_s
     request = {"entry": command.entry, "args": list(command.args), "cwd": command.cwd, "device": device,
                "resolve": resolve,
                "module": next((m for m in _PYTHON_MODULE_ENTRIES if m in command.program[:-1]), None)}
-    work = Path(tempfile.mkdtemp(prefix="specparity-launch-"))
     t0 = time.perf_counter()
-    try:
+    with reaper.temp_dir("specparity-launch-") as work:
         env = child_env(work, python=interpreter, base={**os.environ, **command.env})
         if command.env.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], command.env["PYTHONPATH"]))
         answer, stderr = _run_child(interpreter, module, request, env=env, cwd=command.cwd, timeout_s=timeout_s,
                                     label=ENGINE_LABELS[command.engine])
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - t0
     return _spec(command, answer, stderr=stderr, interpreter=interpreter, elapsed=elapsed)
 
@@ -196,11 +192,15 @@ def parse_launch(command: LaunchCommand, *, python: str | None = None, timeout_s
 def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: dict[str, str], cwd: str,
                timeout_s: float, label: str) -> tuple[dict[str, Any], str]:
     try:
+        # a child of the run like the engine's (serving/reaper.py): marked, dies with the gate, its group stopped by
+        # the watchdog if the gate is killed while the engine's parser reads the command
         proc = subprocess.Popen([interpreter, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+                                stderr=subprocess.PIPE, text=True, env=reaper.marked_env(env), cwd=cwd,
+                                start_new_session=True, preexec_fn=reaper.child_preexec())
     except OSError as e:
         raise EnvironmentProblem(f"cannot start the interpreter {interpreter!r} to parse the launch command: {e}") \
             from None
+    reaper.adopt_group(proc.pid)
     try:
         out, err = proc.communicate(json.dumps(request), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -210,6 +210,7 @@ def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: d
     finally:  # also on Ctrl-C: never leave the child behind
         if proc.poll() is None:
             _kill(proc)
+        reaper.release_group(proc.pid)
     line = next((x for x in reversed(out.splitlines()) if x.startswith(RESULT_PREFIX)), None)
     if line is None:
         tail = "\n".join(err.strip().splitlines()[-15:])

@@ -147,6 +147,21 @@ def release_dir(path: str | Path, *, remove: bool = True) -> None:
             _send(f"-d{path}")
 
 
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    """A new temporary directory (``tempfile.mkdtemp``), adopted: removed when the block ends, or by the watchdog
+    if this process is killed inside it (a ``TemporaryDirectory`` is removed by its ``__exit__`` alone, which a
+    SIGKILL, or pytest's default SIGTERM, never runs)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    adopt_dir(path)
+    try:
+        yield path
+    finally:
+        release_dir(path)
+
+
 def adopt_file(path: str | Path) -> None:
     """Register a file the watchdog removes if this process is killed before :func:`release_file` (a report being
     written, report/writing.py: a run killed while writing leaves no report of its own). Only the watchdog removes

@@ -14,11 +14,11 @@ This room knows nothing of contracts, comparison or pytest.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specparity.serving import reaper
 from specparity.serving.child_run import (
     CaptureExtras,
     capture_in_child,
@@ -93,9 +93,9 @@ def capture_deployment(
     )
     if isinstance(request, CaptureResult):
         return request
-    with tempfile.TemporaryDirectory(prefix="specparity-replay-") as work:
+    with reaper.temp_dir("specparity-replay-") as work:
         if recorded_fc is not None:
-            request = dataclasses.replace(request, replay=drafter_replay.write_inputs(Path(work), recorded_fc))
+            request = dataclasses.replace(request, replay=drafter_replay.write_inputs(work, recorded_fc))
         replay_out = None if request.replay is None else Path(request.replay["out"])
         samples = len(request.probes)
 
