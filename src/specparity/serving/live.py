@@ -251,36 +251,13 @@ def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
     return replace(result, loop={**(result.loop or {}), "live": live})
 
 
-# A socket path holds at most 107 bytes (sockaddr_un) and vLLM's IPC sockets are <TMPDIR>/<uuid4>: a scratch TMPDIR
-# longer than this is not given (the server keeps its own)
-_SCRATCH_MAX = 107 - len("/") - 36
-
-
 def scratch_env(evidence: Path, command: Mapping[str, str]) -> dict[str, str]:
-    """``TMPDIR`` for a launched server: ``<evidence>/tmp``, removed with the run's evidence directory.
+    """``TMPDIR`` for a launched server: ``<evidence>/tmp``, removed with the run's evidence directory, and torch's
+    inductor cache where torch would have put it (serving/scratch.py: what the engines leave in the temp directory);
+    nothing where the command sets ``TMPDIR`` or the path would be too long for a socket."""
+    from specparity.serving import scratch
 
-    Engines leave files in the temp directory on every start and never remove them: SGLang an empty IPC placeholder
-    per server process (0.5.23 ``server_args.py:781,807-812``, ``NamedTemporaryFile(delete=False)``), vLLM its
-    ZeroMQ socket files (``utils/network_utils.py:176``) when a process is stopped. torch's inductor cache lives in
-    the temp directory too (``torch/_inductor/runtime/cache_dir_utils.py``, ``<tmp>/torchinductor_<user>``) and is
-    a cache across runs, so ``TORCHINDUCTOR_CACHE_DIR`` is set to where torch would have put it. Nothing is added
-    where the command or this environment sets ``TMPDIR``'s place itself, or where the path would be too long for a
-    socket."""
-    if "TMPDIR" in command or len(str(evidence / "tmp")) > _SCRATCH_MAX:
-        return {}
-    (evidence / "tmp").mkdir(mode=0o700, exist_ok=True)
-    out = {"TMPDIR": str(evidence / "tmp")}
-    if "TORCHINDUCTOR_CACHE_DIR" not in command and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        import getpass
-        import re
-
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = f"uid_{os.getuid()}"  # torch's own fallback and sanitising (cache_dir_utils.py:24-34)
-        user = re.sub(r'[\\/:*?"<>|]', "_", user)
-        out["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-    return out
+    return scratch.scratch_env(evidence / "tmp", command)
 
 
 def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:

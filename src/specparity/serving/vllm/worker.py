@@ -88,21 +88,19 @@ def child_environment(device: str) -> dict[str, str]:
     return env
 
 
-# vLLM's IPC endpoints are ``ipc://<VLLM_RPC_BASE_PATH>/<uuid4>`` (vllm 0.32 utils/network_utils.py:176, the base
-# tempfile.gettempdir() unless set, envs.py); a socket path holds at most 107 bytes (sockaddr_un)
-_IPC_PATH_MAX = 107 - len("/") - 36
-
-
 def _setup_env(workers: int, atlas: bool, work: Path | None = None) -> None:
     from specparity.serving.vllm.tap import ENV_ATLAS, ENV_ON
 
-    # vLLM's engine and workers bind their ZeroMQ IPC sockets under the temp directory and leave the socket files
-    # behind when a process dies (hundreds of them in /tmp after a day of runs here); under the child's own
-    # directory, which the gate removes, they go with it. A user's own setting is kept, and so is vLLM's default
-    # where the child's directory is too deep for a socket path.
-    if work is not None and "VLLM_RPC_BASE_PATH" not in os.environ and len(str(work / "ipc")) <= _IPC_PATH_MAX:
-        (work / "ipc").mkdir(exist_ok=True)
-        os.environ["VLLM_RPC_BASE_PATH"] = str(work / "ipc")
+    # what vLLM leaves in the temp directory (its ZeroMQ socket files, the vllm_dist_* FileStore rendezvous of 0.32+:
+    # serving/scratch.py) goes under the child's own directory, which the gate removes; before vLLM is imported, and
+    # tempfile's cached choice reset so this process reads it too
+    if work is not None:
+        import tempfile
+
+        from specparity.serving.scratch import scratch_env
+
+        os.environ.update(scratch_env(work / "tmp", {}))  # below the gate's own TMPDIR (the work dir is there)
+        tempfile.tempdir = None
 
     # vLLM hands the driver's whole environment to its workers, Ray's included (v1/executor/ray_env_utils.py:9-19)
     os.environ[ENV_ON] = "1"
@@ -308,8 +306,8 @@ def main(argv: list[str]) -> int:
     # the local workers: one per rank of the TP x PP world (one node)
     args = request.server_args
     workers = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
-    # a Ray worker on another node gets the driver's VLLM_* variables (v1/executor/ray_env_utils.py) but not this
-    # child's directory: under Ray vLLM keeps its default
+    # under Ray vLLM keeps the temp directory it had: Ray's own session directory lives there (socket paths near the
+    # 107-byte limit below the child's), and Ray's workers on other nodes do not share the child's directory
     local = args.get("distributed_executor_backend") != "ray"
     _setup_env(workers, request.atlas, request_path.parent if local else None)
     select_cpu_platform(request.device)  # before vLLM is imported (serving/vllm/versions.py)
