@@ -92,15 +92,16 @@ def deployment(root: Path, pair: Pair) -> tuple[Path, Path]:
 def fresh_environment() -> Iterator[None]:
     """os.environ as it was, after: a child starts from the gate's environment, but in one interpreter what one
     resolution writes stays for the next (the worker's SPECPARITY_VLLM_TAP, vLLM's VLLM_USE_V1 choice of engine:
-    0.11.0 envs.set_vllm_use_v1)."""
+    0.11.0 envs.set_vllm_use_v1; the child's own TMPDIR, serving/scratch.py, with tempfile's cached choice of it)."""
     import os
 
-    saved = dict(os.environ)
+    saved, saved_tempdir = dict(os.environ), tempfile.tempdir
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        tempfile.tempdir = saved_tempdir
 
 
 def explain_in_process(target: Path, draft: Path, *, engine_args: dict[str, object] | None = None) -> Any:
