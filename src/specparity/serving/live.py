@@ -6,7 +6,8 @@ engine-neutral part of a server's life; each engine adds its own (``Engine.live_
 ``live_resolve``: its hook switches, its evidence channel, its counters).
 
 - :func:`capture_launched`: the command as given (same program, flags and env), plus only the engine's hook switches,
-  a free port and a temp directory of its own (:func:`scratch_env`); its own process group; ``/health`` awaited with a timeout (the log tail goes into the failure);
+  a free port and a temp directory of its own (serving/scratch.py); its own process group; ``/health`` awaited with a
+  timeout (the log tail goes into the failure);
   the contract's probes as token ids, greedy; then the whole process tree stopped, whatever happened.
 - :func:`capture_attached`: the same against ``--server URL``; nothing started, nothing stopped.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specparity.errors import InputError
-from specparity.serving import reaper
+from specparity.serving import reaper, scratch
 from specparity.serving.results import (
     SERVER_FAILED,
     SERVER_UNREACHABLE,
@@ -141,7 +142,7 @@ def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
         placed = ["--host", host, "--port", str(port)] if given is None else ["--port", str(port)]
         argv = [*program, *command.args, *flags, *placed]
         added_env = {**env, "PYTHONPATH": _python_path(evidence, env, command.env),
-                     **scratch_env(evidence, command.env)}
+                     **scratch.scratch_env(evidence / "tmp", command.env)}  # removed with the evidence
         connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         url = f"http://{connect}:{port}"
         secrets = [v for k, v in command.env.items() if "KEY" in k.upper() or "TOKEN" in k.upper()]
@@ -249,15 +250,6 @@ def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
     moved = (result.loop or {}).get("evidence_bytes")
     live = {**run.to_dict(), **({"evidence_bytes": int(moved)} if isinstance(moved, int) else {})}
     return replace(result, loop={**(result.loop or {}), "live": live})
-
-
-def scratch_env(evidence: Path, command: Mapping[str, str]) -> dict[str, str]:
-    """``TMPDIR`` for a launched server: ``<evidence>/tmp``, removed with the run's evidence directory, and torch's
-    inductor cache where torch would have put it (serving/scratch.py: what the engines leave in the temp directory);
-    nothing where the command sets ``TMPDIR`` or the path would be too long for a socket."""
-    from specparity.serving import scratch
-
-    return scratch.scratch_env(evidence / "tmp", command)
 
 
 def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:
