@@ -27,8 +27,8 @@ def test_a_row_names_the_expected_finding_first_and_counts_the_rest() -> None:
     v = verdict("fail", FindingKind.MISSING_SOURCE, FindingKind.EXTRA_EMBEDDING, FindingKind.ACCEPTANCE_COLLAPSE)
     row = verdict_row("seed", v, expect_status="fail", expect_kinds=("extra_embedding",), tok_s=21.8)
     assert row == SummaryRow(scenario="seed", expected="FAIL: extra_embedding", verdict="FAIL", exit_code=1,
-                             finding="extra_embedding (+2 more)", acceptance="80.5% / 35.1%", tok_s=21.8,
-                             as_expected=True)
+                             finding="extra_embedding (+2 more)", acceptance="80.5% / 35.1%", cause="wiring",
+                             tok_s=21.8, as_expected=True)
 
 
 def test_a_row_that_misses_its_finding_is_not_as_expected() -> None:
@@ -48,21 +48,23 @@ def test_the_table_golden_plain() -> None:
     assert out.getvalue().splitlines() == [
         "demo",
         "┏━━━┳━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━┳"
-        "━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┓",
+        "━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━┳━━━━━━━━━━┓",
         "┃   ┃                   ┃                       ┃         ┃      ┃                 ┃ acceptance        ┃"
-        " engine loop  ┃       ┃ as       ┃",
+        " engine loop  ┃         ┃       ┃ as       ┃",
         "┃ # ┃ scenario          ┃ expected              ┃ verdict ┃ exit ┃ finding         ┃ recorded / served ┃"
-        " per position ┃ tok/s ┃ expected ┃",
+        " per position ┃ cause   ┃ tok/s ┃ expected ┃",
         "┡━━━╇━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━╇"
-        "━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━┩",
+        "━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━╇━━━━━━━━━━┩",
         "│ 1 │ healthy           │ PASS                  │ PASS    │    0 │ -               │ 80.5% / 80.5%     │"
-        " 50% 29%      │  30.8 │ yes      │",
+        " 50% 29%      │ healthy │  30.8 │ yes      │",
         "│ 2 │ the seed's wiring │ FAIL: extra_embedding │ FAIL    │    1 │ extra_embedding │ 80.5% / 35.1%     │"
-        " 20% 9%       │  21.8 │ yes      │",
+        " 20% 9%       │ wiring  │  21.8 │ yes      │",
         "│ 3 │ no speculation    │ -                     │ -       │    - │ -               │ -                 │"
-        " -            │  19.6 │ -        │",
+        " -            │ -       │  19.6 │ -        │",
         "└───┴───────────────────┴───────────────────────┴─────────┴──────┴─────────────────┴───────────────────┴"
-        "──────────────┴───────┴──────────┘",
+        "──────────────┴─────────┴───────┴──────────┘",
+        "cause: wiring = the engine feeds fc other inputs than training recorded (the serving path, not the model); "
+        "model = the drafter accepts little even on its recorded inputs (the model, not the wiring)",
     ]
 
 
@@ -71,3 +73,17 @@ def test_columns_nobody_measured_are_left_out() -> None:
     print_summary([verdict_row("healthy", verdict("pass"), expect_status="pass")], title="demo", stream=out)
     assert "tok/s" not in out.getvalue() and "engine loop" not in out.getvalue()
     assert "80.5% / 80.5%" in out.getvalue()
+
+
+def test_the_cause_column_says_wiring_or_model_and_a_healthy_table_needs_no_legend() -> None:
+    import dataclasses
+
+    model = verdict("fail", FindingKind.ACCEPTANCE_COLLAPSE)
+    assert model.outcome is not None
+    model = dataclasses.replace(model, outcome=dataclasses.replace(model.outcome, diagnosis="model_quality"))
+    assert verdict_row("weak drafter", model, expect_status="fail").cause == "model"
+    assert verdict_row("seed", verdict("fail"), expect_status="fail").cause == "wiring"
+    out = io.StringIO()
+    print_summary([verdict_row("healthy", verdict("pass"), expect_status="pass")], title="demo", stream=out)
+    row = out.getvalue().splitlines()[5]
+    assert row.split("│")[-3].strip() == "healthy" and "cause:" not in out.getvalue()

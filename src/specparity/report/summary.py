@@ -2,7 +2,8 @@
 
 One row per scenario: what it is, what it should end as, the verdict and its exit code, the finding that names it,
 the drafter's first-draft acceptance (on the recorded and on the served fc input, and in the engine's own loop
-where it ran) and tokens per second where they were measured. A row may be a measurement alone (tok/s with no
+where it ran), the outcome's cause (wiring: the serving path; model: the drafter itself) and tokens per second where
+they were measured. A row may be a measurement alone (tok/s with no
 speculation). Drawn by rich: colour on a terminal, plain text in logs and pipes; cells are never cut.
 """
 
@@ -35,8 +36,15 @@ class SummaryRow:
     finding: str = NONE
     acceptance: str = NONE
     engine_loop: str = NONE
+    cause: str = NONE
     tok_s: float | None = None
     as_expected: bool | None = None
+
+
+# the outcome's diagnosis (replay/outcome.py) as the table says it, and the legend printed under the table
+CAUSE = {"healthy": "healthy", "wiring": "wiring", "model_quality": "model", "inconclusive": "inconclusive"}
+CAUSE_LEGEND = ("cause: wiring = the engine feeds fc other inputs than training recorded (the serving path, not the "
+                "model); model = the drafter accepts little even on its recorded inputs (the model, not the wiring)")
 
 
 def verdict_row(scenario: str, verdict: Verdict, *, expect_status: str, expect_kinds: Sequence[str] = (),
@@ -52,19 +60,21 @@ def verdict_row(scenario: str, verdict: Verdict, *, expect_status: str, expect_k
         acceptance = f"{o.recorded_acceptance[0]:.1%} / {o.served_acceptance[0]:.1%}"
     if o is not None and o.engine_loop and o.engine_loop.get("per_position"):
         engine_loop = " ".join(f"{a:.0%}" for a in o.engine_loop["per_position"])
+    cause = CAUSE.get(o.diagnosis, o.diagnosis) if o is not None else NONE
     expected = expect_status.upper() + (f": {', '.join(expect_kinds)}" if expect_kinds else "")
     ok = verdict.status == expect_status and all(k in kinds for k in expect_kinds)
     return SummaryRow(scenario=scenario, expected=expected, verdict=verdict.status.upper(),
                       exit_code=verdict.exit_code, finding=finding, acceptance=acceptance, engine_loop=engine_loop,
-                      tok_s=tok_s, as_expected=ok)
+                      cause=cause, tok_s=tok_s, as_expected=ok)
 
 
 def summary_table(rows: Sequence[SummaryRow]) -> Table:
-    """The rich table of ``rows``; the engine-loop and tok/s columns only when some row has them."""
+    """The rich table of ``rows``; the engine-loop, cause and tok/s columns only when some row has them."""
     from rich.table import Table
     from rich.text import Text
 
     loop = any(r.engine_loop != NONE for r in rows)
+    cause = any(r.cause != NONE for r in rows)
     tok_s = any(r.tok_s is not None for r in rows)
     table = Table()
     table.add_column("#", justify="right")
@@ -76,6 +86,8 @@ def summary_table(rows: Sequence[SummaryRow]) -> Table:
     table.add_column("acceptance\nrecorded / served")
     if loop:
         table.add_column("engine loop\nper position")
+    if cause:
+        table.add_column("cause")
     if tok_s:
         table.add_column("tok/s", justify="right")
     table.add_column("as\nexpected")
@@ -84,6 +96,8 @@ def summary_table(rows: Sequence[SummaryRow]) -> Table:
                                    NONE if r.exit_code is None else str(r.exit_code), r.finding, r.acceptance]
         if loop:
             cells.append(r.engine_loop)
+        if cause:
+            cells.append(r.cause)
         if tok_s:
             cells.append(NONE if r.tok_s is None else f"{r.tok_s:.1f}")
         cells.append(Text(NONE) if r.as_expected is None
@@ -106,3 +120,5 @@ def print_summary(rows: Sequence[SummaryRow], *, title: str, stream: TextIO | No
                       highlight=False, markup=False, emoji=False, width=width)
     console.print(Text(title, style="bold"), soft_wrap=True)
     console.print(table)
+    if any(r.cause not in (NONE, "healthy") for r in rows):
+        console.print(CAUSE_LEGEND, soft_wrap=True)
