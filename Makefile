@@ -28,7 +28,9 @@ demo-real: install vllm-env
 demo-server: install vllm-env
 	@$(PY) -m specparity.realmodel.demo_server $(DEMO_ARGS)
 
+# the suite reads the real model in a few unit tests (tests/unit/test_tokenizer_fingerprint.py): fetched here, once
 test: install
+	@$(PY) -m specparity.realmodel fetch >/dev/null
 	@$(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
 
 # The fault tier (tests/faults, `-m faults`): real gate runs on the bundled models signalled at named points (SIGTERM,

@@ -96,3 +96,20 @@ def test_the_seeds_wiring_is_named_and_the_loop_accepts_far_less(real_model: Rea
     assert list(v.served_layout or []) == ["embedding", "layer:1", "layer:14"]
     assert v.outcome is not None and v.outcome.diagnosis == "wiring"
     assert v.outcome.served_acceptance[0] < v.outcome.recorded_acceptance[0] - 0.1
+
+
+def test_demo_reals_tok_s_loop_runs_its_three_configurations(real_model: RealModel, work: Path,
+                                                              engine_python: str, tmp_path: Path) -> None:
+    """`make demo-real`'s tokens-per-second step, smoke-sized (one prompt, four tokens): the demo's own code runs
+    vLLM's loop with no speculation, the healthy drafter and the seed's wiring, each to the end with vLLM's counters
+    (nothing else in CI runs that loop: its request to the worker's llm_kwargs broke once unseen)."""
+    from specparity.realmodel.demo import LOOP_RUNS, tok_s
+
+    runs = tok_s(real_model.fp32, draft_for(HEALTHY, work), draft_for(SEED, work), engine_python, "fp32",
+                 reports=tmp_path, verbose=False, n_prompts=1, tokens=4)
+    assert [r.get("error") for r in runs] == [None, None, None], runs
+    assert [r["tokens"] for r in runs] == [4, 4, 4]
+    assert all(r["tok_per_s"] > 0 for r in runs)
+    for name, r in zip(LOOP_RUNS[1:], runs[1:], strict=True):  # the two drafters: vLLM's spec-decode counters moved
+        assert (r["counters"].get("spec_decode_num_drafts") or 0) > 0, (name, r["counters"])
+    assert set(json.loads((tmp_path / "loop.json").read_text())["runs"]) == set(LOOP_RUNS)

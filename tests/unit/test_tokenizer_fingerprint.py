@@ -68,7 +68,7 @@ def smol() -> Path:
     model = fetch.cached()
     assert model is not None, (
         f"SmolLM2's real-model cache is missing or incomplete under {fetch.model_root()}: run "
-        "`python -m specparity.realmodel fetch` (CI fills it before the tests)")
+        "`python -m specparity.realmodel fetch` (`make test` runs it first)")
     return model.fp32
 
 

@@ -108,11 +108,11 @@ def _gates(todo: list[tuple[Scenario, Path]], target: Path, *, python: str | Non
 
 
 def _loop(target: Path, draft: Path | None, prompts: list[list[int]], python: str,
-          dtype: str = "float32") -> dict[str, Any]:
+          dtype: str = "float32", *, tokens: int = LOOP_TOKENS) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="specparity-loop-") as tmp:
         req, out = Path(tmp) / "req.json", Path(tmp) / "out.json"
         req.write_text(json.dumps({"target": str(target), "draft": str(draft) if draft else None, "prompts": prompts,
-                                   "max_tokens": LOOP_TOKENS, "num_speculative_tokens": 3, "dtype": dtype}))
+                                   "max_tokens": tokens, "num_speculative_tokens": 3, "dtype": dtype}))
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
         proc = subprocess.run([python, "-m", "specparity.realmodel.vllm_loop", str(req), str(out)], env=env,
                               capture_output=True, text=True, timeout=900)
@@ -135,18 +135,20 @@ def committed_pack() -> ProbePack:
 LOOP_RUNS = ("no speculation", "healthy drafter", "miswired drafter (the seed's wiring)")
 
 
-def _tok_s(target: Path, healthy: Path, miswired: Path, python: str, dtype: str, *, reports: Path,
-           verbose: bool) -> list[dict[str, Any]]:
+def tok_s(target: Path, healthy: Path, miswired: Path, python: str, dtype: str, *, reports: Path,
+          verbose: bool, n_prompts: int = LOOP_PROMPTS, tokens: int = LOOP_TOKENS) -> list[dict[str, Any]]:
     """vLLM's loop with no speculation, the healthy drafter and the miswired one (``LOOP_RUNS``): each run's
-    tok/s and counters, or its ``error``; written to ``reports``/loop.json."""
+    tok/s and counters, or its ``error``; written to ``reports``/loop.json. ``n_prompts`` and ``tokens`` are the
+    demo's own unless a smoke run (tests/real_model/test_real_vllm.py) asks for fewer."""
     drafts = (None, healthy, miswired)
-    prompts = loop_prompts(committed_pack(), LOOP_PROMPTS)
+    prompts = loop_prompts(committed_pack(), n_prompts)
     results = []
     with Progress(len(drafts), "vLLM loop tok/s", phases=LOOP_RUNS) as bar:
         for i, d in enumerate(drafts):
-            results.append(_loop(target, d, prompts, python, {"bf16": "bfloat16"}.get(dtype, "float32")))
+            results.append(_loop(target, d, prompts, python, {"bf16": "bfloat16"}.get(dtype, "float32"),
+                                 tokens=tokens))
             bar(i + 1)
-    how = f"{len(prompts)} prompts x {LOOP_TOKENS} greedy tokens, one request at a time, 3 speculative tokens"
+    how = f"{len(prompts)} prompts x {tokens} greedy tokens, one request at a time, 3 speculative tokens"
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "loop.json").write_text(json.dumps({"runs": dict(zip(LOOP_RUNS, results, strict=True)),
                                                    "how": how}, indent=2) + "\n")
@@ -173,10 +175,10 @@ def _vllm_rows(target: Path, work: Path, *, python: str, dtype: str, reports: Pa
     verdicts = _gates(todo, target, python=python, engine="vllm", reports=reports, dtype=dtype, verbose=verbose)
     _say("=== 3. tokens per second")
     # the loop's healthy and miswired runs serve the first and the last scenario's drafts
-    loops = _tok_s(target, todo[0][1], todo[-1][1], python, dtype, reports=reports, verbose=verbose)
-    tok_s = {0: loops[1].get("tok_per_s"), len(todo) - 1: loops[2].get("tok_per_s")}
+    loops = tok_s(target, todo[0][1], todo[-1][1], python, dtype, reports=reports, verbose=verbose)
+    speeds = {0: loops[1].get("tok_per_s"), len(todo) - 1: loops[2].get("tok_per_s")}
     rows = [verdict_row(f"vLLM: {s.title}", v, expect_status=s.expect_status, expect_kinds=s.expect_kinds,
-                        tok_s=tok_s.get(i)) for i, (s, v) in enumerate(zip(VLLM, verdicts, strict=True))]
+                        tok_s=speeds.get(i)) for i, (s, v) in enumerate(zip(VLLM, verdicts, strict=True))]
     rows.append(SummaryRow(scenario="vLLM: the same loop with no speculation", tok_s=loops[0].get("tok_per_s")))
     failed = [f"{name}: {r['error']}" for name, r in zip(LOOP_RUNS, loops, strict=True) if r.get("error")]
     if failed:

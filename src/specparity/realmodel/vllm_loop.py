@@ -36,18 +36,19 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if req.get("threads"):
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-" + str(int(req["threads"]) - 1))
-    from types import SimpleNamespace
-
     from vllm import LLM, SamplingParams
 
     from specparity.serving.vllm.worker import llm_kwargs
+    from specparity.serving.worker_common import WorkerRequest
 
     prompts = [list(map(int, p)) for p in req["prompts"]]
     max_tokens = int(req["max_tokens"])
-    # the gate's own engine settings (serving/vllm/worker.py), with or without the drafter
-    request = SimpleNamespace(target=req["target"], draft=req.get("draft") or req["target"], probes=prompts,
-                              device="cpu", server_args={"generate_tokens": max_tokens, "dtype": req.get("dtype", "float32"),
-                                                         "num_speculative_tokens": int(req.get("num_speculative_tokens", 3))})
+    # the gate's own engine settings (serving/vllm/worker.py), with or without the drafter: the same typed job the
+    # gate's child gets, so a field llm_kwargs reads is one this request has (a run, as a capture: float32 on CPU)
+    request = WorkerRequest(op="capture", target=str(req["target"]), draft=str(req.get("draft") or req["target"]),
+                            probes=tuple(tuple(p) for p in prompts), device="cpu",
+                            server_args={"generate_tokens": max_tokens, "dtype": req.get("dtype", "float32"),
+                                         "num_speculative_tokens": int(req.get("num_speculative_tokens", 3))})
     kw, _, _ = llm_kwargs(request)
     if not req.get("draft"):
         kw.pop("speculative_config")

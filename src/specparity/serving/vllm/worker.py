@@ -24,7 +24,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specparity.serving.worker_common import WorkerRequest
 
 GENERATE_TOKENS = 16  # greedy tokens per probe for the real loop (engine arg ``generate_tokens``)
 DEFAULT_SPEC_TOKENS = 3
@@ -130,7 +133,7 @@ def target_quantization(target: str) -> str | None:
     return None
 
 
-def cpu_capture_refusal(request: Any, exc: BaseException) -> Any:
+def cpu_capture_refusal(request: WorkerRequest, exc: BaseException) -> Any:
     """A quantized target's capture vLLM's CPU platform could not run: the machine's limit (exit 3), named."""
     from specparity.serving.exception_text import exception_text
     from specparity.serving.results import NEEDS_HARDWARE, ServingFailure
@@ -143,7 +146,7 @@ def cpu_capture_refusal(request: Any, exc: BaseException) -> Any:
                           "it here as deployed, the capture needs the deployment's GPU")
 
 
-def cpu_backend_refusal(request: Any) -> Any:
+def cpu_backend_refusal(request: WorkerRequest) -> Any:
     """A static resolution that failed only because this machine is a CPU: a release with a V0 fallback (0.11.0's
     ``EngineArgs._is_v1_supported_oracle``) sends a sliding-window target off its V1 engine on vLLM's CPU backend
     alone (``"sliding window (CPU backend)"``), and V0 cannot serve EAGLE there; on the deployment's GPU the same
@@ -175,7 +178,7 @@ def cpu_backend_refusal(request: Any) -> Any:
                           "needs the deployment's GPU")
 
 
-def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
+def llm_kwargs(request: WorkerRequest) -> tuple[dict[str, Any], int, int]:
     """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
     args = dict(request.server_args)
     gen = int(args.pop("generate_tokens", GENERATE_TOKENS))
@@ -200,7 +203,7 @@ def llm_kwargs(request: Any) -> tuple[dict[str, Any], int, int]:
     return kw, n_spec, gen
 
 
-def requested_layout(request: Any) -> dict[str, Any]:
+def requested_layout(request: WorkerRequest) -> dict[str, Any]:
     """The layout vLLM resolves for the request (no engine started, none of its ranks reported), or {} where vLLM
     refuses the arguments themselves: for the report of a capture that failed before its ranks could report."""
     from vllm.engine.arg_utils import EngineArgs
@@ -214,7 +217,7 @@ def requested_layout(request: Any) -> dict[str, Any]:
         return {}
 
 
-def resolve(request: Any) -> Any:
+def resolve(request: WorkerRequest) -> Any:
     from dataclasses import replace
 
     from vllm.engine.arg_utils import EngineArgs
@@ -242,7 +245,7 @@ def _metrics(llm: Any) -> dict[str, Any]:
     return out
 
 
-def capture(request: Any) -> Any:
+def capture(request: WorkerRequest) -> Any:
     """The real engine on the probes: fc input per sample (the first drafter rank), atlas, per-rank evidence
     (gathered through vLLM's collective_rpc: serving/vllm/ranks.py), the layout, and the loop's counters."""
     from vllm import LLM, SamplingParams
