@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from specparity.errors import EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, EnvironmentProblem, InputError
-from specparity.watch.band import FLOOR_RATIO, MIN_CALIBRATION_DRAFTS
+from specparity.intervals import FLOOR_RATIO
+from specparity.watch.band import MIN_CALIBRATION_DRAFTS
 from specparity.watch.engines import ENGINES
 
 

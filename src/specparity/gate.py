@@ -146,7 +146,10 @@ def run_gate(
             timings["compare"] = time.perf_counter() - t1
         if request is not None:
             t1 = time.perf_counter()
-            out = check_outcome(contract, pack, capture, target=target, draft=draft, engine=eng.label)
+            matches = (run.table is not None and not capture.failures
+                       and list(run.table.served_sources()) == list(contract.fc_input.sources))
+            out = check_outcome(contract, pack, capture, target=target, draft=draft, engine=eng.label,
+                                capture_matches=matches)
             run.outcome, run.outcome_findings = out.summary, out.findings
             timings["outcome"] = time.perf_counter() - t1
     timings["total"] = time.perf_counter() - t0

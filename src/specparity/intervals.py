@@ -1,11 +1,15 @@
 """Binomial confidence intervals, pure arithmetic: the replay's acceptance and the watcher's live acceptance both use
-them, and the watcher must run without torch (``replay/acceptance.py`` re-exports these names)."""
+them, and the watcher must run without torch (``replay/acceptance.py`` re-exports these names). Also the one floor
+both judge a server's own acceptance by (:data:`FLOOR_RATIO`)."""
 
 from __future__ import annotations
 
 import math
 
 WILSON_Z = 1.959964  # two-sided 95%
+# a server's own acceptance is healthy down to this fraction of its reference (watch/band.py says why 0.6); the gate's
+# live outcome (replay/server_acceptance.py) and watch's band use the same figure
+FLOOR_RATIO = 0.6
 
 
 def wilson_interval(successes: int, trials: int, *, z: float = WILSON_Z) -> tuple[float, float]:

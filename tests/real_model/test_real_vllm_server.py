@@ -47,6 +47,11 @@ def test_the_healthy_deployment_passes_on_its_server_with_the_servers_own_accept
     loop = v.outcome.engine_loop if v.outcome is not None else None
     # the server's own counters over the probes' prompts: a drafter that learned something real is accepted
     assert loop is not None and loop["drafts"] > 0 and loop["per_position"][0] > 0.2, loop
+    # and judged: inside the contract's band, counted from the probes' own requests (the launch added the switch)
+    judged = loop["server_acceptance"]
+    assert judged["state"] == "inside" and judged["confirms"] == "healthy", judged
+    assert judged["source"] == "per_request" and judged["reference_from"] == "contract"
+    assert "--per-request-spec-decode-metrics" in v.live["added_flags"]
 
 
 def test_the_seeds_wiring_is_named_on_its_server(real_model: RealModel, tmp_path: Path,
@@ -59,3 +64,8 @@ def test_the_seeds_wiring_is_named_on_its_server(real_model: RealModel, tmp_path
     assert v.outcome is not None and v.outcome.diagnosis == "wiring"
     loop = v.outcome.engine_loop
     assert loop is not None and loop["drafts"] > 0
+    # the seed's symptom from the server's side: its own acceptance is below the contract's band, and says so
+    judged = loop["server_acceptance"]
+    assert judged["state"] == "below" and judged["confirms"] == "wiring", judged
+    collapse = next(f for f in v.errors if f.kind is FindingKind.SERVED_ACCEPTANCE_COLLAPSE)
+    assert "confirms the wiring fault" in collapse.message

@@ -87,3 +87,15 @@ def test_the_cause_column_says_wiring_or_model_and_a_healthy_table_needs_no_lege
     print_summary([verdict_row("healthy", verdict("pass"), expect_status="pass")], title="demo", stream=out)
     row = out.getvalue().splitlines()[5]
     assert row.split("│")[-3].strip() == "healthy" and "cause:" not in out.getvalue()
+
+
+def test_a_live_servers_own_acceptance_shows_its_band() -> None:
+    import dataclasses
+
+    v = verdict("fail", FindingKind.EXTRA_EMBEDDING, loop=[0.2, 0.09])
+    assert v.outcome is not None and v.outcome.engine_loop is not None
+    judged = {"state": "below", "floor": [0.36, 0.22], "reference": [0.6, 0.37], "reference_from": "contract"}
+    v = dataclasses.replace(v, outcome=dataclasses.replace(
+        v.outcome, engine_loop={**v.outcome.engine_loop, "server_acceptance": judged}))
+    row = verdict_row("the seed's wiring", v, expect_status="fail")
+    assert row.engine_loop == "20% 9% (below: floor 36% of the contract's 60%)"

@@ -62,6 +62,10 @@ class FindingKind(str, enum.Enum):
     ACCEPTANCE_BELOW_CONTRACT = "acceptance_below_contract"
     MODEL_QUALITY = "model_quality"  # below the floor on its own inputs, with no expectation in the contract
     ACCEPTANCE_INCONCLUSIVE = "acceptance_inconclusive"  # too few scored tokens to clear or confirm a collapse
+    # the server's own acceptance (replay/server_acceptance.py): below the contract's band; or not measurable (no
+    # drafts, too few to tell, other clients' requests in a global counter's window): the machine's, exit 3
+    SERVED_ACCEPTANCE_COLLAPSE = "served_acceptance_collapse"
+    SERVER_ACCEPTANCE_UNMEASURED = "server_acceptance_unmeasured"
     # the serving engine (SGLang or vLLM) raised, refused or died: details name ``engine`` and ``version``,
     # and ``cause`` says whose fault it is (``deployment``: exit 1; otherwise the machine's: exit 3)
     ENGINE_ERROR = "engine_error"
@@ -99,7 +103,8 @@ def engine_label(engine: str | None) -> str:
     return ENGINE_LABELS.get(engine or "", engine or "the serving engine")
 
 
-ENVIRONMENT_KINDS = frozenset({FindingKind.ENGINE_ERROR, FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT})
+ENVIRONMENT_KINDS = frozenset({FindingKind.ENGINE_ERROR, FindingKind.SGLANG_ERROR, FindingKind.TIMEOUT,
+                               FindingKind.SERVER_ACCEPTANCE_UNMEASURED})
 
 
 def _jsonable(value: object) -> object:

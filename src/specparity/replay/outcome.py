@@ -178,9 +178,30 @@ def _engine_figures(capture: CaptureResult, engine: str) -> tuple[DrafterReplay 
     return None, []
 
 
+def _server_judgement(capture: CaptureResult, report: OutcomeReport, expected: Sequence[float] | None, *,
+                      capture_matches: bool, engine: str) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """A live server's own acceptance against the contract's band (replay/server_acceptance.py); (None, []) where the
+    figures are not a server's (the in-process loops are judged by the replay)."""
+    from specparity.replay.server_acceptance import judge
+
+    loop = capture.loop or {}
+    if loop.get("source") != "server_metrics":
+        return None, []
+    acc = capture.acceptance
+    if acc is None:  # no drafts at all: _engine_figures already names it (exit 3), once is enough
+        return {"state": "unmeasured", "source": loop.get("acceptance_source"), "drafts": 0}, []
+    figures = {**(loop_summary(acc) or {}), "drafts": acc.drafts,
+               "accepted_per_position": list(acc.accepted_per_position),
+               "source": loop.get("acceptance_source"), "other_requests": loop.get("other_requests")}
+    reference, reference_from = (expected, "contract") if expected else (report.recorded.defined, "replay")
+    return judge(figures, reference=reference, reference_from=reference_from, capture_matches=capture_matches,
+                 replay_diagnosis=report.summary.diagnosis, engine=engine)
+
+
 def check_outcome(
     contract: Contract, probes: ProbePack, capture: CaptureResult, *, target: str | Path, draft: str | Path,
     engine: str = "the engine", num_steps: int | None = None, thresholds: OutcomeThresholds | None = None,
+    capture_matches: bool = True,
 ) -> OutcomeCheck:
     """The outcome of one engine run: the training-side drafter on recorded vs served inputs, held against the
     engine's own figures (module docstring). Never raises for the deployment: what could not be judged is an
@@ -188,7 +209,9 @@ def check_outcome(
 
     ``engine`` names the engine in messages (the adapter's label). ``num_steps``: the chain length; default the
     contract's ``serving.num_steps``, else the deployment's resolved one, else 3. A capture without fc input
-    gives no outcome and no finding (the capture's own failures say why).
+    gives no outcome and no finding (the capture's own failures say why). On a live server its own acceptance is
+    judged beside the replay (:func:`_server_judgement`); ``capture_matches`` says whether the capture found the
+    contract's layout, which decides what a collapse of the server's figure means.
     """
     if capture.fc is None:
         return OutcomeCheck(None, ())
@@ -214,8 +237,14 @@ def check_outcome(
             engine=engine)
     except ValueError as e:
         return OutcomeCheck(None, (*findings, _error(f"the outcome level cannot replay these inputs: {e}")))
-    summary = dataclasses.replace(report.summary, engine_loop=loop_summary(capture.acceptance))
-    return OutcomeCheck(summary, (*report.findings, *findings), report)
+    expected = expected_from_contract(contract.training_outcome)
+    judged, server_findings = _server_judgement(capture, report, expected, capture_matches=capture_matches,
+                                                engine=engine)
+    engine_loop = loop_summary(capture.acceptance)
+    if judged is not None:
+        engine_loop = {**(engine_loop or {}), "server_acceptance": judged}
+    summary = dataclasses.replace(report.summary, engine_loop=engine_loop)
+    return OutcomeCheck(summary, (*report.findings, *findings, *server_findings), report)
 
 
 def recorded_acceptance(probes: ProbePack, *, draft: str | Path, target: str | Path, num_steps: int) -> AcceptanceResult:

@@ -60,6 +60,10 @@ def verdict_row(scenario: str, verdict: Verdict, *, expect_status: str, expect_k
         acceptance = f"{o.recorded_acceptance[0]:.1%} / {o.served_acceptance[0]:.1%}"
     if o is not None and o.engine_loop and o.engine_loop.get("per_position"):
         engine_loop = " ".join(f"{a:.0%}" for a in o.engine_loop["per_position"])
+        judged = o.engine_loop.get("server_acceptance") or {}
+        if judged.get("floor") and judged.get("reference"):  # a live server's own figure, judged against the band
+            engine_loop += (f" ({judged['state']}: floor {judged['floor'][0]:.0%} of the {judged['reference_from']}'s "
+                            f"{judged['reference'][0]:.0%})")
     cause = CAUSE.get(o.diagnosis, o.diagnosis) if o is not None else NONE
     expected = expect_status.upper() + (f": {', '.join(expect_kinds)}" if expect_kinds else "")
     ok = verdict.status == expect_status and all(k in kinds for k in expect_kinds)

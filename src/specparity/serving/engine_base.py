@@ -76,8 +76,8 @@ class Engine(Protocol):
 
     health_path: str
 
-    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                                   list[str]]: ...
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path,
+                      program: Sequence[str] = ()) -> tuple[list[str], dict[str, str], list[str]]: ...
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, progress: Progress | None,

@@ -132,13 +132,13 @@ def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
     os.chmod(evidence, 0o700)
     reaper.adopt_dir(evidence)
     try:
-        flags, env, notes = engine.live_switches(command, evidence_dir=evidence)
+        program, where = _program(command.program, python)
+        flags, env, notes = engine.live_switches(command, evidence_dir=evidence, program=program)
         if env.get("VLLM_SERVER_DEV_MODE") and not is_loopback(host) and not allow_dev_endpoints:
             raise InputError(f"the command binds {host}, not loopback, and the capture needs {engine.label}'s dev-mode "
                              "endpoints there; pass --allow-dev-endpoints to accept that, or drop --host",
                              field="--launch")
         port = free_port("127.0.0.1" if host in ("0.0.0.0", "::") else host)
-        program, where = _program(command.program, python)
         placed = ["--host", host, "--port", str(port)] if given is None else ["--port", str(port)]
         argv = [*program, *command.args, *flags, *placed]
         added_env = {**env, "PYTHONPATH": _python_path(evidence, env, command.env),

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from specparity.errors import InputError
+from specparity.intervals import FLOOR_RATIO
 from specparity.watch.window import WindowAcceptance
 
-FLOOR_RATIO = 0.6
 MIN_CALIBRATION_DRAFTS = 200  # verify steps with a draft: below this a baseline is noise
 BASELINE_SUFFIX = ".watch-baseline.json"
 IDLE, INSIDE, BELOW = "idle", "inside", "below"

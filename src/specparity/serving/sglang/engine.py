@@ -86,8 +86,8 @@ class SglangEngine(EngineBase):
                          f"{r['live_capture']!s:<5} {tested}")
         return lines
 
-    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                                   list[str]]:
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path,
+                      program: Sequence[str] = ()) -> tuple[list[str], dict[str, str], list[str]]:
         """``--forward-hooks`` naming the hook factory; on a CPU server also the stand-ins' environment and
         ``--skip-server-warmup`` (SGLang's warm-up decodes, which no CPU kernel can: ``live.CPU_REFUSALS``). Read
         from the command's words, so the server can start while SGLang's parser reads them."""

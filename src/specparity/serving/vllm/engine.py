@@ -101,11 +101,13 @@ class VllmEngine(EngineBase):
                          f"{tested or v['untested_why']}")
         return lines
 
-    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path) -> tuple[list[str], dict[str, str],
-                                                                                   list[str]]:
-        from specparity.serving.vllm.live import hook_switches
+    def live_switches(self, command: LaunchCommand, *, evidence_dir: Path,
+                      program: Sequence[str] = ()) -> tuple[list[str], dict[str, str], list[str]]:
+        """The tap's switches, and per-request spec-decode counts where the server's own vLLM has them
+        (``program``: the words that will start it; ``live.release_has_flag``)."""
+        from specparity.serving.vllm.live import PER_REQUEST_FLAG, hook_switches, release_has_flag
 
-        return hook_switches(command.args)
+        return hook_switches(command.args, per_request=bool(program) and release_has_flag(program, PER_REQUEST_FLAG))
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, progress: Progress | None,

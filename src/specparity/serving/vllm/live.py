@@ -15,9 +15,13 @@ supports, cited from vllm 0.32:
   ``v1/engine/async_llm.py:1205``), so a rank on another node reports like a local one; probes go as token ids to
   ``/v1/completions``, greedy, with the prefix cache reset before each so the prefill's fc call holds the whole
   probe;
-- the outcome: the spec-decode counters of ``/metrics`` (``vllm:spec_decode_num_drafts_total``,
+- the outcome: each probe prompt's own spec-decode counts where the server returns them
+  (``--per-request-spec-decode-metrics``: the response's ``metrics.speculative_decoding``, ``v1/metrics/stats.py``
+  ``RequestSpecDecodeMetrics.to_dict``, ``entrypoints/openai/completion/serving.py:620-636``), so no other client's
+  request can move the figure; else the spec-decode counters of ``/metrics`` (``vllm:spec_decode_num_drafts_total``,
   ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total``, ``..._num_accepted_tokens_per_pos_total``;
-  ``v1/spec_decode/metrics.py``), as deltas over the probe run.
+  ``v1/spec_decode/metrics.py``) as deltas over the probe run, with ``vllm:request_success_total``
+  (``v1/metrics/loggers.py:807-815``) telling how many requests of other clients finished in the same window.
 """
 
 from __future__ import annotations
@@ -43,14 +47,18 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 EXTENSION_FLAG = "--worker-extension-cls"
 GENERATE_TOKENS = 16
 COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
-            "spec_decode_num_accepted_tokens_per_pos")
+            "spec_decode_num_accepted_tokens_per_pos", "request_success")
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"  # vllm 0.32 engine/arg_utils.py:1657
 # the flags and env a server needs so that the gate can capture from it (specparity launch-flags prints them)
 LAUNCH_FLAGS = (EXTENSION_FLAG, tap.EXTENSION)
 LAUNCH_ENV = {DEV_MODE_ENV: "1"}
 
 
-def hook_switches(args: Sequence[str]) -> tuple[list[str], dict[str, str], list[str]]:
-    """(flags to append, env to add, notes): what the gate adds to the user's ``args`` so the tap can answer."""
+def hook_switches(args: Sequence[str], *, per_request: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
+    """(flags to append, env to add, notes): what the gate adds to the user's ``args`` so the tap can answer, and with
+    ``per_request`` (the server's release has :data:`PER_REQUEST_FLAG`) each request's own spec-decode counts, where
+    the command serves a drafter and sets no level of its own (vLLM refuses the flag without speculative decoding,
+    ``config/vllm.py:1660-1666``)."""
     notes = []
     if any(a == EXTENSION_FLAG or a.startswith(EXTENSION_FLAG + "=") for a in args):
         # vLLM takes one extension class; the user's stays, the tap comes through its entry point instead
@@ -60,7 +68,35 @@ def hook_switches(args: Sequence[str]) -> tuple[list[str], dict[str, str], list[
                      "vllm.general_plugins entry point, which must be installed in the server's environment")
     else:
         flags, env = list(LAUNCH_FLAGS), dict(LAUNCH_ENV)
+    speculative = any(a.split("=", 1)[0] in ("--speculative-config", "--speculative_config", "-sc") for a in args)
+    own = any(a.split("=", 1)[0] in (PER_REQUEST_FLAG, "--per_request_spec_decode_metrics") for a in args)
+    if per_request and speculative and not own:
+        flags += [PER_REQUEST_FLAG, "summary"]
     return flags, env, notes
+
+
+def release_has_flag(program: Sequence[str], flag: str) -> bool:
+    """Whether the vLLM that ``program`` starts accepts ``flag``, read from its own ``engine/arg_utils.py`` (found,
+    never imported, by the interpreter that runs it: ``vllm serve``'s console script names it on its first line).
+    False whenever that cannot be told: the switch is then not added, and the counters fall back to the global ones."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    head = shutil.which(program[0]) or program[0]
+    python = head
+    try:
+        if not Path(head).name.startswith("python"):
+            first = Path(head).read_bytes()[:300].split(b"\n", 1)[0].decode(errors="replace")
+            python = first.removeprefix("#!").strip().split()[0] if first.startswith("#!") else ""
+        if not python:
+            return False
+        found = subprocess.run([python, "-c", "import importlib.util as u; s = u.find_spec('vllm'); "
+                                "print(s.submodule_search_locations[0] if s else '')"],
+                               capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+        return bool(found) and flag in (Path(found) / "engine" / "arg_utils.py").read_text(errors="replace")
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return False
 
 
 class HttpRpc:
@@ -156,6 +192,7 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
                          for r in rpc.collective_rpc(tap.ARM, {"atlas": "1" if atlas else ""})}
     before = counters(client)
     outputs: list[list[int]] = []
+    answers: list[Any] = []
     n_spec = int(dep.resolved_spec.num_steps or 0)
     body = {"model": model, "max_tokens": generate_tokens, "temperature": 0.0, "ignore_eos": True}
     failures: list[ServingFailure] = []
@@ -173,19 +210,24 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
                 raise
             choice = (out.get("choices") or [{}])[0]
             outputs.append([int(t) for t in choice.get("token_ids") or []])
+            answers.append(out)
             evidence.end_probe()
             if progress:
                 progress(2 + i, total)
     finally:
         rpc.collective_rpc(tap.DISARM)
     counted, prompts = counter_delta(counters(client), before), "after_probe"
+    sent, per_request = len(outputs), [_spec_metrics(a) for a in answers]
     if prompt_lengths is not None and len(prompt_lengths) == len(probes):
         # the server's own loop on the probes' prompts, up to the assistant's first token: the target then writes
         # its own answer, the text the drafter was trained on (as serving/vllm/worker.py's capture does)
         start = counters(client)
+        sent, per_request = 0, []
         for ids, n in zip(probes, prompt_lengths, strict=True):
             _reset_prefix_cache(client)
-            client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids[: max(1, int(n))]]})
+            answer = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids[: max(1, int(n))]]})
+            sent += 1
+            per_request.append(_spec_metrics(answer))
         counted, prompts = counter_delta(counters(client), start), "assistant_start"
     generate_s = time.perf_counter() - t0
     layout = dict(dep.layout)
@@ -193,8 +235,36 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
     loop = {"engine": "vllm", "tensor_parallel_size": int(layout.get("tensor_parallel_size") or 1),
             "num_speculative_tokens": n_spec, "generate_tokens": generate_tokens, "counters": counted,
             "loop_prompts": prompts, "outputs": outputs, "generate_s": generate_s, "source": "server_metrics",
-            "evidence_bytes": moved}
+            "evidence_bytes": moved, **acceptance_window(counted, per_request, sent=sent)}
     return assemble_capture(dep, evidence, probes, atlas=atlas, loop=loop, failures=failures)
+
+
+def _spec_metrics(answer: Any) -> dict[str, Any] | None:
+    """One answer's own spec-decode counts (``metrics.speculative_decoding``), or None where the server gives none."""
+    spec = ((answer.get("metrics") or {}).get("speculative_decoding") if isinstance(answer, dict) else None)
+    return spec if isinstance(spec, dict) and isinstance(spec.get("acceptance_histogram"), list) else None
+
+
+def acceptance_window(counted: Mapping[str, Any], per_request: Sequence[Mapping[str, Any] | None], *,
+                      sent: int) -> dict[str, Any]:
+    """The counting window's acceptance source: every request's own counts when the server returned them for each
+    (``counters`` rebuilt from their histograms: position ``k`` is accepted in the verify steps that accepted more
+    than ``k`` draft tokens, as vLLM's per-position counter counts it, ``v1/spec_decode/metrics.py``), else the
+    server's global counters, with how many requests of other clients finished in the window (``request_success``'s
+    delta less the gate's own ``sent``)."""
+    if per_request and all(r is not None for r in per_request):
+        width = max(len(r["acceptance_histogram"]) for r in per_request if r is not None)
+        hist = [sum(int((r or {})["acceptance_histogram"][j]) if j < len((r or {})["acceptance_histogram"]) else 0
+                    for r in per_request) for j in range(width)]
+        per_pos = [sum(hist[j] for j in range(k + 1, width)) for k in range(width - 1)]
+        own = {"spec_decode_num_drafts": sum(hist), "spec_decode_num_accepted_tokens_per_pos": per_pos,
+               "spec_decode_num_accepted_tokens": sum(per_pos),
+               "spec_decode_num_draft_tokens": sum(int((r or {}).get("num_draft_tokens") or 0) for r in per_request)}
+        return {"counters": own, "server_counters": dict(counted), "acceptance_source": "per_request",
+                "other_requests": None}
+    finished = counted.get("request_success")
+    return {"acceptance_source": "server_counters",
+            "other_requests": None if finished is None else max(0, int(finished) - sent)}
 
 
 def _reset_prefix_cache(client: ServerClient) -> None:
