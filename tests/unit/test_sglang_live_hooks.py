@@ -320,6 +320,9 @@ def test_cpu_refusals_are_named_by_call() -> None:
     assert "0.5.23" in failure.message
     plain = live.server_failure("the server exited", ["ValueError: bad flag"])
     assert plain.kind == "sglang_exception" and "bad flag" in plain.message
+    # no exception in the log (a slow start past --timeout): never blamed on the deployment (exit 3, as vLLM's)
+    slow = live.server_failure("/health did not answer within 8 s", ["INFO: loading weights", "INFO: still loading"])
+    assert slow.kind == "server_failed" and "no exception in the server's log" in slow.message
 
 
 def test_stand_ins_site_directory_does_nothing_without_its_switch(tmp_path: Path) -> None:

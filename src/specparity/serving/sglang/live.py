@@ -793,7 +793,8 @@ def cpu_refusals(log_text: str | Iterable[str]) -> list[Refusal]:
 
 def server_failure(message: str, log_lines: Sequence[str]) -> ServingFailure:
     """Why a server failed, for the report: a known refusal by call and release (the gate's exit 3), else
-    SGLang's own last exception line, with the log tail."""
+    SGLang's own last exception line, with the log tail; a log with no exception at all (a server that never answered
+    /health in time, or was killed from outside) is the machine's (``server_failed``, exit 3), as for vLLM."""
     from specparity.serving.results import NEEDS_HARDWARE
 
     found = cpu_refusals(log_lines)
@@ -804,7 +805,11 @@ def server_failure(message: str, log_lines: Sequence[str]) -> ServingFailure:
         return ServingFailure(NEEDS_HARDWARE, f"sglang {r.release} refuses on this CPU at {r.call}{at}: {r.why}. "
                                               f"{message}")
     last = next((ln for ln in reversed(log_lines) if "Error" in ln or "Exception" in ln), "")
-    return ServingFailure(SGLANG_EXCEPTION, f"{message}" + (f" (last error: {last.strip()})" if last else ""))
+    if not last:  # no exception of SGLang's in its log (a slow start, a server killed from outside): the machine's
+        from specparity.serving.results import SERVER_FAILED
+
+        return ServingFailure(SERVER_FAILED, f"{message} (no exception in the server's log)")
+    return ServingFailure(SGLANG_EXCEPTION, f"{message} (last error: {last.strip()})")
 
 
 def server_hooks_dir(client: Any) -> Path | None:
