@@ -381,3 +381,24 @@ def _run_untapped(body: Any, *args: Any) -> Any:
         return body(*args)
     finally:
         nn_module.Module.__call__ = saved  # type: ignore[method-assign]
+
+
+def test_a_commands_own_forward_hooks_are_kept_beside_the_gates(tmp_path: Path) -> None:
+    """SGLang keeps the last --forward-hooks; the one the gate appends carries the user's hooks too, never drops them."""
+    from specparity.errors import InputError
+    from specparity.launch_command import read_launch
+    from specparity.serving.sglang.engine import SglangEngine
+
+    mine = [{"name": "mine", "target_modules": ["model.norm"], "hook_factory": "my.hooks:factory", "config": {}}]
+    text = (f"python -m sglang.launch_server --model-path /m --device cpu --forward-hooks '{json.dumps(mine)}'")
+    flags, _, notes = SglangEngine().live_switches(read_launch(text, source="--launch", cwd=tmp_path),
+                                                   evidence_dir=tmp_path)
+    hooks = json.loads(flags[flags.index("--forward-hooks") + 1])
+    assert hooks[0] == mine[0] and any(live.HOOK_FACTORY in h["hook_factory"] for h in hooks[1:])
+    assert any("own --forward-hooks (1 hook(s)) kept" in n for n in notes)
+    plain, _, _ = SglangEngine().live_switches(read_launch("python -m sglang.launch_server --model-path /m --device cpu",
+                                                           source="--launch", cwd=tmp_path), evidence_dir=tmp_path)
+    assert len(json.loads(plain[plain.index("--forward-hooks") + 1])) == len(live.hook_specs(tmp_path))
+    with pytest.raises(InputError, match="JSON list"):
+        SglangEngine().live_switches(read_launch("python -m sglang.launch_server --model-path /m --forward-hooks '{}'",
+                                                 source="--launch", cwd=tmp_path), evidence_dir=tmp_path)

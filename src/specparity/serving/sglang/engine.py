@@ -96,6 +96,14 @@ class SglangEngine(EngineBase):
         cpu = _cpu_server(command.args)
         flags, env = hook_switches(evidence_dir, cpu_stand_ins=cpu)
         notes = []
+        own = _own_forward_hooks(command.args)
+        if own is not None:  # SGLang's parser keeps the last --forward-hooks: ours carries the user's hooks too
+            import json
+
+            flags[1] = json.dumps([*own, *json.loads(flags[1])], separators=(",", ":"))
+            notes.append(f"the command's own --forward-hooks ({len(own)} hook(s)) kept: specparity's hook is added to "
+                         "the same list, since SGLang takes the last --forward-hooks given (a JSON list, "
+                         "arg_groups/fields/observability.py forward_hooks)")
         if cpu:
             notes.append("a CPU server: the CPU stand-ins of the in-process capture are active in it (recorded in the "
                          "report's stand-ins)")
@@ -180,6 +188,30 @@ def _live_outcome_refusal(result: results.CaptureResult) -> results.ServingFailu
     return results.ServingFailure(results.UNSUPPORTED_VERSION, f"sglang {version}'s server counts acceptance pooled "
                                   "per request (meta_info spec_accept_rate), not per draft position; the outcome "
                                   "needs the in-process gate (without --launch/--server) for SGLang")
+
+
+def _own_forward_hooks(args: Sequence[str]) -> list[Any] | None:
+    """The hooks of the command's own last ``--forward-hooks`` (a JSON list, as SGLang's ``json_list_type`` reads
+    it), or None when it gives none; a value that is not a JSON list is the user's input (exit 2)."""
+    import json
+
+    from specparity.errors import InputError
+
+    value = None
+    for i, a in enumerate(args):
+        if a in ("--forward-hooks", "--forward_hooks") and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(("--forward-hooks=", "--forward_hooks=")):
+            value = a.split("=", 1)[1]
+    if value is None:
+        return None
+    try:
+        hooks = json.loads(value)
+    except ValueError as e:
+        raise InputError(f"--forward-hooks is not JSON: {e}", field="--launch") from None
+    if not isinstance(hooks, list):
+        raise InputError("--forward-hooks must be a JSON list of hook specifications", field="--launch")
+    return hooks
 
 
 def _cpu_server(args: Sequence[str]) -> bool:
