@@ -119,3 +119,17 @@ def test_without_per_request_counts_the_window_counts_other_requests() -> None:
         "acceptance_source": "server_counters", "other_requests": 3}
     assert acceptance_window({"request_success": 6}, [{"acceptance_histogram": [1]}, None], sent=6)[
         "other_requests"] == 0
+
+
+def test_launch_flags_for_vllm_name_every_switch_a_verdict_needs() -> None:
+    """`specparity launch-flags --engine vllm` prints --enforce-eager (a compiled target hides its boundaries: exit 3
+    without it), says where the per-request counts come from, and warns against --disable-log-stats."""
+    import json
+    import subprocess
+    import sys
+
+    out = json.loads(subprocess.run([sys.executable, "-m", "specparity.cli", "launch-flags", "--engine", "vllm", "--json"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert "--enforce-eager" in out["flags"] and "specparity.serving.vllm.tap.TapWorkerExtension" in out["flags"]
+    notes = " ".join(out.get("notes") or [])
+    assert "--per-request-spec-decode-metrics summary" in notes and "--disable-log-stats" in notes

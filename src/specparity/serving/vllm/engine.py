@@ -145,9 +145,17 @@ class VllmEngine(EngineBase):
         return ServingFailure(VLLM_EXCEPTION, f"{cause} (the server exited before it served; {message})")
 
     def launch_flags(self) -> tuple[list[str], dict[str, str], list[str]]:
-        from specparity.serving.vllm.live import LAUNCH_ENV, LAUNCH_FLAGS
+        from specparity.serving.vllm.live import LAUNCH_ENV, LAUNCH_FLAGS, PER_REQUEST_FLAG
 
-        return list(LAUNCH_FLAGS), dict(LAUNCH_ENV), [
+        # --enforce-eager: a compiled target hides its layer boundaries from any hook (the capture is then exit 3,
+        # serving/vllm/evidence.py), so a verdict needs it; every vLLM release has the flag
+        return [*LAUNCH_FLAGS, "--enforce-eager"], dict(LAUNCH_ENV), [
+            "--enforce-eager: without it vLLM compiles the target and its layer boundaries cannot be read (the gate "
+            "then exits 3); gate a staging copy of the command with it",
+            f"where the release has it (vLLM 0.32 does), add {PER_REQUEST_FLAG} summary: the gate then counts the "
+            "acceptance of its own probes alone, whatever else the server serves; without it other clients' requests "
+            "during the gate's run make the acceptance unmeasurable (exit 3)",
+            "do not start it with --disable-log-stats: the gate reads the server's spec-decode counters from /metrics",
             "specparity must be importable in the server's environment (pip install specparity there)",
             "VLLM_SERVER_DEV_MODE=1 turns on vLLM's dev endpoints (/collective_rpc, /server_info, "
             "/reset_prefix_cache): bind the server to loopback or keep it behind your network's access rules",
