@@ -7,13 +7,14 @@ Used by gate.py; the SGLang-side facts come from the serving adapter.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specparity.compare import configdiff
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.contract import Contract
-from specparity.errors import InputError
+from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving import ResolvedDeployment
 
 
@@ -33,12 +34,46 @@ def _drafter_config(directory: Path) -> str | None:
     return next((f"{key} in its config" for key in ("speculators_model_type", "eagle_config") if key in cfg), None)
 
 
+# Drafter families whose fc input specparity does not model yet: what in the draft's config.json says so. Each is
+# served through another path than the Llama-style EAGLE-3 head (sglang 0.5.23 srt/models/kimi_k25_eagle3.py and
+# srt/models/dflash.py; vllm 0.32 model_executor/models/deepseek_eagle3.py and models/qwen3_dflash.py), so an answer
+# computed as for an EAGLE-3 head (three default layers, fc over them) would be a confident wrong one.
+_UNMODELLED_FAMILIES: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], ...] = (
+    ("DFlash (block-diffusion drafter)", lambda cfg, arch: "dflash_config" in cfg or "dflash" in arch),
+    ("DSpark", lambda cfg, arch: "dspark" in arch),
+    ("MLA EAGLE-3 head (DeepSeek-style attention)", lambda cfg, arch: "eagle3" in arch and (
+        "deepseek" in arch or "kv_lora_rank" in cfg)),
+)
+
+
+def unmodelled_family(draft: Path) -> str | None:
+    """The drafter family of ``draft/config.json`` when it is one specparity does not model yet (and what said so),
+    else None."""
+    try:
+        cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the readers that need it say so
+    if not isinstance(cfg, dict):
+        return None
+    archs = cfg.get("architectures")
+    arch = " ".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ""
+    for family, matches in _UNMODELLED_FAMILIES:
+        if matches(cfg, arch.lower()):
+            return f"{family}: architectures {arch or 'none'}" + (
+                f", dflash_config.target_layer_ids {cfg['dflash_config'].get('target_layer_ids')}"
+                if isinstance(cfg.get("dflash_config"), dict) else "")
+    return None
+
+
 def check_deployed_files(target: Path, draft: Path) -> None:
     """Before any engine starts, an :class:`InputError` (exit 2) naming the file and ``--target``/``--draft``:
 
     - a ``--target`` that is an EAGLE drafter (the two directories swapped, or the drafter given twice);
     - a weight file the engine cannot load (checkpoint_files.check_weight_files): the draft's pickles are read
-      through ``weights_only`` onto the meta device; the target's, which may be large, are not.
+      through ``weights_only`` onto the meta device; the target's, which may be large, are not;
+
+    and an :class:`EnvironmentProblem` (exit 3) for a drafter of a family specparity does not model yet
+    (:func:`unmodelled_family`: DFlash, DSpark, MLA EAGLE-3 heads), never an EAGLE-3 answer about it.
     """
     from specparity.checkpoint_files import check_weight_files
 
@@ -48,6 +83,12 @@ def check_deployed_files(target: Path, draft: Path) -> None:
         raise InputError(f"is an EAGLE drafter ({drafter}), not a target model"
                          + (f"; {draft} is the target: --target and --draft are swapped" if swapped else ""),
                          path=target, field="--target")
+    family = unmodelled_family(draft)
+    if family is not None:  # a limit of specparity, never a verdict on the deployment (exit 3)
+        raise EnvironmentProblem(
+            f"{draft} is a drafter of a family specparity does not model yet ({family}); the engines serve it through "
+            "another path than the Llama-style EAGLE-3 head, so no answer computed as for one would be true: nothing "
+            "was checked (docs/engines.md, drafter families)")
     check_weight_files(target, field="--target", pickles=False)
     check_weight_files(draft, field="--draft")
 
