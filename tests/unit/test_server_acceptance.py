@@ -133,3 +133,20 @@ def test_launch_flags_for_vllm_name_every_switch_a_verdict_needs() -> None:
     assert "--enforce-eager" in out["flags"] and "specparity.serving.vllm.tap.TapWorkerExtension" in out["flags"]
     notes = " ".join(out.get("notes") or [])
     assert "--per-request-spec-decode-metrics summary" in notes and "--disable-log-stats" in notes
+
+
+def test_an_attached_static_level_resolved_here_says_so_and_warns_on_another_release() -> None:
+    from pathlib import Path
+
+    from tests.resolved_deployments import tiny_deployment
+
+    from specparity.compare.findings import adapter_findings
+    from specparity.serving.vllm.live import resolved_here
+
+    dep = tiny_deployment(Path("fixtures/vllm"), engine="vllm", engine_version="0.32.0")
+    same = resolved_here(dep, "0.32.0", "http://127.0.0.1:8000")
+    assert [f.severity for f in adapter_findings(same)] == [Severity.INFO]
+    assert "resolved on the gate's host by vllm 0.32.0" in adapter_findings(same)[0].message
+    other = adapter_findings(resolved_here(dep, "0.34.0", "http://127.0.0.1:8000"))
+    assert [f.severity for f in other] == [Severity.INFO, Severity.WARNING]
+    assert "the server runs vllm 0.34.0, the gate resolved with vllm 0.32.0" in other[1].message

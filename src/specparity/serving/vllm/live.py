@@ -316,5 +316,34 @@ def resolve_from_server(client: ServerClient, *, python: str | None, timeout_s: 
             "pipeline_parallel_size": int(pc.get("pipeline_parallel_size") or 1),
             "dtype": str(mc.get("dtype") or "auto").removeprefix("torch."),
             "max_model_len": mc.get("max_model_len"), "quantization": mc.get("quantization")}
-    return resolve_deployment(target, draft, engine_args={k: v for k, v in args.items() if v is not None},
+    here = resolve_deployment(target, draft, engine_args={k: v for k, v in args.items() if v is not None},
                               device="cpu", timeout_s=timeout_s, python=python)
+    return resolved_here(here, _server_version(client), client.url)
+
+
+def _server_version(client: ServerClient) -> str | None:
+    """The server's own vLLM release (``GET /version``, vllm 0.32 ``entrypoints/serve/instrumentator/basic.py:53``), or None."""
+    try:
+        version = client.get_json("/version").get("version")
+    except (ServerError, AttributeError):
+        return None
+    return str(version) if version else None
+
+
+def resolved_here(dep: ResolvedDeployment | ServingFailure, server_version: str | None,
+                  url: str) -> ResolvedDeployment | ServingFailure:
+    """A static level resolved on the gate's host from what the server's ``/server_info`` names (no tap in the
+    server): the report says so and with which release, and warns where the server runs another release."""
+    from dataclasses import replace
+
+    if isinstance(dep, ServingFailure):
+        return dep
+    where = (f"resolved on the gate's host by vllm {dep.engine_version} from what {url}/server_info names (the server "
+             "runs without the tap, so its own workers could not describe it)")
+    notes: tuple[tuple[str, str, str, str], ...] = (("resolution_note", "info", where, "serving/vllm/live.py"),)
+    if server_version is not None and server_version != dep.engine_version:
+        notes += (("resolution_note", "warning",
+                   f"the server runs vllm {server_version}, the gate resolved with vllm {dep.engine_version}: another "
+                   "release may resolve the same deployment otherwise; give --python with the server's own interpreter, "
+                   "or start the server with the tap (specparity launch-flags --engine vllm)", "GET /version"),)
+    return replace(dep, notes=(*dep.notes, where), adapter_notes=(*dep.adapter_notes, *notes))
