@@ -126,11 +126,12 @@ def test_a_window_is_below_only_when_its_upper_bound_is_under_the_floor(figures:
     # uncalibrated: the contract's in-domain figures; a healthy server under chat prompts sits below them
     (None, {"healthy-in-domain": INSIDE, "seed-in-domain": BELOW, "healthy-out-of-domain": BELOW,
             "seed-out-of-domain": BELOW}),
-    # calibrated on the healthy server's own in-domain traffic
-    ("healthy-in-domain", {"healthy-in-domain": INSIDE, "seed-in-domain": BELOW}),
-    # calibrated under out-of-domain chat prompts: the healthy server stays quiet, the seed's wiring still fires
-    ("healthy-out-of-domain", {"healthy-out-of-domain": INSIDE, "seed-out-of-domain": BELOW,
-                               "healthy-in-domain": INSIDE}),
+    # calibrated on the healthy server's own in-domain traffic (never judged against the window it came from: that
+    # could not fail): the seed's wiring under the same prompts fires
+    ("healthy-in-domain", {"seed-in-domain": BELOW}),
+    # calibrated under out-of-domain chat prompts: the seed's wiring still fires, and the healthy server's other run
+    # (in-domain, counts the baseline never saw) stays quiet
+    ("healthy-out-of-domain", {"seed-out-of-domain": BELOW, "healthy-in-domain": INSIDE}),
 ])
 def test_the_band_on_the_measured_runs(figures: ContractFigures, baseline: str | None,
                                        expected: dict[str, str]) -> None:
