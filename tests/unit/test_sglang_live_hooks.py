@@ -402,3 +402,15 @@ def test_a_commands_own_forward_hooks_are_kept_beside_the_gates(tmp_path: Path) 
     with pytest.raises(InputError, match="JSON list"):
         SglangEngine().live_switches(read_launch("python -m sglang.launch_server --model-path /m --forward-hooks '{}'",
                                                  source="--launch", cwd=tmp_path), evidence_dir=tmp_path)
+
+
+@pytest.mark.parametrize("node", ["nvidia0", "kfd", "davinci0", "accel/accel0"])
+def test_a_host_with_any_accelerator_is_no_cpu_server(tmp_path: Path, node: str) -> None:
+    """A ROCm, Ascend or Gaudi host is not given the CPU stand-ins because it lacks /dev/nvidia*; --device decides."""
+    from specparity.serving.sglang.engine import _cpu_server
+
+    assert _cpu_server([], dev=tmp_path)  # no accelerator node: a CPU server
+    (tmp_path / node).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / node).touch()
+    assert not _cpu_server([], dev=tmp_path)
+    assert _cpu_server(["--device", "cpu"], dev=tmp_path) and not _cpu_server(["--device=cuda"], dev=tmp_path)

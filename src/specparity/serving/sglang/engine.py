@@ -214,9 +214,16 @@ def _own_forward_hooks(args: Sequence[str]) -> list[Any] | None:
     return hooks
 
 
-def _cpu_server(args: Sequence[str]) -> bool:
+# device nodes of the accelerators SGLang serves on besides the CPU (its ServerArgs picks the device from the
+# platform when --device is not given): NVIDIA, AMD ROCm (/dev/kfd), Huawei Ascend (/dev/davinci*), Intel Gaudi
+# (/dev/accel/*); a host with none of them serves on the CPU
+_ACCELERATOR_NODES = ("nvidia[0-9]*", "kfd", "davinci[0-9]*", "accel/accel[0-9]*")
+
+
+def _cpu_server(args: Sequence[str], dev: Path = Path("/dev")) -> bool:
     """Whether the command's server runs on the CPU: it says ``--device cpu``, or names no device and this machine
-    has no NVIDIA device (SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU stand-ins)."""
+    has no accelerator device node (:data:`_ACCELERATOR_NODES`; SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU
+    stand-ins). A command that names its device decides, whatever the host has."""
     device = None
     for i, a in enumerate(args):
         if a == "--device" and i + 1 < len(args):
@@ -225,4 +232,4 @@ def _cpu_server(args: Sequence[str]) -> bool:
             device = a.split("=", 1)[1]
     if device:
         return device == "cpu"
-    return not any(Path("/dev").glob("nvidia[0-9]*"))
+    return not any(any(dev.glob(pattern)) for pattern in _ACCELERATOR_NODES)
