@@ -18,14 +18,20 @@ from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving import ResolvedDeployment
 
 
-def _drafter_config(directory: Path) -> str | None:
-    """What in ``directory/config.json`` says it is an EAGLE drafter (``architectures LlamaForCausalLMEagle3``,
-    ``eagle_config``, ``speculators_model_type``), or None (no such config, or an ordinary model's)."""
+def _config(directory: Path) -> dict[str, Any] | None:
+    """``directory/config.json`` as a dict, or None where there is none to read (the readers that need it say so)."""
     try:
         cfg = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # the readers that need it say so
-    if not isinstance(cfg, dict):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _drafter_config(directory: Path) -> str | None:
+    """What in ``directory/config.json`` says it is an EAGLE drafter (``architectures LlamaForCausalLMEagle3``,
+    ``eagle_config``, ``speculators_model_type``), or None (no such config, or an ordinary model's)."""
+    cfg = _config(directory)
+    if cfg is None:
         return None
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
@@ -49,11 +55,8 @@ _UNMODELLED_FAMILIES: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], .
 def unmodelled_family(draft: Path) -> str | None:
     """The drafter family of ``draft/config.json`` when it is one specparity does not model yet (and what said so),
     else None."""
-    try:
-        cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # the readers that need it say so
-    if not isinstance(cfg, dict):
+    cfg = _config(draft)
+    if cfg is None:
         return None
     archs = cfg.get("architectures")
     arch = " ".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ""
