@@ -185,7 +185,7 @@ def test_the_fields_are_found_by_introspection() -> None:
           f"{len(FLOATS)} float")
 
 
-_EXAMPLES = settings(max_examples=12, deadline=None, derandomize=True,
+_EXAMPLES = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 
 

@@ -23,6 +23,7 @@ import enum
 import io
 import json
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,8 @@ from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs  # noqa: E402
 from vllm.entrypoints.launchers.cli_args import make_arg_parser  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
+TARGET, DRAFT = REPO / "fixtures" / "vllm" / "target", REPO / "fixtures" / "vllm" / "draft"
 PARSER = make_arg_parser(FlexibleArgumentParser())
 ACTIONS: dict[str, argparse.Action] = {}
 for _a in PARSER._actions:
@@ -256,3 +259,22 @@ def test_the_published_compilation_config_row() -> None:
     assert reference.compilation_config.cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
     _assert_same("compilation_config", words, reference)
     assert _round_trip(reference, "compilation_config").cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+
+
+def test_explain_launch_with_the_published_compilation_config_resolves(tmp_path: Path) -> None:
+    """End to end (the parse child, the parent, vLLM's resolve in its own child): the recipe's --compilation-config
+    is vLLM's to accept, never "vLLM refuses the deployment" from our transport (exit 1 before)."""
+    from click.testing import CliRunner
+
+    from specparity.cli import main
+
+    spec = json.dumps({"method": "eagle3", "model": str(DRAFT), "num_speculative_tokens": 3})
+    report = tmp_path / "explain.json"
+    result = CliRunner().invoke(main, ["explain", "--json", str(report), "--launch", "--", "vllm", "serve",
+                                       str(TARGET), "--speculative-config", spec, "--compilation-config",
+                                       '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'])
+    assert "refuses" not in result.output, result.output
+    assert result.exit_code == 0, result.output
+    launch = json.loads(report.read_text())["launch"]
+    assert launch["engine_args_encoded"]["compilation_config"]["state"]["cudagraph_mode"] == {
+        "$specparity": "enum", "class": "vllm.config.compilation:CUDAGraphMode", "name": "FULL_AND_PIECEWISE"}

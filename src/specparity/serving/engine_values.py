@@ -38,6 +38,7 @@ Standard library only: both children import it before the engine.
 
 from __future__ import annotations
 
+import collections
 import copyreg
 import enum
 import importlib
@@ -93,7 +94,8 @@ def encode(value: Any, _depth: int = 0) -> Any:
         if all(type(k) is str for k in value) and TAG not in value:
             return {k: encode(v, d) for k, v in value.items()}
         return {TAG: "dict", "items": [[encode(k, d), encode(v, d)] for k, v in value.items()]}
-    if isinstance(value, dict) and _importable(kind):
+    if isinstance(value, dict) and _importable(kind) and not getattr(value, "__dict__", None) \
+            and not isinstance(value, collections.defaultdict):  # a dict subclass with no state of its own
         return {TAG: "mapping", "class": _qualified(kind), "items": [[encode(k, d), encode(v, d)]
                                                                       for k, v in value.items()]}
     if isinstance(value, pathlib.PurePath):
@@ -187,7 +189,9 @@ def decode(value: Any) -> Any:
     if kind == "mapping":
         if not (isinstance(cls, type) and issubclass(cls, dict)):
             raise UntransportableValue(f"{value['class']} is not a dict class")
-        return cls((decode(k), decode(v)) for k, v in value["items"])
+        mapping = cls()
+        dict.update(mapping, ((decode(k), decode(v)) for k, v in value["items"]))  # the items as they were
+        return mapping
     if kind == "object":
         if not isinstance(cls, type):
             raise UntransportableValue(f"{value['class']} is not a class")
