@@ -5,9 +5,10 @@ value, a set, a config object: found by introspecting the record's fields and th
 every float field (``inf`` and ``nan`` are no JSON), a value is built through SGLang's own parser (argv words ->
 ``ServerArgs.add_cli_args`` on an ``argparse.ArgumentParser``, as ``prepare_server_args`` builds it, 0.5.23
 ``srt/server_args.py:679-680``) and taken through the product path: the parse child's encoding
-(``launch_parse.transported_args``) -> JSON text of the worker request -> the worker's request reader and keyword
-builder (``since_0_5_11.core.server_args_kwargs``) -> ``ServerArgs(**kw)``. The field must equal what
-``ServerArgs.from_cli_args`` made from the same parse (:446-451). In process: no engine starts.
+(``launch_parse.transported_args``) -> JSON text of the worker request -> the worker's request reader and the
+installed family's keyword builder (``server_args_kwargs``) -> ``ServerArgs(**kw)``. The field must equal what
+``ServerArgs.from_cli_args`` made from the same parse (0.5.23 :446-451); on a release that resolves in
+``__post_init__`` (before 0.5.20) the keyword ``ServerArgs`` gets is compared instead. In process: no engine starts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 import os
 import types
 import typing
+from importlib import metadata
 from typing import Any
 
 import pytest
@@ -38,6 +40,7 @@ from specparity.serving.sglang.launch_parse import _field_names, _parser, transp
 from specparity.serving.worker_common import WorkerRequest  # noqa: E402
 
 sa_mod = pytest.importorskip("sglang.srt.server_args")
+INSTALLED = metadata.version("sglang")
 ServerArgs = sa_mod.ServerArgs
 FIELDS = _field_names(ServerArgs)
 PARSER = _parser(ServerArgs)
@@ -161,18 +164,37 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _round_trip(namespace: argparse.Namespace, dest: str) -> tuple[Any, Any]:
-    """(the value ``ServerArgs.from_cli_args`` holds, the value the worker's ``ServerArgs`` holds after transport)."""
+def _server_args_kwargs() -> Any:
+    """The installed family's keyword builder, the one its worker calls (serving/sglang/families.py)."""
+    from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
+
+    entry = select_adapter(INSTALLED)
+    assert isinstance(entry, AdapterEntry), entry
+    if ".since_0_4_4." in entry.module:
+        from specparity.serving.sglang.since_0_4_4.common import server_args_kwargs as legacy
+
+        return legacy
     from specparity.serving.sglang.since_0_5_11.core import server_args_kwargs
 
-    reference = ServerArgs.from_cli_args(namespace)
+    return server_args_kwargs
+
+
+# 0.5.20+ builds the record raw and resolves apart (resolve_once): the record itself is compared; an older release
+# resolves in __post_init__ (probing this machine, reading the model), so there the keyword ServerArgs gets is
+# compared, which is what from_cli_args hands it (cls(**{attr: getattr(args, attr)}), 0.5.3 server_args.py:2876-2880)
+RAW_RECORD = hasattr(ServerArgs, "resolve_once")
+
+
+def _round_trip(namespace: argparse.Namespace, dest: str) -> tuple[Any, Any]:
+    """(the value SGLang's parser made for ``dest``, the value the worker's ``ServerArgs`` gets after transport)."""
     engine_args, shown = transported_args(vars(namespace), [dest], FIELDS)
     json.dumps(shown, allow_nan=False)  # the reports' view stays plain JSON
     wire = json.loads(json.dumps(WorkerRequest("resolve", "/t", "/d", server_args=engine_args).to_dict(),
                                  allow_nan=False))
-    kw = server_args_kwargs(WorkerRequest.from_dict(wire))
-    rebuilt = ServerArgs(**kw)
-    return getattr(reference, dest), getattr(rebuilt, dest)
+    kw = _server_args_kwargs()(WorkerRequest.from_dict(wire))
+    if RAW_RECORD:
+        return getattr(ServerArgs.from_cli_args(namespace), dest), getattr(ServerArgs(**kw), dest)
+    return getattr(namespace, dest), kw.get(dest)
 
 
 def test_the_fields_are_found_by_introspection() -> None:
