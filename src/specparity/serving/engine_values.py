@@ -4,8 +4,9 @@ them, rebuilt in the resolve or capture child into values equal to them.
 The parse runs in one child (``serving/<engine>/launch_parse.py``), the engine's resolve or capture in another
 (``serving/<engine>/worker.py``), and the parent in between holds the arguments as JSON (the gate merges
 ``--engine-arg`` into them; the request travels as a file). Plain JSON alone loses what the engine's parser made: an
-enum member becomes its value (vLLM's ``CUDAGraphMode.FULL_AND_PIECEWISE`` is the tuple ``(2, 1)``, a list in JSON,
-which ``CompilationConfig`` then refuses), a tuple a list, a config object a dict, ``inf`` a string.
+enum member becomes its value (vLLM 0.32's ``CUDAGraphMode.FULL_AND_PIECEWISE`` is the tuple ``(2, 1)``,
+``config/compilation.py:53-63``, a list in JSON, which ``CompilationConfig(**dict)`` in ``EngineArgs.__post_init__``
+then refuses, ``engine/arg_utils.py:862-863``), a tuple a list, a config object a dict, ``inf`` a string.
 
 :func:`encode` keeps plain JSON as it is (a ``str``, ``int``, ``bool``, ``None``, a finite ``float``, a ``list`` and a
 ``dict`` with ``str`` keys, recursively: what ``--engine-arg`` and pyproject tables give) and writes anything else as

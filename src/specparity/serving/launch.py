@@ -274,7 +274,8 @@ def _spec(command: LaunchCommand, a: dict[str, Any], *, stderr: str, interpreter
     return LaunchSpec(
         command=command, engine=str(a["engine"]), engine_version=str(a["engine_version"]),
         parsed=dict(a.get("parsed") or {}), target=str(target), draft=None if draft is None else str(draft),
-        engine_args=engine_args, engine_args_shown=shown, host=a.get("host"), port=a.get("port"), api_key_set=bool(a.get("api_key_set")),
+        engine_args=engine_args, engine_args_shown=shown, host=a.get("host"), port=a.get("port"),
+        api_key_set=bool(a.get("api_key_set")),
         notes=tuple(notes), python=str(a.get("python") or interpreter), parser=str(a.get("parser") or ""),
         explicit=tuple(a.get("explicit") or ()), target_name=str(a.get("target_name") or ""),
         target_flag=str(a.get("target_flag") or ""), draft_name=a.get("draft_name"), draft_flag=a.get("draft_flag"),
