@@ -143,7 +143,10 @@ def test_config_yaml_through_vllms_own_reader(tmp_path: Path) -> None:
                               environ={}))
     assert Path(spec.draft or "").resolve() == DRAFT.resolve()
     assert spec.engine_args["speculative_config"]["num_speculative_tokens"] == 3
-    assert spec.engine_args["compilation_config"]["pass_config"]["fuse_allreduce_rms"] is True
+    # the reports' view is the config object's changed fields; what crosses to the resolve child is the object itself
+    # (serving/engine_values.py), rebuilt there as vLLM's parser made it
+    assert spec.shown_args()["compilation_config"]["pass_config"]["fuse_allreduce_rms"] is True
+    assert spec.engine_args["compilation_config"]["state"]["pass_config"]["state"]["fuse_allreduce_rms"] is True
 
 
 def test_eagle3_drafter_under_method_eagle_is_parsed_as_given() -> None:

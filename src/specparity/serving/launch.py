@@ -35,7 +35,7 @@ from typing import Any
 
 from specparity.errors import EnvironmentProblem, InputError
 from specparity.launch_command import LaunchCommand
-from specparity.serving import reaper
+from specparity.serving import engine_values, reaper
 from specparity.serving.launch_child import RESULT_PREFIX
 
 ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
@@ -48,7 +48,9 @@ class LaunchSpec:
 
     ``parsed`` is every argument the engine's parser produced (JSON-safe, secrets left out), ``explicit`` the ones
     the command gave; ``engine_args`` the keywords the gate's resolve and capture take (SGLang ``ServerArgs``
-    keywords; vLLM ``EngineArgs`` keywords plus ``num_speculative_tokens``), only what the command set; ``target``
+    keywords; vLLM ``EngineArgs`` keywords plus ``num_speculative_tokens``), only what the command set, encoded so
+    that the engine's child rebuilds the values its parser made (:mod:`specparity.serving.engine_values`), and
+    ``engine_args_shown`` their plain view (what reports print); ``target``
     and ``draft`` absolute local directories (``target_flag``/``draft_flag`` name where the command set them);
     ``speculative`` the speculative settings as parsed (``algorithm`` for SGLang, ``method`` and
     ``effective_method`` for vLLM, and the triple); ``resolved`` what the engine resolves from them where it says
@@ -83,6 +85,13 @@ class LaunchSpec:
     package_dir: str | None = None
     secret_args: tuple[int, ...] = ()
     timings: dict[str, float] = field(default_factory=dict, hash=False)
+    engine_args_shown: dict[str, Any] | None = field(default=None, hash=False)
+
+    def shown_args(self) -> dict[str, Any]:
+        """The engine arguments as plain JSON, for people: the parse's own view, else the encoding's."""
+        if self.engine_args_shown is not None:
+            return dict(self.engine_args_shown)
+        return {k: engine_values.shown(v) for k, v in self.engine_args.items()}
 
     def shown_command(self) -> LaunchCommand:
         """The command with its secrets replaced by ``***`` (what reports print)."""
@@ -99,7 +108,8 @@ class LaunchSpec:
             "python": self.python, "target": self.target, "target_name": self.target_name,
             "target_flag": self.target_flag, "draft": self.draft, "draft_name": self.draft_name,
             "draft_flag": self.draft_flag, "draft_from_config": self.draft_from_config,
-            "engine_args": dict(self.engine_args), "speculative": dict(self.speculative), "resolved": self.resolved,
+            "engine_args": self.shown_args(), "engine_args_encoded": dict(self.engine_args),
+            "speculative": dict(self.speculative), "resolved": self.resolved,
             "rewrite_rule": self.rewrite_rule, "host": self.host, "port": self.port,
             "api_key_set": self.api_key_set, "explicit": list(self.explicit), "notes": list(self.notes),
             "timings": dict(self.timings),
@@ -110,7 +120,7 @@ class LaunchSpec:
         shown = self.shown_command()
         label = ENGINE_LABELS.get(self.engine, self.engine)
         where = f"{shown.source}" + (f" {shown.path}" if shown.path else "")
-        args = ", ".join(f"{k}={json.dumps(v)}" for k, v in self.engine_args.items()) or "none"
+        args = ", ".join(f"{k}={json.dumps(v)}" for k, v in self.shown_args().items()) or "none"
         out = [f"launch   {shown.one_line()}  ({where}, line {shown.line})",
                f"parsed   by {label} {self.engine_version}'s own parser ({self.parser}), in {self.python}",
                f"target   {self.target}  (from {self.target_flag})"]
@@ -134,7 +144,9 @@ class LaunchSpec:
                                 env=dict(c.get("env") or {}), program=tuple(c["program"]), args=tuple(c["args"]),
                                 engine=d["engine"], entry=c["entry"], line=int(c.get("line", 1)))
         return cls(command=command, engine=d["engine"], engine_version=d["engine_version"], parsed={},
-                   target=d["target"], draft=d.get("draft"), engine_args=dict(d.get("engine_args") or {}),
+                   target=d["target"], draft=d.get("draft"),
+                   engine_args=dict(d.get("engine_args_encoded", d.get("engine_args")) or {}),
+                   engine_args_shown=dict(d.get("engine_args") or {}),
                    host=d.get("host"), port=d.get("port"), api_key_set=bool(d.get("api_key_set")),
                    notes=tuple(d.get("notes") or ()), python=d.get("python") or "", parser=d.get("parser") or "",
                    explicit=tuple(d.get("explicit") or ()), target_name=d.get("target_name") or "",
@@ -254,13 +266,16 @@ def _spec(command: LaunchCommand, a: dict[str, Any], *, stderr: str, interpreter
     if a.get("draft_name") and not draft:
         raise InputError(_missing(command, a.get("draft_flag"), a.get("draft_name"), "draft"), **where)
     engine_args = dict(a.get("engine_args") or {})
-    spec_cfg = engine_args.get("speculative_config")
-    if isinstance(spec_cfg, dict) and draft and spec_cfg.get("model"):
-        engine_args["speculative_config"] = {**spec_cfg, "model": draft}  # absolute: the gate's child runs elsewhere
+    shown = dict(a["engine_args_shown"]) if isinstance(a.get("engine_args_shown"), dict) else None
+    for args in (engine_args, shown or {}):
+        spec_cfg = args.get("speculative_config")
+        if isinstance(spec_cfg, dict) and draft and spec_cfg.get("model"):
+            args["speculative_config"] = {**spec_cfg, "model": draft}  # absolute: the gate's child runs elsewhere
     return LaunchSpec(
         command=command, engine=str(a["engine"]), engine_version=str(a["engine_version"]),
         parsed=dict(a.get("parsed") or {}), target=str(target), draft=None if draft is None else str(draft),
-        engine_args=engine_args, host=a.get("host"), port=a.get("port"), api_key_set=bool(a.get("api_key_set")),
+        engine_args=engine_args, engine_args_shown=shown, host=a.get("host"), port=a.get("port"),
+        api_key_set=bool(a.get("api_key_set")),
         notes=tuple(notes), python=str(a.get("python") or interpreter), parser=str(a.get("parser") or ""),
         explicit=tuple(a.get("explicit") or ()), target_name=str(a.get("target_name") or ""),
         target_flag=str(a.get("target_flag") or ""), draft_name=a.get("draft_name"), draft_flag=a.get("draft_flag"),

@@ -32,6 +32,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from specparity.serving.engine_values import encode
 from specparity.serving.launch_child import (
     SECRET_DEST,
     Rejected,
@@ -70,6 +71,16 @@ def _field_names(server_args_cls: Any) -> set[str]:
     from sglang.srt import server_args as sa_mod
 
     return {f.name for f in sa_mod.record_fields(server_args_cls)}  # 0.5.22+: a msgspec record
+
+
+def transported_args(values: dict[str, Any], explicit: list[str], fields: set[str]) \
+        -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ServerArgs keywords the command gave, as they cross to the resolve/capture child (encoded: that child
+    rebuilds the values SGLang's parser made, serving/engine_values.py), and their plain view for the reports."""
+    keys = {k: _FIELD_OF.get(k, k) if k not in fields else k for k in explicit
+            if (k in fields or _FIELD_OF.get(k) in fields) and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)}
+    return ({key: encode(values[k]) for k, key in keys.items()},
+            {key: json_safe(values[k]) for k, key in keys.items()})
 
 
 def _serve_argv(args: list[str]) -> tuple[list[str], list[str]]:
@@ -190,9 +201,7 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         notes.append(f"ServerArgs construction raised here ({type(e).__name__}: {str(e)[:300]}); values as parsed")
     resolved = _resolve(server_args, notes) if server_args is not None and request.get("resolve", True) else None
     values = vars(namespace)
-    engine_args = {_FIELD_OF.get(k, k) if k not in fields else k: json_safe(values[k]) for k in explicit
-                   if (k in fields or _FIELD_OF.get(k) in fields) and k not in _NOT_ENGINE_ARGS
-                   and not SECRET_DEST.search(k)}
+    engine_args, shown_args = transported_args(values, explicit, fields)
     target, target_note = local_model(values.get("model_path"), cwd)
     draft_name = values.get("speculative_draft_model_path")
     draft, draft_note = local_model(draft_name, cwd)
@@ -203,7 +212,7 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         "package_dir": package_dir("sglang"),
         "parser": f"sglang {version} srt/server_args.py prepare_server_args (argparse, ServerArgs.add_cli_args)",
         "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
-        "explicit": explicit, "engine_args": engine_args,
+        "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": values.get("model_path"), "target": target, "target_flag": "--model-path",
         "draft_name": draft_name, "draft": draft, "draft_flag": "--speculative-draft-model-path",
         "host": values.get("host"), "port": values.get("port"),

@@ -53,6 +53,7 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     import vllm
 
     from specparity.idrules.vllm import drafter_aux_count
+    from specparity.serving.launch_child import json_safe
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.vllm.ranks import layout
     from specparity.serving.worker_common import fc_shape_from_checkpoint
@@ -123,7 +124,8 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
         norm_before_fc=bool(dcfg.get("norm_before_fc") or eagle.get("norm_before_fc")),
         fc_norm=bool(dcfg.get("fc_norm")), norm_output=bool(dcfg.get("norm_output")),
         fc_bias_in_config=bool(dcfg.get("bias", False)),
-        server_args={k2: v for k2, v in kw.items() if k2 not in ("model", "speculative_config")},
+        # the report's plain view (a config object as the fields it sets, an enum as its value)
+        server_args={k2: json_safe(v) for k2, v in kw.items() if k2 not in ("model", "speculative_config")},
         timings=timings, unreachable_boundaries=tuple(b for b in boundaries if b not in reachable),
         fc_source=source, engine="vllm", layout=served_layout or layout(vllm_config.parallel_config, None),
     )

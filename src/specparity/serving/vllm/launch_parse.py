@@ -32,6 +32,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from specparity.serving.engine_values import encode
 from specparity.serving.launch_child import (
     SECRET_DEST,
     Rejected,
@@ -49,6 +50,14 @@ from specparity.serving.launch_child import (
 # AsyncEngineArgs fields that are not engine arguments of the in-process resolve/capture: the target (its own
 # field) and secrets
 _NOT_ENGINE_ARGS = frozenset({"model"})
+
+
+def transported_args(engine_args: Any, explicit: list[str], fields: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The EngineArgs keywords the command gave, as they cross to the resolve/capture child (encoded: that child
+    rebuilds the values vLLM's parser made, an enum, a tuple or a config object included; serving/engine_values.py),
+    and their plain view for the reports."""
+    keys = [k for k in explicit if k in fields and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)]
+    return ({k: encode(getattr(engine_args, k)) for k in keys}, {k: json_safe(getattr(engine_args, k)) for k in keys})
 
 
 def _version() -> str:
@@ -178,13 +187,13 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
             target, target_note = local_model(target_name, cwd)
     draft, draft_note = local_model(draft_name, cwd)
     notes += [n for n in (target_note, draft_note) if n]
-    engine_args = {k: json_safe(getattr(engine_args_obj, k)) for k in explicit
-                   if k in fields and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)}
+    engine_args, shown_args = transported_args(engine_args_obj, explicit, fields)
     if spec is not None:
-        engine_args["speculative_config"] = json_safe(spec)
+        engine_args["speculative_config"], shown_args["speculative_config"] = encode(spec), json_safe(spec)
         if spec.get("num_speculative_tokens") is not None:
             # specparity's vLLM keyword for the chain length (serving/vllm/worker.py llm_kwargs)
-            engine_args["num_speculative_tokens"] = int(spec["num_speculative_tokens"])
+            engine_args["num_speculative_tokens"] = shown_args["num_speculative_tokens"] = \
+                int(spec["num_speculative_tokens"])
     secrets = [values[k] for k in values if SECRET_DEST.search(k)]
     n = spec.get("num_speculative_tokens") if spec else None
     return {
@@ -192,7 +201,7 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         "package_dir": package_dir("vllm"),
         "parser": f"vllm {version} entrypoints/launchers/cli_args.py make_arg_parser (FlexibleArgumentParser)",
         "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
-        "explicit": explicit, "engine_args": engine_args,
+        "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": target_name, "target": target, "target_flag": target_flag,
         "draft_name": draft_name, "draft": draft, "draft_flag": draft_flag, "draft_from_config": from_config,
         "host": values.get("host"), "port": values.get("port"),

@@ -179,8 +179,11 @@ def cpu_backend_refusal(request: WorkerRequest) -> Any:
 
 
 def llm_kwargs(request: WorkerRequest) -> tuple[dict[str, Any], int, int]:
-    """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate)."""
-    args = dict(request.server_args)
+    """``LLM`` keyword arguments for the request, plus (speculative tokens, tokens to generate). The launch parse's
+    values are rebuilt as vLLM's own parser made them (serving/engine_values.py)."""
+    from specparity.serving.engine_values import decode_args
+
+    args = decode_args(request.server_args)
     gen = int(args.pop("generate_tokens", GENERATE_TOKENS))
     args.pop("loop_prompt_lengths", None)  # read by capture()
     n_spec = int(args.pop("num_speculative_tokens", DEFAULT_SPEC_TOKENS))

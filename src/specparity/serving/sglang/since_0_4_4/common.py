@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specparity.serving.engine_values import decode_args
 from specparity.serving.sglang.common import cpu_mem_fraction
 from specparity.serving.worker_common import WorkerRequest
 
@@ -27,7 +28,7 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0, stati
                   max_total_tokens=max(4096, 4 * total + 256))
     if extra_requests:
         kw["max_running_requests"] = max(48, extra_requests + 8)
-    kw.update(request.server_args)
+    kw.update(decode_args(request.server_args))  # as SGLang's parser made them (serving/engine_values.py)
     kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
               speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
     return kw

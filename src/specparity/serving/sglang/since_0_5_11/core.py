@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from specparity.serving.engine_values import decode_args
 from specparity.serving.results import (
     SPEC_SERVER_ARGS,
     CaptureResult,
@@ -69,7 +70,7 @@ def server_args_kwargs(request: WorkerRequest, *, extra_requests: int = 0) -> di
         )
     if extra_requests:
         kw["max_running_requests"] = max(48, extra_requests + 8)
-    kw.update(request.server_args)
+    kw.update(decode_args(request.server_args))  # as SGLang's parser made them (serving/engine_values.py)
     kw.update(
         model_path=request.target,
         speculative_draft_model_path=request.draft,

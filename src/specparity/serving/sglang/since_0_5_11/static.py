@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from specparity.serving.engine_values import decode_args
 from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules
 from specparity.serving.sglang.common import (
@@ -151,7 +152,8 @@ def static_server_args_kwargs(request: Any) -> dict[str, Any]:
     for gpt-oss) depend on device, backend and dtype. ``device`` defaults to ``cuda``, where SGLang
     deployments run; SGLang's own auto-detection would describe this machine instead.
     """
-    kw: dict[str, Any] = {"log_level": "warning", "device": "cuda", **request.server_args}
+    # the user's values as SGLang's parser made them (serving/engine_values.py)
+    kw: dict[str, Any] = {"log_level": "warning", "device": "cuda", **decode_args(request.server_args)}
     kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
               speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
     return kw
