@@ -146,7 +146,10 @@ def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
         original = target._maybe_add_hidden_state
 
         def recording(aux: Any, layer_idx: int, hidden: Any, residual: Any) -> Any:
-            tap.boundary(int(layer_idx), hidden + residual if residual is not None else hidden)
+            # the armed flag first: a disarmed tap does no tensor arithmetic at all (the sum is the boundary's value,
+            # what vLLM would capture there, interfaces.py:1601-1611)
+            if tap.armed:
+                tap.boundary(int(layer_idx), hidden + residual if residual is not None else hidden)
             return original(aux, layer_idx, hidden, residual)
 
         target._maybe_add_hidden_state = recording
