@@ -35,7 +35,7 @@ import functools
 import os
 import socket
 import sys
-from typing import Any
+from typing import Any, cast
 
 from specparity.serving.vllm.ranks import RPC  # the drain's name: the gate calls it, the tap defines it
 
@@ -44,7 +44,9 @@ ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
 SERVER_MODE = "server"  # ENV_ON's value in a server: RPC methods only, hooks installed when the gate arms the tap
 ARM = "specparity_tap_arm"  # install (once) and start recording; kwargs atlas="1"|"" (strings: the HTTP route's rule)
 DISARM = "specparity_tap_disarm"
-DESCRIBE = "specparity_tap_describe"  # the deployment as this worker's own VllmConfig resolves it (JSON)
+DESCRIBE = "specparity_tap_describe"
+EXPECT = "specparity_tap_expect"  # the next probe's recorded fc input, sources and rtol (reduced evidence)
+REDUCED = "reduced"  # ARM's atlas value (and ENV_ATLAS's) for the default evidence: serving/vllm/tap_reduce.py  # the deployment as this worker's own VllmConfig resolves it (JSON)
 EXTENSION = "specparity.serving.vllm.tap.TapWorkerExtension"  # the --worker-extension-cls a server gets
 _MARK = "_specparity_tap_wrapped"
 
@@ -90,26 +92,37 @@ def _inner_target(model: Any) -> Any:
 class _Tap:
     """Per-worker state: the fc calls not yet drained, and the boundaries of the last target forward."""
 
-    def __init__(self, meta: dict[str, Any], atlas: bool, *, armed: bool = True) -> None:
+    def __init__(self, meta: dict[str, Any], atlas: bool, *, armed: bool = True, reduced: bool = False) -> None:
         self.meta, self.atlas_on, self.armed = meta, atlas, armed
         self.pending: list[bytes] = []
         self.atlas: dict[str, Any] = {}
+        # reduced evidence (tap_reduce.py): the expected probe (EXPECT) and how its first fc call went
+        self.reduced, self.expect, self.probe = reduced, cast("dict[str, Any] | None", None), cast("str | None", None)
+
+    def _recording(self) -> bool:
+        # reduced: the boundaries of a probe's prefill only, kept on the device; full: every forward's, on the host
+        return self.armed and (not self.reduced or self.expect is not None)
 
     def boundary(self, index: int, value: Any) -> None:
-        if not self.armed:
+        if not self._recording():
             return
         if index == 0:
             self.atlas = {}
-        self.atlas[f"b{index}"] = value.detach().to("cpu").clone()
+        self.atlas[f"b{index}"] = value.detach().clone() if self.reduced else value.detach().to("cpu").clone()
 
     def final_norm(self, out: Any) -> None:
-        if not self.armed:
+        if not self._recording():
             return
         t = out[0] if isinstance(out, tuple) else out
-        self.atlas["final_norm"] = t.detach().to("cpu").clone()
+        self.atlas["final_norm"] = t.detach().clone() if self.reduced else t.detach().to("cpu").clone()
 
     def fc_call(self, x: Any) -> None:
         if not self.armed:
+            return
+        if self.reduced:
+            from specparity.serving.vllm.tap_reduce import reduced_call
+
+            self.pending.append(reduced_call(self, x))
             return
         from safetensors.torch import save
 
@@ -123,12 +136,12 @@ class _Tap:
 _ACTIVE: _Tap | None = None  # this process's tap (one model runner per vLLM worker process)
 
 
-def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
+def install(runner: Any, *, atlas: bool, armed: bool = True, reduced: bool = False) -> dict[str, Any]:
     """Install the hooks on one loaded model runner; returns what was installed."""
     global _ACTIVE
     meta: dict[str, Any] = {"rank": _rank(), **_group_ranks(), **_node(), "drafter": None, "fc": None,
                             "aux_layers": None}
-    tap = _Tap(meta, atlas, armed=armed)
+    tap = _Tap(meta, atlas, armed=armed, reduced=reduced)
     target = _inner_target(runner.model)
     meta["aux_layers"] = [int(b) for b in getattr(target, "aux_hidden_state_layers", ())]
     meta["num_layers"] = len(getattr(target, "layers", ()))
@@ -148,7 +161,7 @@ def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
         def recording(aux: Any, layer_idx: int, hidden: Any, residual: Any) -> Any:
             # the armed flag first: a disarmed tap does no tensor arithmetic at all (the sum is the boundary's value,
             # what vLLM would capture there, interfaces.py:1601-1611)
-            if tap.armed:
+            if tap._recording():
                 tap.boundary(int(layer_idx), hidden + residual if residual is not None else hidden)
             return original(aux, layer_idx, hidden, residual)
 
@@ -178,7 +191,8 @@ def drain(_worker: Any = None, encoding: str = "") -> dict[str, Any]:
 
 def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
     """:data:`ARM`: install the hooks on this worker's loaded model runner (once) and start recording; drops what
-    an earlier arming left undrained. Returns this rank's identity and meta, as :func:`drain` does."""
+    an earlier arming left undrained. ``atlas``: "" none, "1" the full atlas, :data:`REDUCED` the reduced evidence.
+    Returns this rank's identity and meta, as :func:`drain` does."""
     tap = _ACTIVE
     if tap is None or tap.atlas_on != bool(atlas):
         runner = getattr(worker, "model_runner", None)
@@ -190,13 +204,26 @@ def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
             tap.atlas_on = bool(atlas)
     assert _ACTIVE is not None
     _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = True, [], {}
+    _ACTIVE.reduced, _ACTIVE.expect, _ACTIVE.probe = atlas == REDUCED, None, None
     return drain(worker, encoding="base64")
+
+
+def expect(worker: Any, recorded: str = "", spec: str = "") -> dict[str, Any]:
+    """:data:`EXPECT`: the next probe's recorded fc input and the gate's sources and rtol table, for the reduced
+    evidence of its prefill (serving/vllm/tap_reduce.py); drops the boundaries of any forward before it."""
+    tap = _ACTIVE
+    if tap is None or not tap.reduced:
+        return {"rank": _rank(), "expecting": False}
+    from specparity.serving.vllm.tap_reduce import expectation
+
+    tap.expect, tap.probe, tap.atlas = expectation(recorded, spec), None, {}
+    return {"rank": int(tap.meta["rank"]), "expecting": True}
 
 
 def disarm(worker: Any) -> dict[str, Any]:
     """:data:`DISARM`: stop recording (the hooks stay, returning at once) and drop what was not drained."""
     if _ACTIVE is not None:
-        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = False, [], {}
+        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas, _ACTIVE.expect = False, [], {}, None
     return {"rank": _rank(), "armed": False}
 
 
@@ -218,6 +245,9 @@ class TapWorkerExtension:
     def specparity_tap_drain(self, encoding: str = "") -> dict[str, Any]:
         return drain(self, encoding)
 
+    def specparity_tap_expect(self, recorded: str = "", spec: str = "") -> dict[str, Any]:
+        return expect(self, recorded, spec)
+
     def specparity_tap_disarm(self) -> dict[str, Any]:
         return disarm(self)
 
@@ -233,7 +263,8 @@ def _wrap(cls: type) -> None:
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         if os.environ.get(ENV_ON):
-            install(self, atlas=bool(os.environ.get(ENV_ATLAS)))
+            mode = os.environ.get(ENV_ATLAS) or ""
+            install(self, atlas=bool(mode), reduced=mode == REDUCED)
         return result
 
     functools.update_wrapper(load_model, original)  # __wrapped__: inspect reads the release's own load_model
@@ -249,7 +280,7 @@ def register() -> None:
         return
     from vllm.v1.worker.worker_base import WorkerBase
 
-    for name, method in ((RPC, drain), (ARM, arm), (DISARM, disarm), (DESCRIBE, describe)):
+    for name, method in ((RPC, drain), (ARM, arm), (DISARM, disarm), (DESCRIBE, describe), (EXPECT, expect)):
         if not hasattr(WorkerBase, name):  # every hardware's worker (CPUWorker, Worker) derives from it
             setattr(WorkerBase, name, method)
     if mode == SERVER_MODE:
