@@ -178,3 +178,30 @@ def test_a_rank_whose_fc_input_differs_is_named(monkeypatch: pytest.MonkeyPatch)
     c = _capture(CLASSES["healthy"], red)
     assert c.loop is not None and c.loop["ranks_differing"] == [1] and c.loop["rank_max_abs_diff"] is None
     assert c.deployment is not None and any("ranks [1] fed fc other bytes than rank 0" in n for n in c.deployment.notes)
+
+
+def test_a_prefill_that_does_not_fit_goes_as_the_full_atlas_and_a_mix_is_refused_by_name() -> None:
+    pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+    red = gate.reduction_for(load_contract(CONTRACT), pack)
+    # rows that are not the probe's (as a chunked prefill's first call): that probe comes as the full atlas
+    every = Reduction(tuple(torch.cat([r, r[-1:]]) for r in red.recorded), red.expected, red.rtol)
+    c = _capture(CLASSES["off_by_one"], every)
+    full = _capture(CLASSES["off_by_one"], None)
+    assert c.atlas is not None and full.atlas is not None and c.atlas.reduced is None and not c.failures
+    assert all(set(a) == set(b) for a, b in zip(c.atlas.per_sample, full.atlas.per_sample, strict=True))
+    one = Reduction((every.recorded[0], *red.recorded[1:]), red.expected, red.rtol)
+    mixed = _capture(CLASSES["off_by_one"], one)
+    assert mixed.atlas is None and [f.kind for f in mixed.failures] == ["hooks_missing"]
+    assert "--evidence full" in mixed.failures[0].message
+
+
+def test_a_reduced_tap_never_told_its_probe_is_refused_by_name() -> None:
+    pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+    red = gate.reduction_for(load_contract(CONTRACT), pack)
+    original = RankEvidence.expect
+    try:
+        RankEvidence.expect = lambda self, *a, **k: None  # type: ignore[method-assign]
+        c = _capture(CLASSES["healthy"], red)
+    finally:
+        RankEvidence.expect = original  # type: ignore[method-assign]
+    assert c.fc is None and [f.kind for f in c.failures] == ["hooks_missing"]

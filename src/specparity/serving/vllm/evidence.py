@@ -84,7 +84,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
         first, meta = read_blob(evidence.calls(lead, i)[0])
         red = from_tensors(first, meta)
         if "fc" not in first:  # the tap's reduced mode, without the probe it expected: nothing to compare
-            out.append(ServingFailure(CAPTURE_SHAPE, f"rank {lead} sent no fc input for the probe's prefill (the "
+            out.append(ServingFailure(HOOKS_MISSING, f"rank {lead} sent no fc input for the probe's prefill (the "
                                       "tap was not told which probe to expect)", sample=i))
             return CaptureResult(dep, None, None, tuple(out), loop=loop)
         if red is not None:
@@ -128,10 +128,11 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
         dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(disagree)} fed fc other bytes than rank {lead} "
                                               "(SHA-256 of the prefill's fc input); gate with --evidence full to "
                                               "see by how much"))
-    if any(r is not None for r in reduced) and not all(r is not None for r in reduced):
-        out.append(ServingFailure(CAPTURE_SHAPE, "some probes' evidence was reduced in the worker and some came as "
+    mixed = any(r is not None for r in reduced) and not all(r is not None for r in reduced)
+    if mixed:  # the two forms cannot be attributed together: the machine's limit (exit 3), never a verdict
+        out.append(ServingFailure(HOOKS_MISSING, "some probes' evidence was reduced in the worker and some came as "
                                   "the full atlas (a prefill that did not fit: chunked, or dtypes the gate's table "
-                                  "lacks); gate with --evidence full"))
+                                  "lacks), so the chunks cannot be attributed together; gate with --evidence full"))
     if atlas and not any(samples):
         # the tap's boundary wrapper never ran: the target's layer loop is inside a graph torch.compile traced at
         # start-up (vLLM's default without --enforce-eager: models/llama.py:337 @support_torch_compile), where a
@@ -152,7 +153,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     )
     whole = [r for r in reduced if r is not None] if all(r is not None for r in reduced) else None
     return CaptureResult(dep, capture, LayerAtlas(per_sample=samples, num_layers=dep.num_layers, reduced=whole)
-                         if atlas else None, tuple(out), loop=loop)
+                         if atlas and not mixed else None, tuple(out), loop=loop)
 
 
 def _finite(blob: bytes) -> bool:
