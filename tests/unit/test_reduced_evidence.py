@@ -205,3 +205,18 @@ def test_a_reduced_tap_never_told_its_probe_is_refused_by_name() -> None:
     finally:
         RankEvidence.expect = original  # type: ignore[method-assign]
     assert c.fc is None and [f.kind for f in c.failures] == ["hooks_missing"]
+
+
+def test_the_reduced_evidence_crosses_the_child_boundary_whole(tmp_path: Path) -> None:
+    """The in-process vllm.LLM child writes its capture to files (serving/transport.py); the parent reads it back."""
+    from specparity.serving.transport import read_result, write_result
+
+    pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
+    c = _capture(CLASSES["embedding_first"], gate.reduction_for(load_contract(CONTRACT), pack))
+    write_result(tmp_path, c)
+    back = read_result(tmp_path)
+    assert back is not None and back.atlas is not None and c.atlas is not None
+    assert back.atlas.reduced is not None and c.atlas.reduced is not None
+    for a, b in zip(c.atlas.reduced, back.atlas.reduced, strict=True):
+        assert a.meta == b.meta and a.tensors.keys() == b.tensors.keys()
+        assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)

@@ -12,7 +12,7 @@ that runs that same :func:`scan` once on its own probe with
 - every other (chunk row, boundary) pair, without maxima (the exact look's candidates, whichever it picks),
 
 holds every number the gate's attribution can read from the atlas. :class:`ReducedSample` carries them (about
-``T x rows x boundaries`` floats: 1.6 MB for a 512-token probe of a 61-layer target with 3 chunks, against
+``T x rows x boundaries`` floats: 1.8 MB for a 512-token probe of a 61-layer target with 3 chunks, against
 460 MB of bf16 atlas), and :meth:`ReducedSample.stats` answers the gate's scans from them, so the same code judges
 both forms. Computed by the same backend as the gate's own scan (numba on CPU), the numbers are the same bits;
 on a GPU worker the torch backend computes them in float32 like the gate's torch path.

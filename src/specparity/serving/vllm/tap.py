@@ -15,6 +15,10 @@ When enabled it wraps the model runner's ``load_model`` (``vllm/v1/worker/cpu_mo
   would capture (``hidden_states + residual``), plus a forward hook on the target's final ``norm``
   (``llama.py:452``). The boundaries of the target forward that preceded an fc call go into that call's blob.
 
+With the atlas in :data:`REDUCED` mode (the gate's default) the boundaries are recorded only for the prefill of the
+probe the gate announced (:data:`EXPECT`), kept on the device, and reduced there to the statistics attribution reads
+(``tap_reduce.py``): no atlas leaves the worker.
+
 The evidence leaves the worker only through vLLM's own channel: the gate calls :func:`drain` with
 ``LLM.collective_rpc`` (``vllm/entrypoints/llm.py:574``), which every executor implements (in-process,
 multiprocessing, Ray across nodes), so no rank's evidence depends on a path only one node can read. Each
