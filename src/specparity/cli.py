@@ -86,13 +86,16 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
                 json="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
+@click.option("--evidence", type=click.Choice(["reduced", "full"]), default="reduced", show_default=True,
+              help="reduced: vLLM's workers send the statistics attribution reads, not the layer atlas; full: every "
+                   "residual boundary from every rank (for debugging; large at a real model's size).")
 @launch_options
 @server_options
 def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
          json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
          launch_file: Path | None, command: tuple[str, ...], server: str | None, api_key: str | None,
-         allow_dev_endpoints: bool) -> None:
+         allow_dev_endpoints: bool, evidence: str) -> None:
     """Check a deployment against its contract.
 
     \b
@@ -133,7 +136,7 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
                                level=level, device=device, python=python, timeout_s=timeout_s, progress=progress,
                                engine=engine, engine_args=parse_sglang_args(engine_args, field="--engine-arg"),
                                launch=spec, server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints,
-                               started=started)
+                               started=started, evidence=evidence)
     finally:
         if started is not None:
             started.stop()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from specparity import decision
 from specparity.compare.attribution import attribute
+from specparity.compare.reduced import RTOL_CHUNKS, Reduction, rtol_table
+from specparity.compare.tolerances import resolve_tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import check_deployed_files
 from specparity.errors import InputError
@@ -38,6 +40,22 @@ from specparity.serving.results import CaptureResult, ResolvedDeployment
 from specparity.verdict import Level, Verdict
 
 LEVELS: tuple[Level, ...] = ("static", "capture", "outcome", "all")
+EVIDENCE = ("reduced", "full")
+
+
+def reduction_for(contract: Contract, pack: ProbePack) -> Reduction:
+    """What a worker needs to reduce its atlas exactly as :func:`_attribute` will judge it: the recorded fc inputs,
+    the contract's sources, and the served-vs-atlas rtol of every chunk for each pair of dtypes the worker may see
+    (the rule of gate_verdict.pair_tolerances, the served and atlas dtypes standing in for the capture's)."""
+    sources = list(contract.fc_input.sources)
+
+    def rtol_for(served: str, atlas: str) -> list[float]:
+        base, overrides = tolerances_from_contract(contract.tolerances, dtype=served, other=atlas)
+        chunks = [*sources, *[None] * (RTOL_CHUNKS - len(sources))]
+        return [resolve_tolerance(base, overrides, chunk=c, source=src).rtol for c, src in enumerate(chunks)]
+
+    return Reduction(recorded=tuple(s.fc_input for s in pack.samples), expected=tuple(sources),
+                     rtol=rtol_table(rtol_for))
 def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
     """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
     return engine_args_for(get_engine("sglang"), contract, user)
@@ -61,6 +79,7 @@ def run_gate(
     api_key: str | None = None,
     allow_dev_endpoints: bool = False,
     started: StartedServer | None = None,
+    evidence: str = "reduced",
 ) -> Verdict:
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
@@ -71,7 +90,9 @@ def run_gate(
     that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
     gate starts that server itself, with the engine's hook switches added (serving/live.py). ``server`` is the URL of
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
-    its hooks; ``started``, that server already started from the command while it was parsed (cli.py). Raises
+    its hooks; ``started``, that server already started from the command while it was parsed (cli.py).
+    ``evidence``: ``reduced`` (default) lets an engine that can (vLLM's tap) reduce the layer atlas where it is, to
+    the statistics attribution reads (compare/reduced.py); ``full`` ships the whole atlas (for debugging). Raises
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
@@ -90,6 +111,8 @@ def run_gate(
     if not target or not draft:
         raise InputError("give --target and --draft, the deploy command (--launch), or a running server (--server)",
                          field="--target")
+    if evidence not in EVIDENCE:
+        raise InputError(f"unknown evidence {evidence!r}; choose one of {', '.join(EVIDENCE)}", field="--evidence")
     if level not in LEVELS:
         raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
     t0 = time.perf_counter()
@@ -126,16 +149,19 @@ def run_gate(
         # one engine start per gate run: the capture, and at the outcome levels the outcome's evidence too
         request = outcome_request(pack) if level in ("outcome", "all") else None
         probes = [s.input_ids.tolist() for s in pack.samples]
+        # the atlas reduced in the engine's workers, where the engine can (an engine that cannot ships it whole)
+        red = ({"reduction": reduction_for(contract, pack)}
+               if evidence == "reduced" and getattr(eng, "reduces_evidence", False) else {})
         if attached is not None:  # the running server's own hooks and counters (serving/live.py)
             capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
-                                       timeout_s=timeout_s, progress=progress)
+                                       timeout_s=timeout_s, progress=progress, **red)
         elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
             capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
                                        progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints,
-                                       started=started)
+                                       started=started, **red)
         else:
             capture = eng.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
-                                  python=python, progress=progress, outcome=request)
+                                  python=python, progress=progress, outcome=request, **red)
         run.deployment, run.failures = capture.deployment, tuple(capture.failures)
         run.requested_layout = dict((capture.loop or {}).get("layout") or {})
         run.live = (capture.loop or {}).get("live") or run.live
@@ -159,8 +185,10 @@ def run_gate(
 def _attribute(run: GateRun, pack: ProbePack, capture: CaptureResult) -> None:
     assert capture.fc is not None and capture.atlas is not None
     run.fc_dtype = capture.fc.dtype
+    reduced = capture.atlas.reduced
     first = next(iter(capture.atlas.per_sample[0].values()), None) if capture.atlas.per_sample else None
-    run.atlas_dtype = str(first.dtype).removeprefix("torch.") if first is not None else capture.fc.dtype
+    run.atlas_dtype = (str(reduced[0].meta["atlas_dtype"]) if reduced
+                       else str(first.dtype).removeprefix("torch.") if first is not None else capture.fc.dtype)
     (base, overrides), (rec, rec_over), _ = pair_tolerances(run)
     d = run.contract.drafter
     # with norm_before_fc / fc_norm the fc hook sees the normed tensor; the recording is the raw aux
@@ -172,7 +200,7 @@ def _attribute(run: GateRun, pack: ProbePack, capture: CaptureResult) -> None:
     run.table = attribute(
         served, [s.fc_input.to(capture.fc.per_sample[0].dtype) for s in pack.samples],
         capture.atlas.per_sample, expected=list(run.contract.fc_input.sources), tolerance=base, overrides=overrides,
-        recorded_tolerance=rec, recorded_overrides=rec_over,
+        recorded_tolerance=rec, recorded_overrides=rec_over, reduced=reduced,
     )
     h = pack.hidden_size
     probes = []

@@ -24,9 +24,9 @@ TARGET = BUNDLE / "target"
 
 
 def _gate(draft: Path, python: str, *, level: str = "all", contract: Path = CONTRACT, timeout_s: float = 600,
-          **engine_args: object) -> Verdict:
+          evidence: str = "reduced", **engine_args: object) -> Verdict:
     return run_gate(contract, TARGET, draft, level=level, engine="vllm", engine_args=engine_args, python=python,
-                    timeout_s=timeout_s)
+                    timeout_s=timeout_s, evidence=evidence)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,21 @@ def test_specforge_drafter_as_is_fails_naming_the_off_by_one(as_is: Verdict) -> 
     assert list(as_is.fix.json_patch) == [
         {"op": "replace", "path": "/eagle_config/eagle_aux_hidden_state_layer_ids", "value": [2, 4, 6]}]
     assert as_is.outcome is not None and as_is.outcome.diagnosis == "wiring"
+
+
+def test_the_full_atlas_gives_the_reduced_evidences_verdict(as_is: Verdict, vllm_python: str) -> None:
+    """The default evidence is reduced in vLLM's worker (serving/vllm/tap_reduce.py); the full atlas (--evidence
+    full) must give the same verdict on the real engine: findings, chunk attributions, fix and outcome."""
+    full = _gate(BUNDLE / "draft", vllm_python, evidence="full")
+    a, b = as_is.to_dict(), full.to_dict()
+    assert a["layout"]["ranks_reported"] == b["layout"]["ranks_reported"] == [0]
+    for d in (a, b):
+        d.pop("timings", None)
+        d.pop("layout", None)  # names each rank's process id: another run, other pids
+    assert [(f.kind, f.chunk, f.message, f.fix) for f in as_is.findings] == \
+        [(f.kind, f.chunk, f.message, f.fix) for f in full.findings]
+    assert as_is.served_layout == full.served_layout and as_is.fix == full.fix
+    assert a == b
 
 
 def test_patched_drafter_passes_with_the_real_loop_reported(patched: Path, vllm_python: str) -> None:

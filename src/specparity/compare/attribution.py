@@ -32,6 +32,7 @@ import torch
 
 from specparity.compare.attribution_scan import AtlasScan, Samples, scan_samples
 from specparity.compare.evidence import ChunkEvidence, drift
+from specparity.compare.reduced import ReducedSample, check_reduced_rtol, checked_reduced
 from specparity.compare.scan import Backend
 from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance, separation
 from specparity.errors import InputError
@@ -136,6 +137,7 @@ def attribute(
     recorded_tolerance: Tolerance | None = None,
     recorded_overrides: Mapping[int | str, Tolerance] | None = None,
     backend: Backend = "auto",
+    reduced: Sequence[ReducedSample] | None = None,
 ) -> AttributionTable:
     """Attribute every served and recorded chunk of every sample to an atlas boundary.
 
@@ -145,9 +147,12 @@ def attribute(
     Similarities are averaged over valid tokens of all samples. ``tolerance`` (and ``overrides``)
     judge served chunks against the atlas; ``recorded_tolerance`` (default: ``tolerance``) and
     ``recorded_overrides`` judge recorded chunks against it: each the coarser dtype's of its pair.
+    ``reduced`` (compare/reduced.py), where given, stands for the atlas: each sample's scan statistics, reduced
+    where the atlas was (``atlas`` is then not read); it must have been reduced with the sources and rtol used here.
     Raises :class:`InputError` on malformed input or when no token is valid.
     """
-    samples = _checked(served, recorded, atlas, masks=masks, expected=expected)
+    samples = (_checked(served, recorded, atlas, masks=masks, expected=expected) if reduced is None
+               else checked_reduced(served, recorded, reduced, masks=masks, expected=expected))
     # what each chunk is held to: served chunks (and the rtol of every exact pair) by ``tolerance``, recorded ones
     # by ``recorded_tolerance``; a served chunk past the recording's has no expected source
     sources: list[str | None] = [*expected, *[None] * (samples.k_s - samples.k_r)]
@@ -156,6 +161,8 @@ def attribute(
                           else (tolerance, overrides))
     rec_tols = [resolve_tolerance(rec_base, rec_over, chunk=c, source=expected[c]) for c in range(samples.k_r)]
     rtol = [t.rtol for t in tols]
+    if reduced is not None:
+        check_reduced_rtol(reduced, rtol)
     scanned = scan_samples(samples, expected=expected, rtol=rtol, block_tokens=max(1, block_tokens), backend=backend)
     evidence = drift(samples, scanned, rtol=rtol)
     served_ids = [_identify(scanned, c, samples.names, expected=sources[c], tolerance=tols[c])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specparity.compare.reduced import ReducedSample
 from specparity.compare.scan import Backend, Pairs, TokenPairStats, TokenStats, scan
 
 # Below this Gram relative error a boundary is recomputed exactly: the Gram form's float32 round-off
@@ -46,6 +47,8 @@ class Samples:
     hidden: int
     k_s: int
     k_r: int
+    # the atlas reduced where it was (compare/reduced.py): the per-sample statistics of the scan, atlas unused
+    reduced: Sequence[ReducedSample] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,9 @@ def _each_sample(samples: Samples, pairs: Pairs, *, columns: Sequence[int], evid
     """Each sample's one pass (compare/scan.py) over the boundaries ``columns``; a sample with no token gives none."""
     for i, (served, recorded, atlas) in enumerate(zip(samples.served, samples.recorded, samples.atlas, strict=True)):
         if int(served.shape[0]) == 0:
+            continue
+        if samples.reduced is not None:
+            yield i, samples.reduced[i].stats(pairs, columns, evidence_rtol=evidence_rtol, gram=gram)
             continue
         yield i, scan(served, recorded, [atlas[samples.names[j]] for j in columns], samples.valids[i],
                       hidden=samples.hidden, pairs=pairs, evidence_rtol=evidence_rtol, gram=gram,

@@ -47,6 +47,7 @@ from specparity.serving.server import (
 from specparity.testpoints import pause
 
 if TYPE_CHECKING:
+    from specparity.compare.reduced import Reduction
     from specparity.launch_command import LaunchCommand
     from specparity.serving.engine import Engine
     from specparity.serving.launch import LaunchSpec
@@ -171,7 +172,7 @@ def _key_words(args: Sequence[str]) -> list[str]:
 def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, python: str | None, timeout_s: float,
                      progress: Callable[[int, int], None] | None = None, allow_dev_endpoints: bool = False,
-                     started: StartedServer | None = None) -> CaptureResult:
+                     started: StartedServer | None = None, reduction: Reduction | None = None) -> CaptureResult:
     """Launch the user's server with the engine's hook switches (or take the one ``started`` while the command was
     parsed), capture through it, stop it (module docstring)."""
     if started is None:
@@ -192,7 +193,7 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
         try:
             with ServerClient(server.url, api_key=api_key, timeout_s=timeout_s) as client:
                 result = engine.live_capture(client, evidence_dir=started.evidence, probes=probes, outcome=outcome,
-                                             progress=progress, cwd=started.cwd)
+                                             progress=progress, cwd=started.cwd, **_reducing(reduction))
         except ServerError as e:
             alive = server.alive()
             result = CaptureResult(None, None, None, (ServingFailure(
@@ -203,9 +204,15 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
         started.stop()
 
 
+def _reducing(reduction: Reduction | None) -> dict[str, Any]:
+    """The engine's ``reduction`` keyword, only where the gate asks for it (an engine that reduces its evidence)."""
+    return {"reduction": reduction} if reduction is not None else {}
+
+
 def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, timeout_s: float,
-                     progress: Callable[[int, int], None] | None = None) -> CaptureResult:
+                     progress: Callable[[int, int], None] | None = None,
+                     reduction: Reduction | None = None) -> CaptureResult:
     """The capture through a running server (``--server URL``); nothing is started or stopped."""
     run = LiveRun("attached", url.rstrip("/"))
     try:
@@ -213,7 +220,7 @@ def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: S
             if not client.healthy(engine.health_path):
                 raise ServerError(f"{url}{engine.health_path} does not answer")
             result = engine.live_capture(client, evidence_dir=None, probes=probes, outcome=outcome,
-                                         progress=progress, cwd=None)
+                                         progress=progress, cwd=None, **_reducing(reduction))
     except ServerError as e:
         result = CaptureResult(None, None, None, (ServingFailure(SERVER_UNREACHABLE, str(e)),))
     return _with_live(result, run)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from specparity.compare.reduced import ReducedSample
+
 # What a long engine run reports as it goes: progress(done, total) (the CLI's bars, serving/engine.py)
 Progress = Callable[[int, int], None]
 
@@ -299,6 +301,9 @@ class LayerAtlas:
 
     per_sample: list[dict[str, torch.Tensor]]
     num_layers: int
+    # the default evidence (compare/reduced.py): per sample, the scan's statistics reduced where the atlas was;
+    # ``per_sample`` then holds only what else is read in full (the final norm, for the outcome)
+    reduced: list[ReducedSample] | None = None
 
     def sources(self) -> tuple[str, ...]:
         return tuple(self.per_sample[0]) if self.per_sample else ()

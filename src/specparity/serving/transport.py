@@ -28,6 +28,7 @@ from specparity.serving.results import (
 RESULT_JSON = "result.json"
 FC_FILE = "fc.safetensors"
 ATLAS_FILE = "atlas.safetensors"
+REDUCED_FILE = "reduced.safetensors"  # the atlas reduced in the worker (compare/reduced.py)
 FORMAT = "specparity-serving-result/1"
 
 
@@ -80,6 +81,10 @@ def write_result(out_dir: Path, result: CaptureResult | ResolvedDeployment | Ser
                 "num_samples": len(result.atlas.per_sample),
                 "sources": list(result.atlas.sources()),
             }
+            if result.atlas.reduced is not None:
+                save_file({f"{i}/{k}": t.contiguous() for i, r in enumerate(result.atlas.reduced)
+                           for k, t in r.tensors.items()}, str(out_dir / REDUCED_FILE))
+                doc["atlas"]["reduced"] = [r.meta for r in result.atlas.reduced]
     tmp = out_dir / (RESULT_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(out_dir / RESULT_JSON)
@@ -100,10 +105,17 @@ def _fc(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> FcCapture:
     )
 
 
-def _atlas(meta: dict[str, Any], tensors: dict[str, torch.Tensor]) -> LayerAtlas:
+def _atlas(meta: dict[str, Any], tensors: dict[str, torch.Tensor], out_dir: Path) -> LayerAtlas:
     sources = [str(s) for s in meta["sources"]]
     per_sample = [{s: tensors[f"{i}/{s}"] for s in sources} for i in range(int(meta["num_samples"]))]
-    return LayerAtlas(per_sample=per_sample, num_layers=int(meta["num_layers"]))
+    reduced = None
+    if meta.get("reduced") is not None:
+        from specparity.compare.reduced import ReducedSample
+
+        stats = load_file(str(out_dir / REDUCED_FILE))
+        reduced = [ReducedSample({k.split("/", 1)[1]: t for k, t in stats.items() if k.split("/", 1)[0] == str(i)},
+                                 dict(m)) for i, m in enumerate(meta["reduced"])]
+    return LayerAtlas(per_sample=per_sample, num_layers=int(meta["num_layers"]), reduced=reduced)
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,7 @@ def read_result(out_dir: Path) -> ChildOutcome | None:
     deployment = ResolvedDeployment.from_dict(doc["deployment"]) if doc["deployment"] else None
     failures = tuple(ServingFailure.from_dict(f) for f in doc["failures"])
     fc = _fc(doc["fc"], load_file(str(out_dir / FC_FILE))) if doc["fc"] else None
-    atlas = _atlas(doc["atlas"], load_file(str(out_dir / ATLAS_FILE))) if doc["atlas"] else None
+    atlas = _atlas(doc["atlas"], load_file(str(out_dir / ATLAS_FILE)), out_dir) if doc["atlas"] else None
     if deployment is None and not failures:
         failures = (ServingFailure(CHILD_CRASHED, f"{path} holds neither a deployment nor a failure"),)
     return ChildOutcome(deployment=deployment, fc=fc, atlas=atlas, failures=failures, loop=doc.get("loop"))

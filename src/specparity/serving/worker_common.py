@@ -37,18 +37,21 @@ class WorkerRequest:
     probes: tuple[tuple[int, ...], ...] = ()
     atlas: bool = True
     replay: dict[str, str] | None = None  # specparity.replay: {"inputs", "out"} (sglang/replay_hooks.py)
+    # vLLM's reduced evidence: {"recorded": <safetensors with fc/<i>>, "expected", "rtol"} (vllm/tap_reduce.py)
+    reduce: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "target": self.target, "draft": self.draft,
                 "server_args": dict(self.server_args), "device": self.device,
-                "probes": [list(p) for p in self.probes], "atlas": self.atlas, "replay": self.replay}
+                "probes": [list(p) for p in self.probes], "atlas": self.atlas, "replay": self.replay,
+                "reduce": self.reduce}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WorkerRequest:
         return cls(op=str(d["op"]), target=str(d["target"]), draft=str(d["draft"]),
                    server_args=dict(d.get("server_args") or {}), device=str(d.get("device", "cpu")),
                    probes=tuple(tuple(int(x) for x in p) for p in d.get("probes", [])),
-                   atlas=bool(d.get("atlas", True)), replay=d.get("replay"))
+                   atlas=bool(d.get("atlas", True)), replay=d.get("replay"), reduce=d.get("reduce"))
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,18 @@ child's ``PYTHONPATH``), but for ``tensor_parallel_size > 1`` its ``vllm.general
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specparity.serving import reaper
 from specparity.serving.child_run import CaptureExtras, capture_in_child, capture_request, resolve_in_child
 from specparity.serving.results import CaptureResult, LoopAcceptance, ResolvedDeployment, ServingFailure
 from specparity.serving.vllm.root_cause import with_worker_root_cause
 
 if TYPE_CHECKING:
+    from specparity.compare.reduced import Reduction
     from specparity.serving.transport import ChildOutcome
 
 WORKER_MODULE = "specparity.serving.vllm.worker"
@@ -40,7 +43,7 @@ def capture_deployment(
     target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
     engine_args: Mapping[str, object] | None = None, device: str = "cpu", atlas: bool = True, timeout_s: float = 600,
     python: str | None = None, progress: Callable[[int, int], None] | None = None,
-    loop_prompt_lengths: Sequence[int] | None = None,
+    loop_prompt_lengths: Sequence[int] | None = None, reduction: Reduction | None = None,
 ) -> CaptureResult:
     """Greedy generation of ``probes`` through vLLM's real engine with speculation on, the tap in every worker.
 
@@ -48,14 +51,27 @@ def capture_deployment(
     and ``generate_tokens``. The result's ``loop`` holds vLLM's spec-decode counters and per-rank facts, and
     ``acceptance`` the same counters as :class:`LoopAcceptance`. ``loop_prompt_lengths[i]`` (the rows before the
     assistant's first token) makes the loop also generate from each probe's prompt, and count only that.
+    ``reduction`` (compare/reduced.py) has the tap reduce the atlas in the workers (serving/vllm/tap_reduce.py).
     """
     if loop_prompt_lengths is not None:
         engine_args = {**(engine_args or {}), "loop_prompt_lengths": [int(n) for n in loop_prompt_lengths]}
     request = capture_request(target, draft, probes=probes, server_args=engine_args, device=device, atlas=atlas)
     if isinstance(request, CaptureResult):
         return request
-    return capture_in_child(request, extras=_loop, python=python, timeout_s=timeout_s, progress=progress,
-                            module=WORKER_MODULE, engine="vLLM", annotate=with_worker_root_cause)
+    if reduction is None:
+        return capture_in_child(request, extras=_loop, python=python, timeout_s=timeout_s, progress=progress,
+                                module=WORKER_MODULE, engine="vLLM", annotate=with_worker_root_cause)
+    from safetensors.torch import save_file
+
+    with reaper.temp_dir("specparity-reduce-") as work:
+        # the recorded fc inputs go to the child as a file beside the request (as SGLang's drafter replay's do)
+        path = work / "recorded.safetensors"
+        save_file({f"fc/{i}": r.detach().to("cpu").contiguous() for i, r in enumerate(reduction.recorded)},
+                  str(path))
+        request = dataclasses.replace(request, reduce={"recorded": str(path), "expected": list(reduction.expected),
+                                                       "rtol": reduction.rtol})
+        return capture_in_child(request, extras=_loop, python=python, timeout_s=timeout_s, progress=progress,
+                                module=WORKER_MODULE, engine="vLLM", annotate=with_worker_root_cause)
 
 
 def _loop(outcome: ChildOutcome | ServingFailure) -> CaptureExtras:

@@ -12,6 +12,7 @@ from specparity.serving.results import IdReading
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
+    from specparity.compare.reduced import Reduction
     from specparity.launch_command import LaunchCommand
     from specparity.serving.results import (
         CaptureResult,
@@ -28,6 +29,7 @@ class VllmEngine(EngineBase):
     """vLLM's real engine: the parent side in ``client.py``, the child in ``worker.py``, the tap in ``tap.py``."""
 
     name, label = "vllm", "vLLM"
+    reduces_evidence = True  # the tap reduces the atlas in the workers when the gate sends a Reduction
     # vLLM's EAGLE proposer drafts one chain: num_speculative_tokens is the chain length
     spec_keys = ("num_speculative_tokens", None, None)
     health_path = "/health"
@@ -40,7 +42,8 @@ class VllmEngine(EngineBase):
 
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
-                progress: Progress | None, outcome: OutcomeRequest | None = None) -> CaptureResult:
+                progress: Progress | None, outcome: OutcomeRequest | None = None,
+                reduction: Reduction | None = None) -> CaptureResult:
         from specparity.serving.vllm.client import capture_deployment
 
         # the outcome: vLLM's real loop counts its own acceptance, on the probes' prompts where every probe says
@@ -49,7 +52,8 @@ class VllmEngine(EngineBase):
         known = [n for n in lengths if n is not None]
         return capture_deployment(target, draft, probes=probes, engine_args=args, device=device, atlas=True,
                                   timeout_s=timeout_s, python=python, progress=progress,
-                                  loop_prompt_lengths=known if lengths and len(known) == len(lengths) else None)
+                                  loop_prompt_lengths=known if lengths and len(known) == len(lengths) else None,
+                                  reduction=reduction)
 
     def reading(self, draft_config: Mapping[str, Any], *, num_layers: int, architecture: str,
                 version: str) -> IdReading | None:
@@ -111,7 +115,7 @@ class VllmEngine(EngineBase):
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, progress: Progress | None,
-                     cwd: str | None) -> CaptureResult:
+                     cwd: str | None, reduction: Reduction | None = None) -> CaptureResult:
         from dataclasses import replace
 
         from specparity.serving.results import HOOKS_MISSING, CaptureResult, ServingFailure
@@ -122,7 +126,8 @@ class VllmEngine(EngineBase):
         known = [n for n in lengths if n is not None]
         try:
             result = live_capture(client, probes=probes, progress=progress,
-                                  prompt_lengths=known if lengths and len(known) == len(lengths) else None)
+                                  prompt_lengths=known if lengths and len(known) == len(lengths) else None,
+                                  reduction=reduction)
         except HooksMissing as e:
             return CaptureResult(None, None, None, (ServingFailure(HOOKS_MISSING, f"{e}; {self.flags_hint()}"),))
         return replace(result, acceptance=loop_acceptance(result.loop))

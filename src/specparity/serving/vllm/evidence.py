@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specparity.serving.results import (
     CAPTURE_SHAPE,
@@ -24,6 +24,10 @@ from specparity.serving.results import (
     ServingFailure,
 )
 from specparity.serving.vllm.ranks import RankEvidence, layout, rank_failures
+from specparity.serving.vllm.tap_reduce import DIGEST_KEY, fc_digest, read_blob
+
+if TYPE_CHECKING:
+    from specparity.compare.reduced import ReducedSample
 
 
 def prefill_rows(blobs: Sequence[bytes], n: int) -> tuple[Any, dict[str, Any], int]:
@@ -47,8 +51,8 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
                      atlas: bool, loop: dict[str, Any], failures: Sequence[ServingFailure] = ()) -> CaptureResult:
     """The capture from every rank's evidence (``dep`` as vLLM resolved it; ``loop`` the serving loop's facts)."""
     import torch
-    from safetensors.torch import load
 
+    from specparity.compare.reduced import from_tensors
     from specparity.serving.worker_common import nonfinite_failures
     from specparity.sources import FINAL_NORM, boundary_to_source
 
@@ -74,13 +78,24 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     lead = fc_ranks[0]
     fc_rows: list[torch.Tensor] = []
     samples: list[dict[str, torch.Tensor]] = []
-    rank_diff, verify_bad, verify_calls = 0.0, [], []
+    reduced: list[ReducedSample | None] = []
+    rank_diff, verify_bad, verify_calls, disagree = 0.0, [], [], set()
     for i, ids in enumerate(probes):
-        fc, first, used = prefill_rows(evidence.calls(lead, i), len(ids))
+        first, meta = read_blob(evidence.calls(lead, i)[0])
+        red = from_tensors(first, meta)
+        if "fc" not in first:  # the tap's reduced mode, without the probe it expected: nothing to compare
+            out.append(ServingFailure(HOOKS_MISSING, f"rank {lead} sent no fc input for the probe's prefill (the "
+                                      "tap was not told which probe to expect)", sample=i))
+            return CaptureResult(dep, None, None, tuple(out), loop=loop)
+        if red is not None:
+            fc, used = first["fc"], 1
+        else:
+            fc, _, used = prefill_rows(evidence.calls(lead, i), len(ids))
         if fc.shape[0] != len(ids):
             out.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
                                       f"{len(ids)}-token probe", sample=i))
         fc_rows.append(fc)
+        reduced.append(red)
         sample = {}
         for key, t in first.items():
             if key.startswith("atlas/b"):
@@ -89,15 +104,35 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
                 sample[FINAL_NORM] = t
         samples.append(sample)
         for r in fc_ranks[1:]:
+            _, o_meta = read_blob(evidence.calls(r, i)[0])
+            if DIGEST_KEY in o_meta:  # reduced: the rank proves agreement by the digest of its fc input
+                if o_meta[DIGEST_KEY] != fc_digest(fc):
+                    disagree.add(r)
+                continue
             other = prefill_rows(evidence.calls(r, i), len(ids))[0]
             rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
                             else float("inf"))
         for r in fc_ranks:
-            if not all(bool(torch.isfinite(load(b)["fc"]).all()) for b in evidence.calls(r, i)[used:]):
+            if not all(_finite(b) for b in evidence.calls(r, i)[used:]):
                 verify_bad.append(i)
         verify_calls.append(len(evidence.calls(lead, i)) - used)
-    loop["rank_max_abs_diff"] = rank_diff
+    # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
+    loop["rank_max_abs_diff"] = None if disagree else rank_diff
     loop["verify_calls"] = verify_calls
+    if any(r is not None for r in reduced):
+        loop["evidence"] = "reduced"
+    if disagree:
+        # reported, as the full atlas's difference is (the lead rank's fc input is the one judged, as with the full
+        # atlas); --evidence full measures the difference
+        loop["ranks_differing"] = sorted(disagree)
+        dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(disagree)} fed fc other bytes than rank {lead} "
+                                              "(SHA-256 of the prefill's fc input); gate with --evidence full to "
+                                              "see by how much"))
+    mixed = any(r is not None for r in reduced) and not all(r is not None for r in reduced)
+    if mixed:  # the two forms cannot be attributed together: the machine's limit (exit 3), never a verdict
+        out.append(ServingFailure(HOOKS_MISSING, "some probes' evidence was reduced in the worker and some came as "
+                                  "the full atlas (a prefill that did not fit: chunked, or dtypes the gate's table "
+                                  "lacks), so the chunks cannot be attributed together; gate with --evidence full"))
     if atlas and not any(samples):
         # the tap's boundary wrapper never ran: the target's layer loop is inside a graph torch.compile traced at
         # start-up (vLLM's default without --enforce-eager: models/llama.py:337 @support_torch_compile), where a
@@ -116,8 +151,18 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
         aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
         aux_per_sample=[],
     )
-    return CaptureResult(dep, capture, LayerAtlas(per_sample=samples, num_layers=dep.num_layers) if atlas else None,
-                         tuple(out), loop=loop)
+    whole = [r for r in reduced if r is not None] if all(r is not None for r in reduced) else None
+    return CaptureResult(dep, capture, LayerAtlas(per_sample=samples, num_layers=dep.num_layers, reduced=whole)
+                         if atlas and not mixed else None, tuple(out), loop=loop)
+
+
+def _finite(blob: bytes) -> bool:
+    """Whether a call's fc input was finite (the full form's tensor, or the reduced form's flag)."""
+    import torch
+    from safetensors.torch import load
+
+    t = load(blob)
+    return bool(t["finite"].all()) if "fc" not in t else bool(torch.isfinite(t["fc"]).all())
 
 
 def _reported(resolved: dict[str, Any], evidence: RankEvidence) -> dict[str, Any]:

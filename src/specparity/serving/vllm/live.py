@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specparity.serving.metrics import Scrape
 from specparity.serving.results import (
@@ -42,6 +42,9 @@ from specparity.serving.results import (
 from specparity.serving.server import ServerClient, ServerError
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.ranks import RPC
+
+if TYPE_CHECKING:
+    from specparity.compare.reduced import Reduction
 
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 EXTENSION_FLAG = "--worker-extension-cls"
@@ -171,9 +174,12 @@ def describe(rpc: HttpRpc) -> tuple[ResolvedDeployment | None, list[dict[str, An
 
 def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
                  prompt_lengths: Sequence[int] | None, generate_tokens: int = GENERATE_TOKENS,
-                 progress: Callable[[int, int], None] | None = None, atlas: bool = True) -> CaptureResult:
+                 progress: Callable[[int, int], None] | None = None, atlas: bool = True,
+                 reduction: Reduction | None = None) -> CaptureResult:
     """The probes through the running server with the tap armed: fc input per probe and rank, the atlas, the
-    layout, and the acceptance the server's own counters moved by. Every problem is a typed failure."""
+    layout, and the acceptance the server's own counters moved by. Every problem is a typed failure.
+    ``reduction`` (compare/reduced.py): the workers reduce the atlas where it is (serving/vllm/tap_reduce.py),
+    the gate sending each probe's recorded fc input before it; without it the full atlas comes back."""
     from specparity.serving.vllm.evidence import assemble_capture, counter_delta
     from specparity.serving.vllm.ranks import RankEvidence
 
@@ -189,7 +195,8 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
     model = model_name(client)
     evidence = RankEvidence(rpc)
     evidence.identity = {int(r["rank"]): {k: v for k, v in r.items() if k != "calls"}
-                         for r in rpc.collective_rpc(tap.ARM, {"atlas": "1" if atlas else ""})}
+                         for r in rpc.collective_rpc(tap.ARM, {"atlas": "" if not atlas else
+                                                               tap.REDUCED if reduction is not None else "1"})}
     before = counters(client)
     outputs: list[list[int]] = []
     answers: list[Any] = []
@@ -199,6 +206,8 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
     try:
         for i, ids in enumerate(probes):
             _reset_prefix_cache(client)
+            if reduction is not None and atlas:
+                evidence.expect(reduction.recorded[i], expected=list(reduction.expected), rtol=reduction.rtol)
             try:
                 out = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids],
                                                            "return_token_ids": True})

@@ -64,6 +64,16 @@ class RankEvidence:
             self.per_probe.setdefault(rank, [[] for _ in range(self.probes)]).append(calls.get(rank, []))
         self.probes += 1
 
+    def expect(self, recorded: Any, *, expected: list[str], rtol: dict[str, list[float]]) -> None:
+        """Tell every rank the next probe's recorded fc input, sources and rtol table (the tap's reduced evidence:
+        serving/vllm/tap_reduce.py); the lead is the first rank holding the drafter's fc."""
+        from specparity.serving.vllm.tap import EXPECT
+        from specparity.serving.vllm.tap_reduce import expect_kwargs
+
+        fc = self.fc_ranks()
+        self.llm.collective_rpc(EXPECT, kwargs=expect_kwargs(recorded, expected=expected, rtol=rtol,
+                                                             lead=fc[0] if fc else 0))
+
     def meta(self, rank: int) -> dict[str, Any] | None:
         m = self.identity.get(rank, {}).get("meta")
         return m if isinstance(m, dict) else None

@@ -15,6 +15,10 @@ When enabled it wraps the model runner's ``load_model`` (``vllm/v1/worker/cpu_mo
   would capture (``hidden_states + residual``), plus a forward hook on the target's final ``norm``
   (``llama.py:452``). The boundaries of the target forward that preceded an fc call go into that call's blob.
 
+With the atlas in :data:`REDUCED` mode (the gate's default) the boundaries are recorded only for the prefill of the
+probe the gate announced (:data:`EXPECT`), kept on the device, and reduced there to the statistics attribution reads
+(``tap_reduce.py``): no atlas leaves the worker.
+
 The evidence leaves the worker only through vLLM's own channel: the gate calls :func:`drain` with
 ``LLM.collective_rpc`` (``vllm/entrypoints/llm.py:574``), which every executor implements (in-process,
 multiprocessing, Ray across nodes), so no rank's evidence depends on a path only one node can read. Each
@@ -35,7 +39,7 @@ import functools
 import os
 import socket
 import sys
-from typing import Any
+from typing import Any, cast
 
 from specparity.serving.vllm.ranks import RPC  # the drain's name: the gate calls it, the tap defines it
 
@@ -44,7 +48,9 @@ ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
 SERVER_MODE = "server"  # ENV_ON's value in a server: RPC methods only, hooks installed when the gate arms the tap
 ARM = "specparity_tap_arm"  # install (once) and start recording; kwargs atlas="1"|"" (strings: the HTTP route's rule)
 DISARM = "specparity_tap_disarm"
-DESCRIBE = "specparity_tap_describe"  # the deployment as this worker's own VllmConfig resolves it (JSON)
+DESCRIBE = "specparity_tap_describe"
+EXPECT = "specparity_tap_expect"  # the next probe's recorded fc input, sources and rtol (reduced evidence)
+REDUCED = "reduced"  # ARM's atlas value (and ENV_ATLAS's) for the default evidence: serving/vllm/tap_reduce.py  # the deployment as this worker's own VllmConfig resolves it (JSON)
 EXTENSION = "specparity.serving.vllm.tap.TapWorkerExtension"  # the --worker-extension-cls a server gets
 _MARK = "_specparity_tap_wrapped"
 
@@ -90,26 +96,37 @@ def _inner_target(model: Any) -> Any:
 class _Tap:
     """Per-worker state: the fc calls not yet drained, and the boundaries of the last target forward."""
 
-    def __init__(self, meta: dict[str, Any], atlas: bool, *, armed: bool = True) -> None:
+    def __init__(self, meta: dict[str, Any], atlas: bool, *, armed: bool = True, reduced: bool = False) -> None:
         self.meta, self.atlas_on, self.armed = meta, atlas, armed
         self.pending: list[bytes] = []
         self.atlas: dict[str, Any] = {}
+        # reduced evidence (tap_reduce.py): the expected probe (EXPECT) and how its first fc call went
+        self.reduced, self.expect, self.probe = reduced, cast("dict[str, Any] | None", None), cast("str | None", None)
+
+    def _recording(self) -> bool:
+        # reduced: the boundaries of a probe's prefill only, kept on the device; full: every forward's, on the host
+        return self.armed and (not self.reduced or self.expect is not None)
 
     def boundary(self, index: int, value: Any) -> None:
-        if not self.armed:
+        if not self._recording():
             return
         if index == 0:
             self.atlas = {}
-        self.atlas[f"b{index}"] = value.detach().to("cpu").clone()
+        self.atlas[f"b{index}"] = value.detach().clone() if self.reduced else value.detach().to("cpu").clone()
 
     def final_norm(self, out: Any) -> None:
-        if not self.armed:
+        if not self._recording():
             return
         t = out[0] if isinstance(out, tuple) else out
-        self.atlas["final_norm"] = t.detach().to("cpu").clone()
+        self.atlas["final_norm"] = t.detach().clone() if self.reduced else t.detach().to("cpu").clone()
 
     def fc_call(self, x: Any) -> None:
         if not self.armed:
+            return
+        if self.reduced:
+            from specparity.serving.vllm.tap_reduce import reduced_call
+
+            self.pending.append(reduced_call(self, x))
             return
         from safetensors.torch import save
 
@@ -123,12 +140,12 @@ class _Tap:
 _ACTIVE: _Tap | None = None  # this process's tap (one model runner per vLLM worker process)
 
 
-def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
+def install(runner: Any, *, atlas: bool, armed: bool = True, reduced: bool = False) -> dict[str, Any]:
     """Install the hooks on one loaded model runner; returns what was installed."""
     global _ACTIVE
     meta: dict[str, Any] = {"rank": _rank(), **_group_ranks(), **_node(), "drafter": None, "fc": None,
                             "aux_layers": None}
-    tap = _Tap(meta, atlas, armed=armed)
+    tap = _Tap(meta, atlas, armed=armed, reduced=reduced)
     target = _inner_target(runner.model)
     meta["aux_layers"] = [int(b) for b in getattr(target, "aux_hidden_state_layers", ())]
     meta["num_layers"] = len(getattr(target, "layers", ()))
@@ -146,7 +163,10 @@ def install(runner: Any, *, atlas: bool, armed: bool = True) -> dict[str, Any]:
         original = target._maybe_add_hidden_state
 
         def recording(aux: Any, layer_idx: int, hidden: Any, residual: Any) -> Any:
-            tap.boundary(int(layer_idx), hidden + residual if residual is not None else hidden)
+            # the armed flag first: a disarmed tap does no tensor arithmetic at all (the sum is the boundary's value,
+            # what vLLM would capture there, interfaces.py:1601-1611)
+            if tap._recording():
+                tap.boundary(int(layer_idx), hidden + residual if residual is not None else hidden)
             return original(aux, layer_idx, hidden, residual)
 
         target._maybe_add_hidden_state = recording
@@ -175,7 +195,8 @@ def drain(_worker: Any = None, encoding: str = "") -> dict[str, Any]:
 
 def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
     """:data:`ARM`: install the hooks on this worker's loaded model runner (once) and start recording; drops what
-    an earlier arming left undrained. Returns this rank's identity and meta, as :func:`drain` does."""
+    an earlier arming left undrained. ``atlas``: "" none, "1" the full atlas, :data:`REDUCED` the reduced evidence.
+    Returns this rank's identity and meta, as :func:`drain` does."""
     tap = _ACTIVE
     if tap is None or tap.atlas_on != bool(atlas):
         runner = getattr(worker, "model_runner", None)
@@ -187,13 +208,26 @@ def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
             tap.atlas_on = bool(atlas)
     assert _ACTIVE is not None
     _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = True, [], {}
+    _ACTIVE.reduced, _ACTIVE.expect, _ACTIVE.probe = atlas == REDUCED, None, None
     return drain(worker, encoding="base64")
+
+
+def expect(worker: Any, recorded: str = "", spec: str = "") -> dict[str, Any]:
+    """:data:`EXPECT`: the next probe's recorded fc input and the gate's sources and rtol table, for the reduced
+    evidence of its prefill (serving/vllm/tap_reduce.py); drops the boundaries of any forward before it."""
+    tap = _ACTIVE
+    if tap is None or not tap.reduced:
+        return {"rank": _rank(), "expecting": False}
+    from specparity.serving.vllm.tap_reduce import expectation
+
+    tap.expect, tap.probe, tap.atlas = expectation(recorded, spec), None, {}
+    return {"rank": int(tap.meta["rank"]), "expecting": True}
 
 
 def disarm(worker: Any) -> dict[str, Any]:
     """:data:`DISARM`: stop recording (the hooks stay, returning at once) and drop what was not drained."""
     if _ACTIVE is not None:
-        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = False, [], {}
+        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas, _ACTIVE.expect = False, [], {}, None
     return {"rank": _rank(), "armed": False}
 
 
@@ -215,6 +249,9 @@ class TapWorkerExtension:
     def specparity_tap_drain(self, encoding: str = "") -> dict[str, Any]:
         return drain(self, encoding)
 
+    def specparity_tap_expect(self, recorded: str = "", spec: str = "") -> dict[str, Any]:
+        return expect(self, recorded, spec)
+
     def specparity_tap_disarm(self) -> dict[str, Any]:
         return disarm(self)
 
@@ -230,7 +267,8 @@ def _wrap(cls: type) -> None:
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         if os.environ.get(ENV_ON):
-            install(self, atlas=bool(os.environ.get(ENV_ATLAS)))
+            mode = os.environ.get(ENV_ATLAS) or ""
+            install(self, atlas=bool(mode), reduced=mode == REDUCED)
         return result
 
     functools.update_wrapper(load_model, original)  # __wrapped__: inspect reads the release's own load_model
@@ -246,7 +284,7 @@ def register() -> None:
         return
     from vllm.v1.worker.worker_base import WorkerBase
 
-    for name, method in ((RPC, drain), (ARM, arm), (DISARM, disarm), (DESCRIBE, describe)):
+    for name, method in ((RPC, drain), (ARM, arm), (DISARM, disarm), (DESCRIBE, describe), (EXPECT, expect)):
         if not hasattr(WorkerBase, name):  # every hardware's worker (CPUWorker, Worker) derives from it
             setattr(WorkerBase, name, method)
     if mode == SERVER_MODE:

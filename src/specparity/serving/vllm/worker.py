@@ -91,8 +91,8 @@ def child_environment(device: str) -> dict[str, str]:
     return env
 
 
-def _setup_env(workers: int, atlas: bool, work: Path | None = None) -> None:
-    from specparity.serving.vllm.tap import ENV_ATLAS, ENV_ON
+def _setup_env(workers: int, atlas: bool, work: Path | None = None, *, reduced: bool = False) -> None:
+    from specparity.serving.vllm.tap import ENV_ATLAS, ENV_ON, REDUCED
 
     # what vLLM leaves in the temp directory (its ZeroMQ socket files, the vllm_dist_* FileStore rendezvous of 0.32+:
     # serving/scratch.py) goes under the child's own directory, which the gate removes; before vLLM is imported, and
@@ -108,7 +108,7 @@ def _setup_env(workers: int, atlas: bool, work: Path | None = None) -> None:
     # vLLM hands the driver's whole environment to its workers, Ray's included (v1/executor/ray_env_utils.py:9-19)
     os.environ[ENV_ON] = "1"
     if atlas:
-        os.environ[ENV_ATLAS] = "1"
+        os.environ[ENV_ATLAS] = REDUCED if reduced else "1"
     # measured on CPU (issue 14): the default KV space gets a worker killed for memory
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if workers == 1:
@@ -248,6 +248,16 @@ def _metrics(llm: Any) -> dict[str, Any]:
     return out
 
 
+def _recorded(request: WorkerRequest) -> list[Any] | None:
+    """The recorded fc inputs the gate sent for the reduced evidence (``request.reduce``), or None."""
+    if request.reduce is None:
+        return None
+    from safetensors.torch import load_file
+
+    fc = load_file(str(request.reduce["recorded"]))
+    return [fc[f"fc/{i}"] for i in range(len(request.probes))]
+
+
 def capture(request: WorkerRequest) -> Any:
     """The real engine on the probes: fc input per sample (the first drafter rank), atlas, per-rank evidence
     (gathered through vLLM's collective_rpc: serving/vllm/ranks.py), the layout, and the loop's counters."""
@@ -274,7 +284,10 @@ def capture(request: WorkerRequest) -> Any:
     t1 = time.perf_counter()
     try:
         evidence.discard()  # what the workers saw at start-up (warm-up) is not a probe
+        recorded = _recorded(request)
         for i, ids in enumerate(request.probes):
+            if recorded is not None and request.reduce is not None:  # the tap reduces this probe's atlas
+                evidence.expect(recorded[i], expected=list(request.reduce["expected"]), rtol=request.reduce["rtol"])
             out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
             outputs.append([int(t) for t in out[0].outputs[0].token_ids])
             evidence.end_probe()
@@ -315,7 +328,7 @@ def main(argv: list[str]) -> int:
     # under Ray vLLM keeps the temp directory it had: Ray's own session directory lives there (socket paths near the
     # 107-byte limit below the child's), and Ray's workers on other nodes do not share the child's directory
     local = args.get("distributed_executor_backend") != "ray"
-    _setup_env(workers, request.atlas, request_path.parent if local else None)
+    _setup_env(workers, request.atlas, request_path.parent if local else None, reduced=request.reduce is not None)
     select_cpu_platform(request.device)  # before vLLM is imported (serving/vllm/versions.py)
     try:
         import vllm
