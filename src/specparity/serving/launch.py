@@ -246,7 +246,7 @@ def _spec(command: LaunchCommand, a: dict[str, Any], *, stderr: str, interpreter
             raise InputError(f"{label} rejects the command{_flag_line(command, flag)}: {named}{message}", **where)
         raise EnvironmentProblem(f"{label}'s parse of the launch command could not run in {interpreter} "
                                  f"({kind}): {message}")
-    notes = list(a.get("notes") or ())
+    notes = [*command.notes(), *(a.get("notes") or ())]
     target = a.get("target")
     if not target:
         raise InputError(_missing(command, a.get("target_flag"), a.get("target_name"), "target"), **where)
