@@ -82,3 +82,18 @@ def test_dynamos_rewrites_of_sglangs_words() -> None:
                                                                                       "decode"]
     with pytest.raises(dynamo.DynamoRefused, match="encode worker"):
         dynamo.sglang_rewrites(["--disaggregation-mode", "encode"], ENGINE)
+
+
+def test_the_capture_levels_refuse_a_dynamo_worker() -> None:
+    """A Dynamo worker serves through Dynamo's frontend and runtime: specparity starts no such thing (exit 3),
+    before anything is started."""
+    from types import SimpleNamespace
+
+    from specparity.errors import EXIT_ENVIRONMENT, EnvironmentProblem
+    from specparity.launch_command import read_launch
+    from specparity.serving.live import start_server
+
+    cmd = read_launch("python -m dynamo.vllm --model /m &", source="--launch", environ={})
+    with pytest.raises(EnvironmentProblem, match=r"NVIDIA Dynamo.*--level static") as e:
+        start_server(SimpleNamespace(label="vLLM"), cmd, python=None)  # type: ignore[arg-type]
+    assert e.value.exit_code == EXIT_ENVIRONMENT
