@@ -95,5 +95,5 @@ def test_the_capture_levels_refuse_a_dynamo_worker() -> None:
 
     cmd = read_launch("python -m dynamo.vllm --model /m &", source="--launch", environ={})
     with pytest.raises(EnvironmentProblem, match=r"NVIDIA Dynamo.*--level static") as e:
-        start_server(SimpleNamespace(label="vLLM"), cmd, python=None)  # type: ignore[arg-type]
+        start_server(SimpleNamespace(label="vLLM"), cmd, python=None)
     assert e.value.exit_code == EXIT_ENVIRONMENT

@@ -212,7 +212,7 @@ def test_dynamos_published_vllm_worker_is_vllms_own_parse() -> None:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    extra = {"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": str(DRAFT),
+    extra = {"meta-llama/Meta-Llama-3.1-8B-Instruct": str(TARGET), "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": str(DRAFT),
              "--enforce-eager": "--enforce-eager --endpoint dyn://ns.backend.generate --connector nixl lmcache"}
     command = _command("dynamo_agg_spec_decoding.sh", extra=extra)
     spec = _parse(command)
