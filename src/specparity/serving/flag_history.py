@@ -114,7 +114,7 @@ def history_notes(engine: str, message: str, flag: str | None, *, installed: str
     if not said:
         return ""
     first, last = history["releases"][0], history["releases"][-1]
+    parsed = f"{label} {installed}" if installed != "?" else f"The installed {label}"
     return (f". {'; '.join(said)} (of the {label} releases {first} to {last} read from their published code, "
-            f"scripts/flag_history.py). {label} {installed} is what parsed here: if the server runs another "
-            "release, give --python with the serving env's own interpreter, and the parse uses that release's "
-            "parser")
+            f"scripts/flag_history.py). {parsed} is what parsed here: if the server runs another release, give "
+            "--python with the serving env's own interpreter, and the parse uses that release's parser")
