@@ -76,7 +76,7 @@ def test_an_unknown_flag_goes_to_the_engine_whose_parser_rejects_it() -> None:
 def test_dynamos_rewrites_of_sglangs_words() -> None:
     words, notes = dynamo.sglang_rewrites(["--disaggregation-mode", "agg", "--disable-piecewise-cuda-graph"], ENGINE)
     assert words == ["--disaggregation-mode", "null", "--cuda-graph-backend-prefill", "disabled"]
-    assert any("_compat.py:194-211" in n for n in notes) and any("args.py:459-463" in n for n in notes)
+    assert any("_compat.py:194-211" in n for n in notes) and any("args.py:458-463" in n for n in notes)
     assert dynamo.sglang_rewrites(["--disaggregation-mode=pd"], ENGINE)[0] == ["--disaggregation-mode", "null"]
     assert dynamo.sglang_rewrites(["--disaggregation-mode", "decode"], ENGINE)[0] == ["--disaggregation-mode",
                                                                                       "decode"]

@@ -7,7 +7,7 @@ the wheel of tag v1.6.1; paths are the wheel's, ``components/src/`` in the repos
   (:570-576, ``allow_abbrev`` left on) takes its own with ``parse_known_args`` (:604); the worker router flags are
   taken out of the rest (:608, ``common/configuration/groups/router_args.py:352-363``); SGLang's own parser
   (``ServerArgs.add_cli_args``, :578-580) reads what is left (:633), after SGLang's ``--config`` merge (:626-628)
-  and Dynamo's rewrite of ``--disaggregation-mode agg|pd`` to ``null`` (:459-463); ``ServerArgs.from_cli_args``
+  and Dynamo's rewrite of ``--disaggregation-mode agg|pd`` to ``null`` (:458-463); ``ServerArgs.from_cli_args``
   builds the record (:887). Dynamo adds one flag of its own to SGLang's parser, the old
   ``--disable-piecewise-cuda-graph``, read as ``--cuda-graph-backend-prefill disabled`` when SGLang has the one and
   not the other (``dynamo/sglang/_compat.py:194-211``).
@@ -27,7 +27,7 @@ Where the two cannot be told apart without Dynamo, the parse refuses (exit 2) an
   Dynamo's code);
 - an abbreviation (``--mig``): Dynamo's SGLang parser reads abbreviations against its own flags before SGLang sees
   them, and its flags differ between releases: under Dynamo, flags are given in full;
-- ``--disagg-config``: Dynamo turns a section of that YAML into SGLang's ``--config`` (:612-622);
+- ``--disagg-config``: Dynamo turns a section of that YAML into SGLang's ``--config`` (:613-623);
 - a worker of another kind (``--embedding-worker``, ``--image-diffusion-worker``, ...): not an LLM server;
 - a flag neither the engine nor the recorded Dynamo releases know: the engine's parser rejects it, and the message
   adds that it may be a flag of a Dynamo release specparity has not read.
@@ -140,7 +140,7 @@ def split(args: Sequence[str], *, engine: str, module: str, label: str, is_engin
             if name == "--disagg-config":
                 raise DynamoRefused(
                     f"--disagg-config ({info['at']}): Dynamo makes a section of that YAML into {label}'s --config "
-                    "(dynamo/sglang/args.py:612-622), which specparity does not read without Dynamo: give the "
+                    "(dynamo/sglang/args.py:613-623), which specparity does not read without Dynamo: give the "
                     f"section's flags on the command line", flag=name)
             if name.endswith("-worker") and not name.startswith("--no-") and info["arity"] == 0:
                 raise DynamoRefused(
@@ -198,7 +198,7 @@ def unknown_note(flag: str | None, releases: Sequence[str], label: str) -> str:
 
 def sglang_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str], list[str]]:
     """Dynamo's own rewrites of SGLang's words before SGLang's parser reads them (ai-dynamo 1.6.1): ``(words,
-    notes)``. ``--disaggregation-mode agg|pd`` becomes ``null`` (``dynamo/sglang/args.py:459-463``; ``encode`` makes a
+    notes)``. ``--disaggregation-mode agg|pd`` becomes ``null`` (``dynamo/sglang/args.py:458-463``; ``encode`` makes a
     multimodal encode worker, refused); the old ``--disable-piecewise-cuda-graph`` becomes
     ``--cuda-graph-backend-prefill disabled`` where SGLang has the one and not the other
     (``dynamo/sglang/_compat.py:194-211``)."""
@@ -217,7 +217,7 @@ def sglang_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str]
                                     "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
             if value in ("agg", "pd"):
                 notes.append(f"--disaggregation-mode {value} read as null, as Dynamo rewrites it for SGLang "
-                             "(ai-dynamo 1.6.1 dynamo/sglang/args.py:459-463)")
+                             "(ai-dynamo 1.6.1 dynamo/sglang/args.py:458-463)")
                 out += ["--disaggregation-mode", "null"]
                 i += 1 if eq else 2
                 continue
