@@ -95,7 +95,7 @@ def start_early(cmd: LaunchCommand | None, *, level: str, python: str | None,
     """At the capture levels, the user's server started from the command's words before its engine parses them:
     the engine's parser (seconds of imports) runs while the server starts (serving/live.py ``start_server``).
     None at the static level, or without a command."""
-    if cmd is None or level == "static":
+    if cmd is None or level == "static" or cmd.dynamo:  # a Dynamo worker is refused after the parse (serving/live.py)
         return None
     from specparity.serving.engine import get_engine
     from specparity.serving.launch import interpreter_for

@@ -13,14 +13,18 @@ What is read:
   environment too), plain ``VAR=value`` lines (shell variables: expanded, not exported), ``set ...`` lines (a
   script's ``set -e``), a ``#!`` line, and the wrappers ``exec``, ``nohup`` and ``env NAME=value``;
 - ``$VAR``, ``${VAR}``, ``${VAR:-default}`` and ``${VAR-default}``, from the command's own assignments first, then
-  the caller's environment; an unquoted expansion is split on whitespace, as the shell splits it; a leading ``~``.
+  the caller's environment; an unquoted expansion is split on whitespace, as the shell splits it; a leading ``~``;
+- a trailing ``&`` (a deploy script backgrounding the server): set aside, the command is the one it backgrounds,
+  and the report says so (:meth:`LaunchCommand.notes`);
+- NVIDIA Dynamo's workers ``python -m dynamo.sglang`` and ``python -m dynamo.vllm``: the engine's own server flags
+  plus Dynamo's, which the engine's child sets aside (:mod:`specparity.serving.dynamo`).
 
 The command's words are expanded before its own ``VAR=value`` prefixes apply, as in the shell (POSIX 2.9.1): a
 prefix sets the engine's environment, not the text of its arguments.
 
-Anything else (a second command, a pipe, a redirection, ``&&``, ``$(...)``, ``cd``, ``source``) is refused with
-the line that holds it, and so is an unset variable: exit 2 (:class:`specparity.errors.InputError`), never a
-traceback. Standard library only.
+Anything else (a second command, a pipe, a redirection, ``&&``, an ``&`` before more text, ``$(...)``, ``cd``,
+``source``) is refused with the line that holds it, and so is an unset variable: exit 2
+(:class:`specparity.errors.InputError`), never a traceback. Standard library only.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,9 +48,15 @@ _PYTHON_MODULES: dict[str, tuple[tuple[str, ...], Engine, str]] = {
     "sglang.cli.main": (("serve",), "sglang", "sglang serve"),
     "vllm.entrypoints.openai.api_server": ((), "vllm", "vllm.entrypoints.openai.api_server"),
     "vllm.entrypoints.cli.main": (("serve",), "vllm", "vllm serve"),
+    # NVIDIA Dynamo's workers: the engine's own server flags plus Dynamo's; the child sets Dynamo's aside
+    # (serving/dynamo.py) and gives the rest to the engine's parser
+    "dynamo.sglang": ((), "sglang", "dynamo.sglang"),
+    "dynamo.vllm": ((), "vllm", "dynamo.vllm"),
 }
 _CONSOLE_SCRIPTS: dict[str, tuple[Engine, str]] = {"sglang": ("sglang", "sglang serve"), "vllm": ("vllm", "vllm serve")}
-ENTRIES = ("sglang.launch_server", "sglang serve", "vllm.entrypoints.openai.api_server", "vllm serve")
+ENTRIES = ("sglang.launch_server", "sglang serve", "vllm.entrypoints.openai.api_server", "vllm serve", "dynamo.sglang",
+           "dynamo.vllm")
+DYNAMO_ENTRIES = ("dynamo.sglang", "dynamo.vllm")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 # python's own options that may stand before ``-m`` (``python3 -u -m sglang.launch_server``); those taking a value
 _PY_FLAGS = frozenset({"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-P", "-q", "-v", "-b", "-bb", "-d"})
@@ -90,6 +100,20 @@ class LaunchCommand:
     line: int
     arg_lines: tuple[int, ...] = ()
     setup: tuple[str, ...] = ()  # the other statements run before it, as written (``set -e``, ``A=1``)
+    background: bool = False  # the command ended in a trailing ``&`` (a script backgrounding it), set aside
+
+    @property
+    def dynamo(self) -> bool:
+        """Whether the command runs the engine under NVIDIA Dynamo (``python -m dynamo.sglang``/``dynamo.vllm``)."""
+        return self.entry in DYNAMO_ENTRIES
+
+    def notes(self) -> list[str]:
+        """What the shell layer set aside or read through, for the report."""
+        out = []
+        if self.background:
+            out.append("the command's trailing '&' (run in the background) was set aside: read as the one command "
+                       "it backgrounds")
+        return out
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -124,7 +148,7 @@ class LaunchCommand:
         env = {k: (REDACTED if SECRET_NAME.search(k) and v else v) for k, v in self.env.items()}
         return LaunchCommand(text=text, source=self.source, path=self.path, cwd=self.cwd, env=env,
                              program=self.program, args=args, engine=self.engine, entry=self.entry, line=self.line,
-                             arg_lines=self.arg_lines, setup=self.setup)
+                             arg_lines=self.arg_lines, setup=self.setup, background=self.background)
 
     def one_line(self) -> str:
         """The command as one shell line: its environment, then ``program + args``, quoted."""
@@ -133,7 +157,8 @@ class LaunchCommand:
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "source": self.source, "path": self.path, "cwd": self.cwd, "env": dict(self.env),
                 "program": list(self.program), "args": list(self.args), "engine": self.engine, "entry": self.entry,
-                "line": self.line, "arg_lines": list(self.arg_lines), "setup": list(self.setup)}
+                "line": self.line, "arg_lines": list(self.arg_lines), "setup": list(self.setup),
+                "background": self.background}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LaunchCommand:
@@ -145,7 +170,7 @@ class LaunchCommand:
                    program=tuple(str(x) for x in d["program"]), args=tuple(str(x) for x in d["args"]),
                    engine=engine, entry=str(d["entry"]), line=int(d.get("line", 1)),
                    arg_lines=tuple(int(x) for x in d.get("arg_lines") or ()),
-                   setup=tuple(str(x) for x in d.get("setup") or ()))
+                   setup=tuple(str(x) for x in d.get("setup") or ()), background=bool(d.get("background")))
 
 
 def _flag_value(arg: str) -> str:
@@ -178,6 +203,7 @@ class _Scanner:
     def __init__(self, text: str, *, where: dict[str, Any]) -> None:
         self.text, self.where = text, where
         self.i, self.line = 0, 1
+        self.background = False  # the text ended in a trailing '&', set aside
 
     def fail(self, message: str, line: int | None = None) -> InputError:
         return InputError(f"line {line or self.line}: {message}", **self.where)
@@ -249,10 +275,15 @@ class _Scanner:
             elif c == ";":
                 end_statement()
                 self.i += 1
+            elif c == "&" and not t.startswith("&&", self.i) and _only_comments(t[self.i + 1:]):
+                # a trailing '&': a deploy script backgrounding the server; the command is the same one command
+                end_statement()
+                self.background = True
+                self.i = n
             elif c in "&|<>()":
                 op = t[self.i:self.i + 2] if t[self.i:self.i + 2] in ("&&", "||", ">>", "2>") else c
                 raise self.fail(f"the shell operator {op!r} is not read: give the one command that starts the "
-                                "server (no pipes, redirections, '&' or '&&')")
+                                "server (no pipes, redirections, '&&', nor an '&' other than one that ends the text)")
             else:
                 part(("lit", c, False))
                 self.i += 1
@@ -440,6 +471,11 @@ def _assignment(word: _Word) -> tuple[str, list[_Part]] | None:
     return None
 
 
+def _only_comments(rest: str) -> bool:
+    """Whether ``rest`` holds nothing the shell would run: blank lines and ``#`` comments."""
+    return all(not line.strip() or line.strip().startswith("#") for line in rest.splitlines())
+
+
 def _literal(word: _Word) -> str | None:
     """The word's text when it is plain unquoted literal text (a keyword such as ``export``), else None."""
     if all(p[0] == "lit" and not p[2] for p in word.parts):
@@ -459,7 +495,8 @@ def read_launch(text: str, *, source: str, path: str | Path | None = None, cwd: 
     where: dict[str, Any] = {"path": path, "field": source}
     if not text.strip():
         raise InputError("the launch command is empty", **where)
-    statements = _Scanner(text, where=where).statements()
+    scanner = _Scanner(text, where=where)
+    statements = scanner.statements()
     expander = _Expander(os.environ if environ is None else environ, where=where)
     command: LaunchCommand | None = None
     setup: list[str] = []
@@ -501,6 +538,8 @@ def read_launch(text: str, *, source: str, path: str | Path | None = None, cwd: 
                            cwd=cwd, setup=setup, where=where)
     if command is None:
         raise InputError("no command that starts SGLang or vLLM: only assignments, exports or comments", **where)
+    if scanner.background:  # the last statement ended in '&', and nothing may follow the command: it is the command
+        command = replace(command, background=True)
     return command
 
 
@@ -569,5 +608,6 @@ def _program(words: Sequence[str], *, line: int, where: dict[str, Any]) -> tuple
         found = " ".join(words[:2]) if name in _CONSOLE_SCRIPTS else words[0]
     known = ", ".join(["python -m sglang.launch_server", "sglang serve", "python -m sglang.cli.main serve",
                        "vllm serve", "python -m vllm.entrypoints.openai.api_server",
-                       "python -m vllm.entrypoints.cli.main serve"])
+                       "python -m vllm.entrypoints.cli.main serve", "python -m dynamo.sglang",
+                       "python -m dynamo.vllm"])
     raise InputError(f"line {line}: {found!r} starts neither engine; specparity reads {known}", **where)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -221,6 +222,9 @@ def test_sglangs_own_docs_command_is_refused_by_this_release(parsed: Parsed, ref
     assert isinstance(got, InputError)
     assert "--cuda-graph-max-bs" in str(got) and "(line 9)" in str(got) and "ambiguous option" in str(got)
     assert str(DATA / "docs_eagle3.sh") in str(got)
+    # the releases that take it (serving/flag_history.py), and --python
+    assert re.search(r"--cuda-graph-max-bs is a flag of SGLang 0\.4\.0-0\.5\.\d+ ", str(got)), str(got)
+    assert "give --python with the serving env's own interpreter" in str(got)
 
 
 def test_a_flag_sglang_rejects_is_exit_2_naming_it(parsed: Parsed, reference: dict[str, dict[str, Any]]) -> None:
@@ -231,6 +235,8 @@ def test_a_flag_sglang_rejects_is_exit_2_naming_it(parsed: Parsed, reference: di
         return
     assert isinstance(got, InputError) and got.exit_code == EXIT_BAD_INPUT
     assert "--speculative-draft" in str(got) and "(line 1)" in str(got)
+    assert "--speculative-draft is the abbreviation of --speculative-draft-model-path in SGLang 0.4." in str(got)
+    assert "--python" in str(got)
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -341,3 +347,47 @@ def test_gate_launch_static_runs_the_commands_deployment(tmp_path: Path) -> None
     assert v["verdict"] == ("fail" if hazard else "pass")
     assert v["launch"]["engine_args"]["speculative_num_steps"] == 3
     assert Path(v["launch"]["target"]) == TARGET and v["launch"]["speculative"]["algorithm"] == "EAGLE3"
+
+
+# ------------------------------------------------------------------------------------------------ NVIDIA Dynamo
+DYNAMO = "dynamo_glm5_decode.sh"  # Dynamo's GLM-5 recipe: its SGLang decode worker (tests/launch_commands/README.md)
+_DYNAMO_MODELS = {"nvidia/GLM-5-NVFP4": str(TARGET)}
+
+
+def test_dynamos_published_sglang_worker_is_refused_naming_the_flags() -> None:
+    """Its --cuda-graph-max-bs is ambiguous to SGLang 0.5.23 (exit 2, SGLang's own words, the line), and the message
+    names the releases that accept it and --python."""
+    c = _command(DYNAMO, edit=_DYNAMO_MODELS)
+    assert c.dynamo
+    with pytest.raises(InputError) as e:
+        parse_launch(c, resolve=False)
+    assert e.value.exit_code == EXIT_BAD_INPUT and "Traceback" not in str(e.value)
+    assert "SGLang rejects the command (line 13)" in str(e.value) and "--cuda-graph-max-bs" in str(e.value)
+    assert "--cuda-graph-max-bs is a flag of SGLang 0.4.0-" in str(e.value) and "--python" in str(e.value)
+
+
+def test_a_dynamo_sglang_worker_is_sglangs_own_parse_with_dynamos_flags_set_aside() -> None:
+    """The recipe's worker with the fix SGLang's message points to and without the flags 0.5.23 does not have,
+    plus Dynamo's own flags and a trailing '&': the same engine arguments as the plain launch_server command of the
+    same SGLang words, and the report says it ran under Dynamo."""
+    edit = {**_DYNAMO_MODELS, "--cuda-graph-max-bs ": "--cuda-graph-max-bs-decode ",
+            "--nsa-decode-backend trtllm \\\n": "", "--nsa-prefill-backend trtllm \\\n": "",
+            "--prefill-round-robin-balance \\\n": "", "--watchdog-timeout 3600": "--watchdog-timeout 3600 &"}
+    sglang_words = _command(DYNAMO, edit=edit)
+    plain = read_launch(sglang_words.text.replace("exec python3 -m dynamo.sglang", "python3 -m sglang.launch_server"),
+                        source="--launch", cwd=REPO, environ={})
+    try:
+        b = parse_launch(plain, resolve=False)
+    except InputError as e:  # another SGLang release: the recipe's other flags may not be its own
+        pytest.skip(f"this SGLang rejects the recipe's words without Dynamo too: {e}")
+    dynamo_words = _command(DYNAMO, edit={**edit, "--trust-remote-code": "--trust-remote-code --endpoint "
+                                          "dyn://glm.decode.generate --dyn-tool-call-parser glm47"})
+    a = parse_launch(dynamo_words, resolve=False)
+    assert a.engine_args == b.engine_args and a.target == b.target == str(TARGET)
+    assert a.engine_args["speculative_algorithm"] == "EAGLE" and a.engine_args["tp_size"] == 16
+    assert a.speculative == b.speculative and a.command.background
+    notes = " ".join(a.notes)
+    assert "NVIDIA Dynamo (python -m dynamo.sglang)" in notes and "trailing '&'" in notes
+    assert "--endpoint dyn://glm.decode.generate --dyn-tool-call-parser glm47" in notes
+    assert not any("Dynamo" in n for n in b.notes)
+

@@ -36,11 +36,47 @@ def _read(text: str, **env: str) -> LaunchCommand:
     ("python -m vllm.entrypoints.cli.main serve m", "vllm", "vllm serve",
      ("python", "-m", "vllm.entrypoints.cli.main", "serve")),
     ("exec nohup env CUDA_VISIBLE_DEVICES=0 vllm serve m", "vllm", "vllm serve", ("vllm", "serve")),
+    ("python3 -m dynamo.sglang --model-path m", "sglang", "dynamo.sglang", ("python3", "-m", "dynamo.sglang")),
+    ("exec python -m dynamo.vllm --model m", "vllm", "dynamo.vllm", ("python", "-m", "dynamo.vllm")),
 ])
 def test_programs_of_both_engines(text: str, engine: str, entry: str, program: tuple[str, ...]) -> None:
     c = _read(text)
     assert (c.engine, c.entry, c.program) == (engine, entry, program)
     assert c.args[-1] == "m"
+
+
+def test_dynamo_workers_are_read_as_their_engine() -> None:
+    assert _read("python -m dynamo.sglang --model-path m").dynamo
+    assert _read("python -m dynamo.vllm --model m").dynamo
+    assert not _read("python -m sglang.launch_server --model-path m").dynamo
+
+
+@pytest.mark.parametrize("text", [
+    "vllm serve m --port 8000 &",
+    "vllm serve m --port 8000 &   # in the background\n\n# done\n",
+    "export A=1\nCUDA_VISIBLE_DEVICES=0 vllm serve m \\\n  --port 8000 &\n",
+])
+def test_a_trailing_ampersand_is_set_aside_and_said(text: str) -> None:
+    """A deploy script backgrounding the server: the same one command, and the report notes the '&'."""
+    c = _read(text)
+    assert c.args == ("m", "--port", "8000") and c.background
+    assert any("trailing '&'" in n for n in c.notes())
+    assert not _read("vllm serve m --port 8000").background and _read("vllm serve m").notes() == []
+    assert LaunchCommand.from_dict(c.to_dict()) == c and c.redacted().background
+
+
+@pytest.mark.parametrize(("text", "op"), [
+    ("vllm serve m & vllm serve n", "'&'"),
+    ("vllm serve m &\nwait", "'&'"),
+    ("vllm serve m &&", "'&&'"),
+    ("vllm serve m & # x\nsleep 1", "'&'"),
+    ("vllm serve m | tee log &", "'|'"),
+    ("nohup vllm serve m > log 2>&1 &", "'>'"),
+])
+def test_an_ampersand_before_more_text_stays_refused(text: str, op: str) -> None:
+    with pytest.raises(InputError, match=f"the shell operator {op}") as e:
+        _read(text)
+    assert e.value.exit_code == EXIT_BAD_INPUT
 
 
 def test_a_python_by_path_is_the_interpreter() -> None:
@@ -205,12 +241,17 @@ REAL = Path(__file__).resolve().parents[1] / "launch_commands"  # published comm
     ("vllm/speculators_blog.sh", "vllm", "vllm serve", {}),
     ("vllm/pr_20436_speculators.sh", "vllm", "vllm serve", {}),
     ("vllm/issue_7456.sh", "vllm", "vllm serve", {}),
+    ("vllm/dynamo_agg_spec_decoding.sh", "vllm", "dynamo.vllm",
+     {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": "8081", "CUDA_VISIBLE_DEVICES": "0"}),
+    ("sglang/dynamo_glm5_decode.sh", "sglang", "dynamo.sglang", {}),
 ])
 def test_real_commands_read_by_the_shell_layer(name: str, engine: str, entry: str, env: dict[str, str]) -> None:
     c = read_launch((REAL / name).read_text(encoding="utf-8"), source="--launch-file", path=REAL / name,
                     environ={})
     assert (c.engine, c.entry, c.env) == (engine, entry, env)
-    assert all("\\" not in a and "\n" not in a for a in c.args)  # continuations joined, no stray escapes
+    # continuations joined, no stray escapes (a quoted JSON value keeps its own lines)
+    assert all("\\" not in a and ("\n" not in a or a.startswith("{")) for a in c.args)
+    assert c.background == (name == "vllm/dynamo_agg_spec_decoding.sh")  # Dynamo's example backgrounds its worker
     if name == "vllm/recipes_pr_449.sh":
         i = c.args.index("--speculative-config")
         assert c.args[i + 1] == ('{"method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3", '

@@ -129,6 +129,8 @@ def test_a_removed_flag_is_exit_2_naming_it() -> None:
         _parse(_command("issue_7456.sh"))
     assert e.value.exit_code == EXIT_BAD_INPUT
     assert "--speculative-model" in str(e.value) and "(line 1)" in str(e.value)
+    # the releases that took it (serving/flag_history.py), and --python
+    assert "--speculative-model is a flag of vLLM 0.5.5" in str(e.value) and "--python" in str(e.value)
 
 
 def test_config_yaml_through_vllms_own_reader(tmp_path: Path) -> None:
@@ -203,3 +205,60 @@ def test_gate_launch_static_on_the_speculators_form(tmp_path: Path, monkeypatch:
     assert Path(v["launch"]["target"]).resolve() == TARGET.resolve()
     assert v["launch"]["draft_from_config"] is not None
     assert "target_from_draft_config" in [f["kind"] for f in v["findings"]]
+
+
+def test_dynamos_published_vllm_worker_is_vllms_own_parse() -> None:
+    """Dynamo's own EAGLE-3 example (examples/backends/vllm/launch/agg_spec_decoding.sh): `python -m dynamo.vllm`,
+    backgrounded with a trailing '&'. vLLM's engine parser, built as Dynamo's worker builds it
+    (AsyncEngineArgs.add_cli_args on a FlexibleArgumentParser), reads the same engine arguments; Dynamo's own flags
+    are set aside; the report says both."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    extra = {"meta-llama/Meta-Llama-3.1-8B-Instruct": str(TARGET), "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": str(DRAFT),
+             "--enforce-eager": "--enforce-eager --endpoint dyn://ns.backend.generate --connector nixl lmcache"}
+    command = _command("dynamo_agg_spec_decoding.sh", extra=extra)
+    spec = _parse(command)
+    parser = FlexibleArgumentParser()
+    AsyncEngineArgs.add_cli_args(parser, async_args_only=False)
+    words = [w for w in command.args if w not in ("--endpoint", "dyn://ns.backend.generate", "--connector", "nixl",
+                                                    "lmcache")]
+    ref = AsyncEngineArgs.from_cli_args(parser.parse_args(words))
+    assert Path(spec.target).resolve() == Path(ref.model).resolve() == TARGET.resolve()
+    assert Path(spec.draft or "").resolve() == DRAFT.resolve() and spec.command.entry == "dynamo.vllm"
+    for key, value in spec.engine_args.items():
+        if key == "speculative_config":
+            assert {**value, "model": str(DRAFT)} == {**ref.speculative_config, "model": str(DRAFT)}
+        elif key != "num_speculative_tokens":
+            assert getattr(ref, key) == value, key
+    assert spec.engine_args["num_speculative_tokens"] == 2 and spec.speculative["effective_method"] == "eagle3"
+    assert spec.command.env == {"DYN_SYSTEM_ENABLED": "true", "DYN_SYSTEM_PORT": "8081", "CUDA_VISIBLE_DEVICES": "0"}
+    notes = " ".join(spec.notes)
+    assert "trailing '&'" in notes and "NVIDIA Dynamo (python -m dynamo.vllm)" in notes
+    assert "--endpoint dyn://ns.backend.generate --connector nixl lmcache" in notes
+
+
+def test_a_flag_dynamos_vllm_worker_does_not_take_is_exit_2_saying_so() -> None:
+    """`vllm serve`'s --port is not an engine argument: Dynamo's vLLM worker has no such flag either (exit 2)."""
+    with pytest.raises(InputError) as e:
+        _parse(_command("dynamo_agg_spec_decoding.sh", extra={"--enforce-eager": "--enforce-eager --port 8000"}))
+    assert e.value.exit_code == EXIT_BAD_INPUT and "--port" in str(e.value) and "(line 6)" in str(e.value)
+    assert "under Dynamo" in str(e.value) and "without Dynamo" in str(e.value)
+
+
+def test_the_flag_history_holds_this_vllms_own_flags() -> None:
+    """scripts/flag_history.py reads vLLM releases from their source's literals and FrontendArgs fields: for the
+    installed release they are its own make_arg_parser's option strings, less the --no- negations of its boolean
+    flags (which the literals do not spell), and nothing else."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from specparity.serving.flag_history import _flags_in, load
+    from specparity.serving.vllm.launch_parse import _version
+
+    history = load()["vllm"]
+    if _version() not in history["releases"]:
+        pytest.skip(f"vLLM {_version()} is not among the releases read")
+    real = {s for a in make_arg_parser(FlexibleArgumentParser())._actions for s in a.option_strings} - {"-h", "--help"}
+    scanned = _flags_in(history, _version())
+    assert scanned <= real and all(f.startswith("--no-") for f in real - scanned)

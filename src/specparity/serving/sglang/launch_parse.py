@@ -26,12 +26,15 @@ fails here becomes a note, never a failed parse.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
+from specparity.serving import dynamo
 from specparity.serving.engine_values import encode
 from specparity.serving.launch_child import (
     SECRET_DEST,
@@ -169,8 +172,8 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
                            "__main__ block); use `sglang serve` or `python -m sglang.launch_server`")
         argv, serve_notes = _serve_argv(args)
         notes += serve_notes
-    elif entry == "sglang.launch_server":
-        argv = list(args)
+    elif entry in ("sglang.launch_server", "dynamo.sglang"):
+        argv = list(args)  # under Dynamo, its own flags are set aside below, once SGLang's parser is built
     else:
         raise Rejected(f"{entry} is not an SGLang entry point")
     from sglang.srt import server_args as sa_mod
@@ -181,8 +184,11 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         load_plugins()
     cls = sa_mod.ServerArgs
     parser = _parser(cls)
+    releases: tuple[str, ...] = ()
+    if entry == "dynamo.sglang":
+        argv, releases = _dynamo_argv(argv, parser, notes)
     merged = _merge_config(parser, argv)
-    with argparse_errors("SGLang's server parser"):
+    with _under_dynamo(releases), argparse_errors("SGLang's server parser"):
         namespace = parser.parse_args(merged)
     with argparse_errors("SGLang's server parser"):
         explicit = given(with_defaults_not_given(_parser(cls)).parse_args(merged))
@@ -225,6 +231,32 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         "rewrite_rule": cite_line("sglang", REWRITE_FILES, REWRITE_NEEDLE),
         "notes": notes,
     }
+
+
+def _dynamo_argv(args: list[str], parser: argparse.ArgumentParser, notes: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """``python -m dynamo.sglang``: Dynamo's own flags set aside, Dynamo's rewrites of SGLang's words applied
+    (serving/dynamo.py), what SGLang's parser reads returned with the Dynamo releases the split follows."""
+    options = parser._option_string_actions
+    try:
+        part = dynamo.split(args, engine="sglang", module="dynamo.sglang", label="SGLang",
+                            is_engine_option=lambda w: w in options, engine_options=options)
+        words, rewrites = dynamo.sglang_rewrites(part.engine_args, options)
+    except dynamo.DynamoRefused as e:
+        raise Rejected(e.message, flag=e.flag) from None
+    part.rewrites += rewrites
+    notes += part.notes("dynamo.sglang", "SGLang")
+    return words, part.releases
+
+
+@contextlib.contextmanager
+def _under_dynamo(releases: tuple[str, ...]) -> Iterator[None]:
+    """Under Dynamo, a flag SGLang does not know may be a Dynamo release's own: the rejection says so."""
+    try:
+        yield
+    except Rejected as e:
+        if releases and "unrecognized" in e.message:
+            raise Rejected(e.message + dynamo.unknown_note(e.flag, releases, "SGLang"), flag=e.flag) from None
+        raise
 
 
 def _has_module(name: str) -> bool:

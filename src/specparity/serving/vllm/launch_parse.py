@@ -32,6 +32,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from specparity.serving import dynamo
 from specparity.serving.engine_values import encode
 from specparity.serving.launch_child import (
     SECRET_DEST,
@@ -96,8 +97,52 @@ def _build(entry: str, args: list[str]) -> tuple[Any, list[str]]:
                                "via HTTP.", usage="vllm serve [model_tag] [options]")  # cli/serve.py:164-170
         make_arg_parser(serve)
         return top, ["serve", *args]
+    if entry == "dynamo.vllm":  # the engine half of Dynamo's parse (serving/dynamo.py): engine arguments only
+        return _engine_only_parser(flexible), list(args)
     parser = flexible(description="vLLM OpenAI-Compatible RESTful API server.")  # api_server/entry.py:224-227
     return make_arg_parser(parser), list(args)
+
+
+def _engine_only_parser(flexible: Any) -> Any:
+    """``FlexibleArgumentParser`` with ``AsyncEngineArgs.add_cli_args(..., async_args_only=False)``, as Dynamo's vLLM
+    worker builds it (ai-dynamo 1.6.1 dynamo/vllm/args.py:136-137; the keyword where this release has it)."""
+    import inspect
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    parser = flexible(add_help=False)
+    if "async_args_only" in inspect.signature(AsyncEngineArgs.add_cli_args).parameters:
+        AsyncEngineArgs.add_cli_args(parser, async_args_only=False)
+    else:
+        AsyncEngineArgs.add_cli_args(parser)
+    return parser
+
+
+def _option_of(word: str) -> str:
+    """The option string vLLM's parser looks up for a word: ``--a_b=x``/``--a-b.key`` -> ``--a-b`` (its
+    FlexibleArgumentParser turns ``_`` into ``-`` and reads ``--json-arg.key``); ``-O3`` -> ``-O``."""
+    name = word.partition("=")[0]
+    if name.startswith("--"):
+        return "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    return name
+
+
+def _dynamo_args(args: list[str], notes: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """``python -m dynamo.vllm``: Dynamo's own flags set aside (serving/dynamo.py); vLLM's words returned."""
+    flexible, _, _ = _imports()
+    options = _engine_only_parser(flexible)._option_string_actions
+
+    def is_engine_option(word: str) -> bool:
+        name = _option_of(word)
+        return name in options or (not word.startswith("--") and word[:2] in options)
+
+    try:
+        part = dynamo.split(args, engine="vllm", module="dynamo.vllm", label="vLLM", is_engine_option=is_engine_option,
+                            engine_options=options)
+    except dynamo.DynamoRefused as e:
+        raise Rejected(e.message, flag=e.flag) from None
+    notes += part.notes("dynamo.vllm", "vLLM")
+    return part.engine_args, part.releases
 
 
 def _parse(entry: str, args: list[str], *, not_given: bool) -> Any:
@@ -137,12 +182,18 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     module = request.get("module")
     if module and not module_runs(module):
         raise Rejected(f"`python -m {module}` runs nothing in this vLLM (no __main__ block)")
-    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server"):
+    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server", "dynamo.vllm"):
         raise Rejected(f"{entry} is not a vLLM entry point")
     version = _version()
     notes: list[str] = []
-    namespace = _parse(entry, args, not_given=False)
-    explicit = given(_parse(entry, args, not_given=True))
+    words, releases = _dynamo_args(args, notes) if entry == "dynamo.vllm" else (args, ())
+    try:
+        namespace = _parse(entry, words, not_given=False)
+    except Rejected as e:
+        if releases and "unrecognized" in e.message:
+            raise Rejected(e.message + dynamo.unknown_note(e.flag, releases, "vLLM"), flag=e.flag) from None
+        raise
+    explicit = given(_parse(entry, words, not_given=True))
     if entry == "vllm serve" and getattr(namespace, "model_tag", None) is not None:
         namespace.model = namespace.model_tag  # ServeSubcommand.cmd (cli/serve.py:54-56)
         explicit = sorted({*explicit, "model"})
@@ -152,7 +203,8 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
                      f"serve`, cli/serve.py:54-56): this server serves --model {namespace.model!r}")
     _, _, validate = _imports()
     try:
-        validate(namespace)
+        if entry != "dynamo.vllm":  # the server's checks; Dynamo's worker has no vLLM frontend arguments to check
+            validate(namespace)
     except Exception as e:  # vLLM's own pre-load checks (chat template, ports): the user's input
         raise Rejected(f"{type(e).__name__}: {e}") from None
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -199,7 +251,9 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     return {
         "engine": "vllm", "engine_version": version, "entry": entry, "python": sys.executable,
         "package_dir": package_dir("vllm"),
-        "parser": f"vllm {version} entrypoints/launchers/cli_args.py make_arg_parser (FlexibleArgumentParser)",
+        "parser": (f"vllm {version} engine/arg_utils.py AsyncEngineArgs.add_cli_args (FlexibleArgumentParser), as "
+                   "Dynamo's worker builds it" if entry == "dynamo.vllm" else
+                   f"vllm {version} entrypoints/launchers/cli_args.py make_arg_parser (FlexibleArgumentParser)"),
         "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
         "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": target_name, "target": target, "target_flag": target_flag,

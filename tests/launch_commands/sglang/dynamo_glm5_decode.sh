@@ -1,0 +1,34 @@
+exec python3 -m dynamo.sglang \
+--model-path nvidia/GLM-5-NVFP4 \
+--served-model-name nvidia/GLM-5-NVFP4 \
+--trust-remote-code \
+--quantization modelopt_fp4 \
+--kv-cache-dtype fp8_e4m3 \
+--tensor-parallel-size 16 \
+--data-parallel-size 16 \
+--expert-parallel-size 16 \
+--enable-dp-attention \
+--enable-dp-lm-head \
+--max-running-requests 2048 \
+--cuda-graph-max-bs 128 \
+--mem-fraction-static 0.72 \
+--chunked-prefill-size 32768 \
+--max-prefill-tokens 32768 \
+--enable-flashinfer-allreduce-fusion \
+--attention-backend nsa \
+--nsa-decode-backend trtllm \
+--nsa-prefill-backend trtllm \
+--moe-runner-backend flashinfer_trtllm \
+--speculative-algorithm EAGLE \
+--speculative-num-steps 2 \
+--speculative-eagle-topk 1 \
+--speculative-num-draft-tokens 3 \
+--stream-interval 50 \
+--incremental-streaming-output \
+--model-loader-extra-config '{"enable_multithread_load": true, "num_threads": 32}' \
+--host 0.0.0.0 \
+--disaggregation-mode decode \
+--disaggregation-transfer-backend nixl \
+--disaggregation-bootstrap-port 30001 \
+--prefill-round-robin-balance \
+--watchdog-timeout 3600
