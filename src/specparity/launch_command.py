@@ -483,6 +483,18 @@ def _literal(word: _Word) -> str | None:
     return None
 
 
+def flag_values(args: Sequence[str], *names: str) -> list[str]:
+    """Every value the engine's words give any of the flags ``names`` (``--flag value`` or ``--flag=value``), in
+    order: argparse keeps the last one, so ``flag_values(...)[-1:]`` is what the engine reads."""
+    out = []
+    for i, a in enumerate(args):
+        if a in names and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif "=" in a and a.split("=", 1)[0] in names:
+            out.append(a.split("=", 1)[1])
+    return out
+
+
 def read_launch(text: str, *, source: str, path: str | Path | None = None, cwd: str | Path | None = None,
                 environ: Mapping[str, str] | None = None) -> LaunchCommand:
     """Read a deploy command (or a short script ending in one) as the shell would run it.

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specparity.errors import EnvironmentProblem, InputError
+from specparity.launch_command import flag_values
 from specparity.serving import reaper, scratch
 from specparity.serving.results import (
     SERVER_FAILED,
@@ -95,13 +96,7 @@ def _program(program: Sequence[str], python: str | None) -> tuple[list[str], lis
 
 def host_of(args: Sequence[str]) -> str | None:
     """The ``--host`` the command's words give (the last one, as argparse takes it), or None."""
-    host = None
-    for i, a in enumerate(args):
-        if a == "--host" and i + 1 < len(args):
-            host = args[i + 1]
-        elif a.startswith("--host="):
-            host = a.split("=", 1)[1]
-    return host
+    return next(iter(flag_values(args, "--host")[-1:]), None)
 
 
 @dataclass
@@ -165,13 +160,7 @@ def start_server(engine: Engine, command: LaunchCommand, *, python: str | None,
 
 def _key_words(args: Sequence[str]) -> list[str]:
     """The values of an ``--api-key`` in the command's words (hidden in what the report shows)."""
-    out = []
-    for i, a in enumerate(args):
-        if a == "--api-key" and i + 1 < len(args):
-            out.append(args[i + 1])
-        elif a.startswith("--api-key="):
-            out.append(a.split("=", 1)[1])
-    return out
+    return flag_values(args, "--api-key")
 
 
 def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],

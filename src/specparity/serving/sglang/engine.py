@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specparity.launch_command import flag_values
 from specparity.serving import results
 from specparity.serving.engine_base import EngineBase
 
@@ -197,12 +198,7 @@ def _own_forward_hooks(args: Sequence[str]) -> list[Any] | None:
 
     from specparity.errors import InputError
 
-    value = None
-    for i, a in enumerate(args):
-        if a in ("--forward-hooks", "--forward_hooks") and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(("--forward-hooks=", "--forward_hooks=")):
-            value = a.split("=", 1)[1]
+    value = next(iter(flag_values(args, "--forward-hooks", "--forward_hooks")[-1:]), None)
     if value is None:
         return None
     try:
@@ -224,12 +220,7 @@ def _cpu_server(args: Sequence[str], dev: Path = Path("/dev")) -> bool:
     """Whether the command's server runs on the CPU: it says ``--device cpu``, or names no device and this machine
     has no accelerator device node (:data:`_ACCELERATOR_NODES`; SGLang then needs SGLANG_USE_CPU_ENGINE and the CPU
     stand-ins). A command that names its device decides, whatever the host has."""
-    device = None
-    for i, a in enumerate(args):
-        if a == "--device" and i + 1 < len(args):
-            device = args[i + 1]
-        elif a.startswith("--device="):
-            device = a.split("=", 1)[1]
+    device = next(iter(flag_values(args, "--device")[-1:]), None)
     if device:
         return device == "cpu"
     return not any(any(dev.glob(pattern)) for pattern in _ACCELERATOR_NODES)
