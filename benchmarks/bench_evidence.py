@@ -1,5 +1,8 @@
-"""Benchmark: the evidence vLLM's workers send per probe, full atlas against the default (reduced), at Kimi-K2.5's
-geometry, through the tap's own code on synthetic tensors.
+"""Benchmark: the evidence a server's processes send per probe, full atlas against the default (reduced), at
+Kimi-K2.5's geometry, through the engines' own hook code on synthetic tensors: vLLM's tap (``--engine vllm``, the
+default) or SGLang's live hooks (``--engine sglang``: serving/sglang/live_hooks.py on a module tree named and called
+as SGLang's llama target and EAGLE-3 drafter, each rank writing its records to the evidence directory as a scheduler
+process does; the bytes are the records' files).
 
 Probe: 512 tokens, H = 7168, bf16, a 61-layer target (boundaries ``b0..b61`` and the final norm: 63 tensors of
 ``[512, 7168]``), 3 fc chunks (``layer:{1,29,57}``), tensor parallelism simulated with ``--ranks`` ranks (default 8).
@@ -18,7 +21,8 @@ gate holds every rank's; this machine is shared). Its bytes grow exactly with th
 same atlas), so the full figures at ``--ranks`` are that per-rank figure times the rank count, and the gate's RSS is
 extrapolated linearly from the two measured points (marked ``~``). ``--full-ranks`` equal to ``--ranks`` measures it.
 
-Run: ``.venv/bin/python benchmarks/bench_evidence.py [--ranks 8] [--full-ranks 2] [--tokens 512] [--json]``.
+Run: ``.venv/bin/python benchmarks/bench_evidence.py [--engine vllm|sglang] [--ranks 8] [--full-ranks 2]
+[--tokens 512] [--json]``.
 With ``--json`` the last line is one JSON object (full_bytes_per_probe, default_bytes_per_probe, ranks,
 hidden_size, num_layers, probe_tokens, server_peak_rss_mb, gate_rss_mb, attribution_s).
 """
@@ -195,17 +199,151 @@ def gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
             "failures": [f.kind for f in capture.failures]}
 
 
+def sglang_worker(work: Path, mode: str, rank: int) -> dict[str, Any]:
+    """One SGLang scheduler process (TP rank ``rank``): the live hooks as ``--forward-hooks`` registers them, one
+    priming forward (adoption), then the probe's target and draft extends while armed; its records are its bytes."""
+    from types import SimpleNamespace
+
+    import torch
+    from safetensors.torch import load_file
+
+    from specparity.serving.sglang import live, live_hooks
+
+    meta = json.loads((work / "geometry.json").read_text())
+    layers, hidden = int(meta["layers"]), int(meta["hidden"])
+    if mode == "default":
+        _warm_scan(reduce=True)
+    t = {k: v.clone() for k, v in load_file(str(work / "probe.safetensors")).items()}
+    stream = {k.removeprefix("atlas/"): v for k, v in t.items() if k.startswith("atlas/")}
+    served = t["served"]
+    evidence = work / mode / "evidence"
+    live_hooks._rank = lambda: (rank, int(meta["ranks"]))  # torch.distributed's rank in a scheduler process
+
+    class Norm(torch.nn.Module):  # SGLang's RMSNorm call shape; scripted: the boundary is what it is handed
+        def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> Any:
+            return x if residual is None else (x, x)
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.input_layernorm = Norm()
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Layer() for _ in range(layers))
+            self.norm = Norm()
+
+        def forward(self, ids: Any, pos: Any, batch: Any) -> Any:
+            st = batch.stream
+            self.layers[0].input_layernorm(st["embedding"])
+            for i in range(1, layers):
+                self.layers[i].input_layernorm(st[f"layer:{i - 1}"], st["embedding"])
+            self.norm(st[f"layer:{layers - 1}"], st["embedding"])
+            return st["final_norm"], list(batch.served.split(hidden, dim=-1))
+
+    class Fc(torch.nn.Module):  # the drafter's fc: only its input is evidence (no 21504 x 7168 matmul here)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :hidden]
+
+    class DraftInner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = Fc()
+
+        def forward(self, ids: Any, pos: Any, batch: Any) -> Any:
+            return self.fc(batch.spec_info.hidden_states)
+
+    target, draft = Inner(), DraftInner()
+    hook = live_hooks.factory(live.hook_specs(evidence)[0]["config"])
+    assert hook is not None
+    target.register_forward_hook(hook)
+    draft.register_forward_hook(hook)
+
+    def extend(rows: int, st: dict[str, Any], x: Any) -> None:
+        ids = torch.arange(rows)
+        batch = SimpleNamespace(forward_mode=SimpleNamespace(name="EXTEND"), input_ids=ids, positions=ids,
+                                extend_seq_lens=torch.tensor([rows]), extend_prefix_lens=torch.tensor([0]),
+                                req_pool_indices=torch.tensor([rows % 7]), spec_info=SimpleNamespace(hidden_states=x),
+                                stream=st, served=x)
+        with torch.no_grad():
+            target(ids, ids, batch)
+            draft(ids, ids, batch)
+
+    extend(1, {k: v[:1] for k, v in stream.items()}, served[:1])  # adopts both models (unarmed)
+    base = _rss_mb()
+    (evidence / live_hooks.ARMED).touch()
+    t0 = time.perf_counter()
+    extend(int(served.shape[0]), stream, served)
+    tap_s = time.perf_counter() - t0
+    raw = sum(f.stat().st_size for f in (evidence / live_hooks.RECORDS).glob(f"r{rank}-*"))
+    (evidence / live_hooks.ARMED).unlink()
+    return {"rank": rank, "bytes": raw, "reply_bytes": raw, "peak_rss_mb": _peak_mb(), "base_rss_mb": base,
+            "tap_s": tap_s}
+
+
+def sglang_gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
+    """The gate: every rank's records read (serving/sglang/live.py), the capture assembled, every chunk attributed."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    from specparity.compare.attribution import attribute
+    from specparity.compare.tolerances import tolerances_from_contract
+    from specparity.serving.sglang.live import evidence_to_capture
+
+    meta = json.loads((work / "geometry.json").read_text())
+    _warm_scan(reduce=False)
+    t0 = time.perf_counter()
+    dep = dataclasses.replace(_deployment(meta, "0.5.23"), layout={"ranks_expected": list(range(ranks)),
+                                                                    "tensor_parallel_size": ranks,
+                                                                    "pipeline_parallel_size": 1})
+    capture = evidence_to_capture(work / mode / "evidence", [list(range(int(meta["tokens"])))], deployment=dep)
+    decode_s = time.perf_counter() - t0
+    assert capture.fc is not None and capture.atlas is not None, capture.failures
+    recorded = load_file(str(work / "probe.safetensors"))["recorded"]
+    base, over = tolerances_from_contract(None, dtype="bfloat16", other="bfloat16")
+    t1 = time.perf_counter()
+    table = attribute(capture.fc.per_sample, [recorded.to(capture.fc.per_sample[0].dtype)], capture.atlas.per_sample,
+                      expected=SOURCES, tolerance=base, overrides=over, reduced=capture.atlas.reduced)
+    attribution_s = time.perf_counter() - t1
+    return {"ranks": ranks, "decode_s": decode_s, "attribution_s": attribution_s, "rss_mb": _peak_mb(),
+            "served": table.served_sources(), "rank_diff": None,
+            "failures": [f.kind for f in capture.failures]}
+
+
+def _deployment(meta: dict[str, Any], version: str) -> Any:
+    from specparity.serving.results import ResolvedDeployment, SpecSettings
+
+    spec = SpecSettings(3, 1, 4)
+    h, layers = int(meta["hidden"]), int(meta["layers"])
+    return ResolvedDeployment(
+        engine_version=version, adapter="bench", target_path="t", draft_path="d", device="cuda",
+        target_architecture="DeepseekV3ForCausalLM", num_layers=layers, target_hidden_size=h, target_vocab_size=1,
+        target_dtype="bfloat16", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=h,
+        draft_vocab_size=1, requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(2, 30, 58),
+        ids_fallback_reason=None, layers_to_capture=(2, 30, 58), served_sources=tuple(SOURCES),
+        fc_in_features=3 * h, fc_out_features=h, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
+        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={},
+        timings={})
+
+
 def _child(*args: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--child", *args], check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _measure(work: Path, mode: str, ranks: int) -> dict[str, Any]:
+def _measure(work: Path, mode: str, ranks: int, engine: str = "vllm") -> dict[str, Any]:
+    import shutil
+
     (work / mode).mkdir(exist_ok=True)
-    workers = [_child(str(work), "worker", mode, str(r)) for r in range(ranks)]
-    g = _child(str(work), "gate", mode, str(ranks))
+    if engine == "sglang":
+        _sglang_evidence(work, mode, ranks)
+    workers = [_child(str(work), f"{engine}-worker", mode, str(r)) for r in range(ranks)]
+    g = _child(str(work), f"{engine}-gate", mode, str(ranks))
     for r in range(ranks):
-        (work / mode / f"rank{r}.json").unlink()
+        (work / mode / f"rank{r}.json").unlink(missing_ok=True)
+    shutil.rmtree(work / mode / "evidence", ignore_errors=True)
     return {"workers": workers, "gate": g, "bytes": sum(w["bytes"] for w in workers),
             "reply_bytes": sum(w["reply_bytes"] for w in workers),
             "worker_peak_mb": max(w["peak_rss_mb"] for w in workers),
@@ -213,8 +351,32 @@ def _measure(work: Path, mode: str, ranks: int) -> dict[str, Any]:
             "tap_s": max(w["tap_s"] for w in workers)}
 
 
+def _sglang_evidence(work: Path, mode: str, ranks: int) -> None:
+    """The evidence directory the gate makes (0700), with the gate's expectation of the probe in default mode."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from specparity.serving.sglang import live_hooks
+
+    evidence = work / mode / "evidence"
+    shutil.rmtree(evidence, ignore_errors=True)
+    evidence.mkdir(mode=0o700)
+    geometry = json.loads((work / "geometry.json").read_text())
+    (work / "geometry.json").write_text(json.dumps({**geometry, "ranks": ranks}))
+    if mode == "default":
+        import torch
+
+        recorded = load_file(str(work / "probe.safetensors"))["recorded"]
+        live_hooks.write_expectations(evidence, [list(range(int(recorded.shape[0])))], [recorded],
+                                      expected=SOURCES, rtol={"bfloat16/bfloat16": _rtol_for("bfloat16", "bfloat16")},
+                                      lead=0)
+        del torch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--full-ranks", type=int, default=2, help="ranks the full atlas is measured with")
     parser.add_argument("--tokens", type=int, default=512)
@@ -227,7 +389,9 @@ def main() -> None:
     if a.child:
         work, role, mode, n = Path(a.child[0]), a.child[1], a.child[2], int(a.child[3])
         SOURCES = sources(int(json.loads((work / "geometry.json").read_text())["layers"]))
-        print(json.dumps(worker(work, mode, n) if role == "worker" else gate(work, mode, n)))
+        run = {"vllm-worker": worker, "vllm-gate": gate, "sglang-worker": sglang_worker,
+               "sglang-gate": sglang_gate}[role]
+        print(json.dumps(run(work, mode, n)))
         return
     SOURCES = sources(a.layers)
     full_n = max(1, min(a.full_ranks, a.ranks))
@@ -235,9 +399,9 @@ def main() -> None:
         work = Path(tmp)
         (work / "geometry.json").write_text(json.dumps({"tokens": a.tokens, "hidden": a.hidden, "layers": a.layers}))
         _make_probe(work / "probe.safetensors", tokens=a.tokens, hidden=a.hidden, layers=a.layers)
-        full_one = _measure(work, "full", 1) if full_n > 1 else None
-        full = _measure(work, "full", full_n)
-        default = _measure(work, "default", a.ranks)
+        full_one = _measure(work, "full", 1, a.engine) if full_n > 1 else None
+        full = _measure(work, "full", full_n, a.engine)
+        default = _measure(work, "default", a.ranks, a.engine)
     per_rank = full["bytes"] / full_n
     full_bytes = int(per_rank * a.ranks)
     g_full = full["gate"]["rss_mb"]
@@ -246,13 +410,13 @@ def main() -> None:
         g_full = g_full + slope * (a.ranks - full_n)
     est = "~" if full_n < a.ranks else ""
     load = os.getloadavg()
-    print(f"probe: {a.tokens} tokens, hidden {a.hidden}, {a.layers} layers, {a.ranks} TP ranks, bf16; "
+    print(f"{a.engine}: probe: {a.tokens} tokens, hidden {a.hidden}, {a.layers} layers, {a.ranks} TP ranks, bf16; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     print(f"{'':42} {'full atlas':>16} {'default':>14} {'default/full':>13}")
     rows = [
         ("bytes per probe leaving the workers", f"{est}{full_bytes / 2**20:,.1f} MiB",
          f"{default['bytes'] / 2**20:,.2f} MiB", f"{default['bytes'] / full_bytes:.3%}"),
-        ("  as /collective_rpc JSON text", f"{est}{full['reply_bytes'] / full_n * a.ranks / 2**20:,.1f} MiB",
+        ("  as /collective_rpc JSON text" if a.engine == "vllm" else "  as the hooks' record files", f"{est}{full['reply_bytes'] / full_n * a.ranks / 2**20:,.1f} MiB",
          f"{default['reply_bytes'] / 2**20:,.2f} MiB", ""),
         ("worker peak RSS (building its reply)", f"{full['worker_peak_mb']:,.0f} MB",
          f"{default['worker_peak_mb']:,.0f} MB", ""),
@@ -282,7 +446,7 @@ def main() -> None:
             "gate_rss_mb": {"full": round(g_full, 1), "default": round(default["gate"]["rss_mb"], 1)},
             "attribution_s": {"full": round(full["gate"]["attribution_s"], 3),
                               "default": round(default["gate"]["attribution_s"], 3)},
-            "full_ranks_measured": full_n, "load": [round(x, 2) for x in load]}))
+            "full_ranks_measured": full_n, "load": [round(x, 2) for x in load], "engine": a.engine}))
 
 
 if __name__ == "__main__":

@@ -87,15 +87,20 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
 @click.option("--html", "html_path", type=click.Path(path_type=Path), default=None, help="Write the HTML report.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="Write JUnit XML.")
 @click.option("--evidence", type=click.Choice(["reduced", "full"]), default="reduced", show_default=True,
-              help="reduced: vLLM's workers send the statistics attribution reads, not the layer atlas; full: every "
-                   "residual boundary from every rank (for debugging; large at a real model's size).")
+              help="reduced: the server's processes (vLLM's workers, SGLang's live hooks) send the statistics "
+                   "attribution reads, not the layer atlas; full: every residual boundary from every rank (for "
+                   "debugging; large at a real model's size).")
+@click.option("--node-evidence", "node_evidence", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="A multi-node SGLang server (--nnodes): another node's hook evidence directory, shared or copied "
+                   "here (repeatable). SGLang's hooks write on each node's own disk; a node the gate cannot read "
+                   "is exit 3, never a pass on half the ranks.")
 @launch_options
 @server_options
 def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
          json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
          launch_file: Path | None, command: tuple[str, ...], server: str | None, api_key: str | None,
-         allow_dev_endpoints: bool, evidence: str) -> None:
+         allow_dev_endpoints: bool, evidence: str, node_evidence: tuple[Path, ...]) -> None:
     """Check a deployment against its contract.
 
     \b
@@ -136,7 +141,7 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
                                level=level, device=device, python=python, timeout_s=timeout_s, progress=progress,
                                engine=engine, engine_args=parse_sglang_args(engine_args, field="--engine-arg"),
                                launch=spec, server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints,
-                               started=started, evidence=evidence)
+                               started=started, evidence=evidence, node_evidence=node_evidence)
     finally:
         if started is not None:
             started.stop()

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from specparity import decision
 from specparity.compare.attribution import attribute
@@ -61,6 +62,27 @@ def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str,
     return engine_args_for(get_engine("sglang"), contract, user)
 
 
+def _node_evidence(dirs: Sequence[str | Path], engine: str, *, live: bool) -> tuple[Path, ...]:
+    """``--node-evidence`` as the gate may use it: SGLang's live path only, each a directory of this user, 0700 (the
+    hooks' own rule, serving/sglang/live_hooks.py ``evidence_dir_problem``); else :class:`InputError`."""
+    if not dirs:
+        return ()
+    if engine != "sglang":
+        raise InputError("--node-evidence is for SGLang servers: vLLM reaches every node's workers through its own "
+                         "executor (/collective_rpc)", field="--node-evidence")
+    if not live:
+        raise InputError("--node-evidence needs the server: --launch or --server", field="--node-evidence")
+    from specparity.serving.sglang.live_hooks import evidence_dir_problem
+
+    out = []
+    for d in dirs:
+        problem = evidence_dir_problem(Path(d))
+        if problem is not None:
+            raise InputError(f"not a node's evidence directory: {problem}", path=Path(d), field="--node-evidence")
+        out.append(Path(d))
+    return tuple(out)
+
+
 def run_gate(
     contract_path: str | Path,
     target: str | Path | None = None,
@@ -80,6 +102,7 @@ def run_gate(
     allow_dev_endpoints: bool = False,
     started: StartedServer | None = None,
     evidence: str = "reduced",
+    node_evidence: Sequence[str | Path] = (),
 ) -> Verdict:
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
@@ -92,7 +115,9 @@ def run_gate(
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
     its hooks; ``started``, that server already started from the command while it was parsed (cli.py).
     ``evidence``: ``reduced`` (default) lets an engine that can (vLLM's tap) reduce the layer atlas where it is, to
-    the statistics attribution reads (compare/reduced.py); ``full`` ships the whole atlas (for debugging). Raises
+    the statistics attribution reads (compare/reduced.py); ``full`` ships the whole atlas (for debugging).
+    ``node_evidence``: the evidence directories of a multi-node SGLang server's other nodes (its hooks write on each
+    node's own disk; serving/sglang/live.py ``evidence_to_capture``). Raises
     :class:`InputError` for bad input (contract, probe pack, arguments); everything the engine does,
     including crashing, ends up in the returned verdict.
     """
@@ -113,6 +138,7 @@ def run_gate(
                          field="--target")
     if evidence not in EVIDENCE:
         raise InputError(f"unknown evidence {evidence!r}; choose one of {', '.join(EVIDENCE)}", field="--evidence")
+    nodes = _node_evidence(node_evidence, eng.name, live=server is not None or launch is not None)
     if level not in LEVELS:
         raise InputError(f"unknown level {level!r}; choose one of {', '.join(LEVELS)}", field="--level")
     t0 = time.perf_counter()
@@ -152,13 +178,14 @@ def run_gate(
         # the atlas reduced in the engine's workers, where the engine can (an engine that cannot ships it whole)
         red = ({"reduction": reduction_for(contract, pack)}
                if evidence == "reduced" and getattr(eng, "reduces_evidence", False) else {})
+        live_kw: dict[str, Any] = {**red, **({"node_evidence": nodes} if nodes else {})}
         if attached is not None:  # the running server's own hooks and counters (serving/live.py)
             capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
-                                       timeout_s=timeout_s, progress=progress, **red)
+                                       timeout_s=timeout_s, progress=progress, **live_kw)
         elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
             capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
                                        progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints,
-                                       started=started, **red)
+                                       started=started, **live_kw)
         else:
             capture = eng.capture(target, draft, probes=probes, args=args, device=device, timeout_s=timeout_s,
                                   python=python, progress=progress, outcome=request, **red)

@@ -103,13 +103,14 @@ def resolve_launched(engine: Engine, launch: LaunchSpec, target: str | Path, dra
 def capture_launched(engine: Engine, launch: LaunchSpec, *, probes: Sequence[Sequence[int]], timeout_s: float,
                      python: str | None, progress: Progress | None, outcome: OutcomeRequest | None,
                      allow_dev_endpoints: bool = False, started: StartedServer | None = None,
-                     reduction: Reduction | None = None) -> CaptureResult:
+                     reduction: Reduction | None = None, node_evidence: Sequence[Path] = ()) -> CaptureResult:
     """The capture (and the outcome's evidence) from the user's own server: the command launched as given, plus the
     engine's hook switches and a free port, then stopped (serving/live.py)."""
     from specparity.serving.live import capture_launched as launched
 
     return launched(engine, launch, probes=probes, outcome=outcome, python=python, timeout_s=timeout_s,
-                    progress=progress, allow_dev_endpoints=allow_dev_endpoints, started=started, reduction=reduction)
+                    progress=progress, allow_dev_endpoints=allow_dev_endpoints, started=started, reduction=reduction,
+                    node_evidence=node_evidence)
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,8 @@ def _key_words(args: Sequence[str]) -> list[str]:
 def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, python: str | None, timeout_s: float,
                      progress: Callable[[int, int], None] | None = None, allow_dev_endpoints: bool = False,
-                     started: StartedServer | None = None, reduction: Reduction | None = None) -> CaptureResult:
+                     started: StartedServer | None = None, reduction: Reduction | None = None,
+                     node_evidence: Sequence[Path] = ()) -> CaptureResult:
     """Launch the user's server with the engine's hook switches (or take the one ``started`` while the command was
     parsed), capture through it, stop it (module docstring)."""
     if started is None:
@@ -187,7 +188,8 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
         try:
             with ServerClient(server.url, api_key=api_key, timeout_s=timeout_s) as client:
                 result = engine.live_capture(client, evidence_dir=started.evidence, probes=probes, outcome=outcome,
-                                             progress=progress, cwd=started.cwd, **_reducing(reduction))
+                                             progress=progress, cwd=started.cwd,
+                                             **_reducing(reduction, node_evidence))
         except ServerError as e:
             alive = server.alive()
             result = CaptureResult(None, None, None, (ServingFailure(
@@ -198,15 +200,19 @@ def capture_launched(engine: Engine, spec: LaunchSpec, *, probes: Sequence[Seque
         started.stop()
 
 
-def _reducing(reduction: Reduction | None) -> dict[str, Any]:
-    """The engine's ``reduction`` keyword, only where the gate asks for it (an engine that reduces its evidence)."""
-    return {"reduction": reduction} if reduction is not None else {}
+def _reducing(reduction: Reduction | None, node_evidence: Sequence[Path] = ()) -> dict[str, Any]:
+    """The engine's ``reduction`` and ``node_evidence`` keywords, only where the gate gives them (an engine that
+    reduces its evidence; SGLang's other nodes' evidence directories)."""
+    out: dict[str, Any] = {"reduction": reduction} if reduction is not None else {}
+    if node_evidence:
+        out["node_evidence"] = tuple(node_evidence)
+    return out
 
 
 def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: Sequence[Sequence[int]],
                      outcome: OutcomeRequest | None, timeout_s: float,
                      progress: Callable[[int, int], None] | None = None,
-                     reduction: Reduction | None = None) -> CaptureResult:
+                     reduction: Reduction | None = None, node_evidence: Sequence[Path] = ()) -> CaptureResult:
     """The capture through a running server (``--server URL``); nothing is started or stopped."""
     run = LiveRun("attached", url.rstrip("/"))
     try:
@@ -214,7 +220,7 @@ def capture_attached(engine: Engine, url: str, *, api_key: str | None, probes: S
             if not client.healthy(engine.health_path):
                 raise ServerError(f"{url}{engine.health_path} does not answer")
             result = engine.live_capture(client, evidence_dir=None, probes=probes, outcome=outcome,
-                                         progress=progress, cwd=None, **_reducing(reduction))
+                                         progress=progress, cwd=None, **_reducing(reduction, node_evidence))
     except ServerError as e:
         result = CaptureResult(None, None, None, (ServingFailure(SERVER_UNREACHABLE, str(e)),))
     return _with_live(result, run)

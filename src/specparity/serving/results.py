@@ -47,6 +47,9 @@ RANK_MISSING = "rank_missing"
 SERVER_FAILED = "server_failed"
 SERVER_UNREACHABLE = "server_unreachable"
 HOOKS_MISSING = "hooks_missing"
+# a node of a multi-node server (SGLang --nnodes) whose hook evidence the gate could not read: its ranks are
+# unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3; issue 41)
+NODE_MISSING = "node_missing"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
 # writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
 ENGINE_IMPORT = "engine_import"
@@ -72,6 +75,7 @@ FAILURE_KINDS = (
     SERVER_FAILED,
     SERVER_UNREACHABLE,
     HOOKS_MISSING,
+    NODE_MISSING,
     ENGINE_IMPORT,
     INTERNAL_ERROR,
 )

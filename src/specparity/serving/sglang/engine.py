@@ -14,6 +14,7 @@ from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
+    from specparity.compare.reduced import Reduction
     from specparity.launch_command import LaunchCommand
     from specparity.serving.server import ServerClient
 
@@ -28,6 +29,9 @@ class SglangEngine(EngineBase):
     name, label = "sglang", "SGLang"
     spec_keys = results.SPEC_SERVER_ARGS
     health_path = "/health"
+    # the live hooks reduce the atlas in the server's processes when the gate sends a Reduction (live_hooks); the
+    # in-process capture's child is on the gate's own host and ships its atlas whole over its local transport
+    reduces_evidence = True
 
     def resolve(self, target: str | Path, draft: str | Path, *, args: Mapping[str, object], device: str,
                 timeout_s: float, python: str | None) -> results.ResolvedDeployment | results.ServingFailure:
@@ -41,7 +45,10 @@ class SglangEngine(EngineBase):
     def capture(self, target: str | Path, draft: str | Path, *, probes: Sequence[Sequence[int]],
                 args: Mapping[str, object], device: str, timeout_s: float, python: str | None,
                 progress: results.Progress | None,
-                outcome: results.OutcomeRequest | None = None) -> results.CaptureResult:
+                outcome: results.OutcomeRequest | None = None,
+                reduction: Reduction | None = None) -> results.CaptureResult:
+        """``reduction`` is not used here: the child runs on the gate's host and hands its atlas over a local
+        transport (the live path reduces, ``live_capture``)."""
         from specparity.serving.sglang.client import capture_deployment
 
         # the outcome: SGLang's own drafter replayed on served and recorded inputs in the capture's child (its
@@ -116,17 +123,27 @@ class SglangEngine(EngineBase):
 
     def live_capture(self, client: ServerClient, *, evidence_dir: Path | None, probes: Sequence[Sequence[int]],
                      outcome: results.OutcomeRequest | None, progress: results.Progress | None,
-                     cwd: str | None) -> results.CaptureResult:
+                     cwd: str | None, reduction: Reduction | None = None,
+                     node_evidence: Sequence[Path] = ()) -> results.CaptureResult:
         """The probes' prefill through the server's ``--forward-hooks``; attached, the hooks' directory is the one
-        the server's own ``/server_info`` names, when it is on this host."""
+        the server's own ``/server_info`` names, when it is on this host. ``node_evidence``: the other nodes'
+        evidence directories (``--node-evidence``); ``reduction``: the hooks reduce the atlas where it is."""
         from specparity.serving.sglang.live import live_capture, server_hooks_dir
 
         where = evidence_dir if evidence_dir is not None else server_hooks_dir(client)
-        result = live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress)
-        records = Path(where) / "records" if where is not None else None
-        moved = sum(f.stat().st_size for f in records.glob("*") if f.is_file()) if records and records.is_dir() else 0
-        replay = _live_outcome_refusal(result) if outcome is not None else None
-        return dataclasses.replace(result, loop={**(result.loop or {}), "evidence_bytes": moved}, replay=replay)
+        result = live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress,
+                              reduction=reduction, node_dirs=node_evidence)
+        moved = 0
+        for d in ([Path(where)] if where is not None else []) + [Path(n) for n in node_evidence]:
+            records = d / "records"
+            moved += sum(f.stat().st_size for f in records.glob("*") if f.is_file()) if records.is_dir() else 0
+        replay: results.ServingFailure | None = None
+        acceptance: results.LoopAcceptance | None = None
+        loop: dict[str, Any] = {}
+        if outcome is not None and result.fc is not None:
+            replay, acceptance, loop = _served_acceptance(client, result, outcome, probes, launched_in=evidence_dir)
+        return dataclasses.replace(result, loop={**(result.loop or {}), **loop, "evidence_bytes": moved},
+                                   replay=replay, acceptance=acceptance)
 
     def live_resolve(self, client: ServerClient, *, python: str | None,
                      timeout_s: float) -> results.ResolvedDeployment | results.ServingFailure:
@@ -172,23 +189,45 @@ def _why_sglang_cannot_read(failures: Sequence[results.ServingFailure],
                                    engine_version=version),)
 
 
-def _live_outcome_refusal(result: results.CaptureResult) -> results.ServingFailure:
-    """Why a live SGLang server gives the outcome no acceptance of its own, by call and release (exit 3): on CPU its
-    EAGLE decode step has no kernel; on a GPU its server counts acceptance pooled over a request
-    (``/generate`` meta_info ``spec_accept_rate``, ``spec_accept_length``), never per draft position, which the
-    outcome compares (docs/live-server.md)."""
-    from specparity.serving.sglang.live import CPU_REFUSALS
+def _served_acceptance(client: ServerClient, result: results.CaptureResult, outcome: results.OutcomeRequest,
+                       probes: Sequence[Sequence[int]], *, launched_in: Path | None,
+                       ) -> tuple[results.ServingFailure | None, results.LoopAcceptance | None, dict[str, Any]]:
+    """The server's own acceptance after the capture: its loop on the probes' prompts, each request's own counts
+    (``serving/sglang/live.py`` ``served_acceptance``). Whether the server can decode speculatively is the server's
+    to say: a launched server is asked, and where it refuses (this CPU: no kernel for the EAGLE decode step) its own
+    log names the call, file:line of the installed release (``server_failure``); an attached server on a CPU is not
+    sent a decode (it would stop the user's server), and the known refusal is named. (refusal, acceptance, loop)."""
+    import time
+
+    from specparity.serving.server import ServerError
+    from specparity.serving.sglang.live import CPU_REFUSALS, served_acceptance, server_failure
 
     dep = result.deployment
     version = dep.engine_version if dep is not None else "?"
-    if dep is None or dep.device == "cpu":
+    if launched_in is None and (dep is None or dep.device == "cpu"):
         r = CPU_REFUSALS[0]
-        return results.ServingFailure(results.NEEDS_HARDWARE, f"sglang {version} refuses the EAGLE decode step on "
-                                      f"this CPU at {r.call}, so the server's own acceptance (its decode loop) "
-                                      "cannot be counted here; the capture above ran at prefill")
-    return results.ServingFailure(results.UNSUPPORTED_VERSION, f"sglang {version}'s server counts acceptance pooled "
-                                  "per request (meta_info spec_accept_rate), not per draft position; the outcome "
-                                  "needs the in-process gate (without --launch/--server) for SGLang")
+        return results.ServingFailure(results.NEEDS_HARDWARE, (
+            f"the server's own acceptance was not measured: it runs on a CPU, where sglang {r.release} refuses the "
+            f"EAGLE decode step at {r.call}, and the gate sends no decode that would stop a server it did not start; "
+            "the capture above ran at prefill")), None, {}
+    try:
+        acc, loop, why = served_acceptance(client, probes, outcome.prompt_lengths)
+    except ServerError as e:
+        lines: list[str] = []
+        log = Path(launched_in) / "server.log" if launched_in is not None else None
+        deadline = time.monotonic() + 10
+        while log is not None and time.monotonic() < deadline:  # the scheduler's traceback reaches the log last
+            lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+            if any("Error" in ln for ln in lines[-200:]):
+                break
+            time.sleep(0.5)
+        failure = server_failure(f"the server stopped while it decoded the probes' prompts for its own acceptance "
+                                 f"({e})", lines[-400:])
+        return failure, None, {}
+    if acc is None:
+        return results.ServingFailure(results.UNSUPPORTED_VERSION, f"sglang {version}'s own acceptance cannot be "
+                                      f"judged per draft position: {why}"), None, loop
+    return None, acc, loop
 
 
 def _own_forward_hooks(args: Sequence[str]) -> list[Any] | None:

@@ -37,12 +37,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specparity.serving import stand_ins as stand_in_names
 from specparity.serving.results import (
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
+    NODE_MISSING,
     RANK_MISSING,
     SGLANG_EXCEPTION,
     CaptureResult,
@@ -54,6 +55,9 @@ from specparity.serving.results import (
 )
 from specparity.serving.sglang import live_hooks
 from specparity.serving.sglang.live_stand_ins import ENV_STAND_INS, SITE_DIR, STAND_INS_DIR
+
+if TYPE_CHECKING:
+    from specparity.compare.reduced import Reduction
 
 HOOK_FACTORY = "specparity.serving.sglang.live_hooks:factory"
 # 0.5.5.post3 ships no model_executor/hook_manager.py and its ServerArgs has no forward_hooks; 0.5.6 has both
@@ -222,9 +226,23 @@ def _draft_flags(draft_config: Mapping[str, Any]) -> dict[str, bool]:
 def _layout(info: Mapping[str, Any]) -> dict[str, Any]:
     tp, pp = int(info.get("tp_size") or 1), int(info.get("pp_size") or 1)
     dp, ep = int(info.get("dp_size") or 1), int(info.get("ep_size") or 1)
+    nnodes = int(info.get("nnodes") or 1)
     return {"engine": "sglang", "executor": "sglang scheduler processes", "tensor_parallel_size": tp,
             "pipeline_parallel_size": pp, "data_parallel_size": dp, "expert_parallel_size": ep,
-            "ranks_expected": list(range(tp * pp)), "ranks_reported": None, "nodes": None, "ranks": None}
+            "ranks_expected": list(range(tp * pp)), "ranks_reported": None, "nodes": None, "ranks": None,
+            "nnodes": nnodes, "node_ranks": {str(k): node_ranks(tp, pp, nnodes, k) for k in range(nnodes)}}
+
+
+def node_ranks(tp: int, pp: int, nnodes: int, node_rank: int) -> list[int]:
+    """The ``torch.distributed`` ranks of one node's scheduler processes, as SGLang places them: the PP and TP rank
+    ranges of ``_calculate_rank_ranges`` (0.5.23 ``entrypoints/engine.py:2045-2077``), each process's world rank
+    ``tp_size * pp_rank + tp_rank`` (``model_executor/model_runner.py:700``)."""
+    pp_per_node = max(pp // nnodes, 1)
+    nodes_per_pp = max(nnodes // pp, 1)
+    tp_per_node = tp // nodes_per_pp
+    pps = range(pp_per_node * (node_rank // nodes_per_pp), pp_per_node * (node_rank // nodes_per_pp + 1))
+    tps = range(tp_per_node * (node_rank % nodes_per_pp), tp_per_node * (node_rank % nodes_per_pp + 1))
+    return [tp * p + t for p in pps for t in tps]
 
 
 def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mapping[str, Any],
@@ -343,15 +361,16 @@ class Record:
         return out
 
 
-def read_records(evidence_dir: str | Path) -> list[Record]:
-    """Every hook record in ``<evidence>/records``, in each process's order (safetensors only; never unpickled)."""
+def read_records(evidence_dir: str | Path | Sequence[str | Path]) -> list[Record]:
+    """Every hook record in ``<evidence>/records`` (of each directory given: one per node), in each process's order
+    (safetensors only; never unpickled)."""
     from safetensors import safe_open
 
-    folder = Path(evidence_dir) / live_hooks.RECORDS
+    dirs = [evidence_dir] if isinstance(evidence_dir, (str, Path)) else list(evidence_dir)
+    paths = [p for d in dirs if (Path(d) / live_hooks.RECORDS).is_dir()
+             for p in sorted((Path(d) / live_hooks.RECORDS).glob("r*.safetensors"))]
     out: list[Record] = []
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("r*.safetensors")):
+    for path in paths:
         with safe_open(str(path), framework="pt") as f:
             meta = dict(f.metadata() or {})
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
@@ -401,10 +420,11 @@ def _notes(evidence_dir: str | Path, folder_name: str) -> dict[int, list[str]]:
     return out
 
 
-def hooks_registered(evidence_dir: str | Path) -> dict[int, list[str]]:
+def hooks_registered(evidence_dir: str | Path | Sequence[str | Path]) -> dict[int, list[str]]:
     """``{pid: specs}`` of the server processes where SGLang called specparity's hook factory
-    (``factory_calls/<pid>.json``: one entry per model runner)."""
-    return _notes(evidence_dir, live_hooks.FACTORY_CALLS)
+    (``factory_calls/<pid>.json``: one entry per model runner), over every directory given."""
+    dirs = [evidence_dir] if isinstance(evidence_dir, (str, Path)) else list(evidence_dir)
+    return {pid: v for d in dirs for pid, v in _notes(d, live_hooks.FACTORY_CALLS).items()}
 
 
 def hooks_ready(evidence_dir: str | Path) -> dict[int, list[str]]:
@@ -467,7 +487,8 @@ def _find_probe(records: Sequence[Record], probe: Sequence[int]) -> tuple[_Match
             for rec, s, n_rows in chunks:
                 seg_index = [x[0] for x in rec.segments()].index(s)
                 nxt = next((d for d in records if d.runner == "draft" and d.pid == rec.pid and d.seq > rec.seq
-                            and ("fc_input" in d.tensors or "spec_hidden" in d.tensors)), None)
+                            and ("fc_input" in d.tensors or "spec_hidden" in d.tensors
+                                 or d.meta.get(live_hooks.EVIDENCE_KEY) == "reduced")), None)
                 if nxt is None:
                     break
                 dsegs = nxt.segments()
@@ -489,7 +510,8 @@ def _rows(parts: Sequence[tuple[Record, int, int]], key: str) -> Any:
 
 
 def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]], *,
-                        deployment: ResolvedDeployment | None = None) -> CaptureResult:
+                        deployment: ResolvedDeployment | None = None,
+                        node_dirs: Sequence[str | Path] = ()) -> CaptureResult:
     """The hook evidence of one probe run as the project's records: :class:`FcCapture` (fc input per probe, with the
     target's aux states) and :class:`LayerAtlas` (the target's residual boundaries per probe), or typed failures.
 
@@ -497,17 +519,25 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     empty or misshapen capture, NaN/Inf, and a rank of ``deployment.layout["ranks_expected"]`` without records are
     each a :class:`ServingFailure`. Ranks of one TP group see the same rows: the lowest reporting rank's tensors are
     the evidence; the others must match it (a note gives the largest difference). ``deployment`` (from
-    :func:`deployment_from_server_info`) gets the stand-ins and the ranks that reported."""
+    :func:`deployment_from_server_info`) gets the stand-ins and the ranks that reported.
+
+    ``node_dirs``: the evidence directories of the server's other nodes (``--nnodes``), as the user gives them: SGLang's
+    hooks write on each node's own disk and SGLang has no route that returns them. A node of the deployment with no
+    record in any directory read is :data:`NODE_MISSING` (exit 3, naming the node and its ranks), never a pass on
+    the ranks that did report. Reduced records (``live_hooks``: the lead rank's statistics, the others' digests) give
+    the atlas as :class:`~specparity.compare.reduced.ReducedSample` per probe."""
     import torch
 
     from specparity.serving.sglang.common import judge_fc_capture
+    from specparity.serving.vllm.tap_reduce import fc_digest
     from specparity.serving.worker_common import nonfinite_failures
 
     evidence = Path(evidence_dir)
+    dirs = [evidence, *(Path(d) for d in node_dirs)]
     failures: list[ServingFailure] = []
     version = deployment.engine_version if deployment is not None else "?"
-    registered = hooks_registered(evidence)
-    records = read_records(evidence)
+    registered = hooks_registered(dirs)
+    records = read_records(dirs)
     names, calls = server_stand_ins(evidence, records)
     active = [n for n in names if n != stand_in_names.SGL_KERNEL]
     if calls is not None:
@@ -536,6 +566,17 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
             " has --forward-hooks)")))
         return CaptureResult(dep, None, None, tuple(failures))
     missing = [r for r in expected if r not in by_rank]
+    node_map = {int(k): [int(r) for r in v] for k, v in ((dep.layout or {}).get("node_ranks") or {}).items()} \
+        if dep is not None else {}
+    if len(node_map) > 1 and by_rank:
+        for node, ranks in sorted(node_map.items()):
+            if ranks and not any(r in by_rank for r in ranks):
+                failures.append(ServingFailure(NODE_MISSING, (
+                    f"node {node} of {len(node_map)} (ranks {ranks[0]}-{ranks[-1]}) wrote no hook record to any "
+                    f"evidence directory the gate read ({', '.join(str(d) for d in dirs)}): SGLang's hooks write on "
+                    "each node's own disk and SGLang returns nothing of them over HTTP; give that node's evidence "
+                    "directory (shared or copied) with --node-evidence DIR")))
+                missing = [r for r in missing if r not in ranks]
     if missing and by_rank:
         failures.append(ServingFailure(RANK_MISSING, f"rank(s) {missing} wrote no hook record; ranks "
                                        f"{sorted(by_rank)} did (every rank of the served world must report)"))
@@ -555,6 +596,8 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     graph_notes: set[str] = set()
     target_seen = False
     per_rank_diff = 0.0
+    reduced: list[Any] = []  # per probe: its ReducedSample, or None (the full atlas)
+    disagree: set[int] = set()
     for i, probe in enumerate(probes):
         match, why = _find_probe(by_rank[lead], probe)
         if match is None:
@@ -588,12 +631,24 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
         keys = [k for k in match.target[0][0].tensors if k == "embedding" or k == "final_norm" or
                 k.startswith("layer:")]
         atlas_rows.append({k: v for k in keys if (v := _rows(match.target, k)) is not None})
+        held = any(rec.meta.get(live_hooks.EVIDENCE_KEY) == "reduced" for rec, _, _ in match.target)
+        red, why_not = _reduced_of(match.draft, i, probes) if held else (None, "")
+        if held and red is None:
+            failures.append(ServingFailure(HOOKS_MISSING, (
+                f"probe {i}: rank {lead}'s hooks held the target's boundaries for the reduction but its draft extend "
+                f"reduced nothing ({why_not}); gate with --evidence full"), sample=i))
+        reduced.append(red)
         for rank in sorted(by_rank):
             if rank == lead:
                 continue
             other, _ = _find_probe(by_rank[rank], probe)
             if other is None or not other.draft:
                 failures.append(ServingFailure(RANK_MISSING, f"rank {rank} has no record of probe {i}", sample=i))
+                continue
+            digest = _digest_of(other.draft, i, probes)
+            if digest is not None:  # reduced: the rank proves agreement by the digest of its fc rows
+                if digest != fc_digest(fc_rows[-1]):
+                    disagree.add(rank)
                 continue
             o = _rows(other.draft, "fc_input")
             o = o if o is not None else _rows(other.draft, "spec_hidden")
@@ -626,7 +681,20 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
                    kernel_stub_calls=tuple(calls or ()), aux_per_sample=aux_rows if len(aux_rows) == len(probes)
                    else [], kernel_stub_active=stub_active)
     atlas: LayerAtlas | None = None
-    if atlas_rows and all(atlas_rows) and len({tuple(sorted(a)) for a in atlas_rows}) == 1:
+    whole = [r for r in reduced if r is not None]
+    if whole and len(whole) != len(reduced):  # the two forms cannot be attributed together: exit 3, never a verdict
+        failures.append(ServingFailure(HOOKS_MISSING, (
+            "some probes' evidence was reduced in the server and some came as the full atlas (a prefill the hooks "
+            "could not match to a whole probe: chunked, or shared with another request), so the chunks cannot be "
+            "attributed together; gate with --evidence full")))
+    elif whole and all(atlas_rows) and len({tuple(sorted(a)) for a in atlas_rows}) == 1:
+        layer_keys = [n for n in whole[0].names if n.startswith("layer:")]
+        num_layers = dep.num_layers if dep is not None and dep.num_layers else \
+            1 + max(int(k.split(":")[1]) for k in layer_keys)
+        atlas = LayerAtlas(per_sample=atlas_rows, num_layers=num_layers, reduced=whole)
+        failures.extend(nonfinite_failures([torch.stack(list(s.values())) for s in atlas_rows], what="final norm"))
+        failures.extend(_reduced_nonfinite(whole))
+    elif not whole and atlas_rows and all(atlas_rows) and len({tuple(sorted(a)) for a in atlas_rows}) == 1:
         num_layers = dep.num_layers if dep is not None and dep.num_layers else \
             1 + max(int(k.split(":")[1]) for k in atlas_rows[0] if k.startswith("layer:"))
         atlas = LayerAtlas(per_sample=atlas_rows, num_layers=num_layers)
@@ -641,8 +709,60 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
         dep = replace(dep, notes=(*dep.notes, *sorted(graph_notes)))
     if dep is not None and len(by_rank) > 1:
         dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(by_rank)} reported; fc inputs differ across ranks by "
-                                               f"at most {per_rank_diff:.3g}"))
-    return CaptureResult(dep, fc, atlas, tuple(failures))
+                                               f"at most {per_rank_diff:.3g}" + (
+                                                   f"; ranks {sorted(disagree)} fed fc other bytes than rank {lead} "
+                                                   "(SHA-256 of the prefill's fc rows; --evidence full measures by "
+                                                   "how much)" if disagree else "")))
+    loop = {"evidence": "reduced" if whole and len(whole) == len(reduced) else "full"}
+    if disagree:
+        loop["ranks_differing"] = sorted(disagree)  # type: ignore[assignment]
+    return CaptureResult(dep, fc, atlas, tuple(failures), loop=loop)
+
+
+def _probe_indices(i: int, probes: Sequence[Sequence[int]]) -> list[int]:
+    """Probe ``i`` and every probe with the same tokens (the hooks match an expectation by its tokens)."""
+    return [i, *(j for j, p in enumerate(probes) if j != i and list(p) == list(probes[i]))]
+
+
+def _reduced_of(parts: Sequence[tuple[Record, int, int]], i: int,
+                probes: Sequence[Sequence[int]]) -> tuple[Any, str]:
+    """Probe ``i``'s reduced sample from its draft record (live_hooks ``_reduce``), or None and why not."""
+    from specparity.compare.reduced import META_KEY, from_tensors
+
+    if len(parts) != 1:
+        return None, f"its prefill came in {len(parts)} chunks"
+    rec = parts[0][0]
+    for j in _probe_indices(i, probes):
+        meta = rec.meta.get(f"{live_hooks.REDUCED_META}{j}")
+        if meta is not None:
+            prefix = f"{live_hooks.REDUCED_PREFIX}{j}/"
+            tensors = {"reduced/" + k.removeprefix(prefix): v for k, v in rec.tensors.items() if k.startswith(prefix)}
+            return from_tensors(tensors, {META_KEY: meta}), ""
+        error = rec.meta.get(f"{live_hooks.REDUCE_ERROR}/{j}")
+        if error is not None:
+            return None, f"the reduction raised {error}"
+    return None, "no reduced statistics in its record"
+
+
+def _digest_of(parts: Sequence[tuple[Record, int, int]], i: int, probes: Sequence[Sequence[int]]) -> str | None:
+    """A non-lead rank's SHA-256 of its fc rows of probe ``i`` (reduced records), or None (a full record)."""
+    if len(parts) != 1:
+        return None
+    for j in _probe_indices(i, probes):
+        digest = parts[0][0].meta.get(f"{live_hooks.DIGEST_META}{j}")
+        if digest is not None:
+            return digest
+    return None
+
+
+def _reduced_nonfinite(samples: Sequence[Any]) -> list[ServingFailure]:
+    """NaN/Inf in the boundaries the server reduced (the Gram sums count them per token)."""
+    out = []
+    for i, red in enumerate(samples):
+        bad = red.tensors.get("gram/nonfinite")
+        if bad is not None and bool((bad > 0).any()):
+            out.append(ServingFailure("nonfinite", "the layer atlas the server reduced has NaN/Inf", sample=i))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- one probe run
@@ -699,12 +819,15 @@ def flush_cache(client: Any, *, wait_s: float = 10.0) -> str | None:
 
 def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequence[Sequence[int]],
                  cwd: str | Path | None = None, progress: Callable[[int, int], None] | None = None,
-                 max_new_tokens: int = 1) -> CaptureResult:
+                 max_new_tokens: int = 1, reduction: Reduction | None = None,
+                 node_dirs: Sequence[str | Path] = ()) -> CaptureResult:
     """One probe run through a server started with :func:`hook_switches`: its static level, then each probe as token
     ids (radix cache flushed first, greedy, ``max_new_tokens`` 1) with the hooks armed, then the evidence.
 
     ``client`` has ``get_json``/``post_json``/``post`` (``serving.server.ServerClient``). ``evidence_dir`` None (a
-    server on another host) gives the static level and :data:`HOOKS_MISSING`."""
+    server on another host) gives the static level and :data:`HOOKS_MISSING`. ``reduction`` (compare/reduced.py):
+    the hooks reduce the atlas in the server (``live_hooks``: expectations written beside ``ARMED``, removed after).
+    ``node_dirs``: the other nodes' evidence directories (:func:`evidence_to_capture`), armed and read as this one."""
     t0 = time.perf_counter()
     dep = resolve_from_server(client, cwd=cwd)
     if isinstance(dep, ServingFailure):
@@ -714,35 +837,109 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
         return CaptureResult(dep, None, None, (ServingFailure(HOOKS_MISSING, (
             "SGLang returns no hook evidence over HTTP: the capture reads the hooks' directory, so the gate must run "
             "on the server's host; the static level above is the server's own")),))
-    if not hooks_registered(evidence_dir):
-        return evidence_to_capture(evidence_dir, probes, deployment=dep)
+    dirs = [Path(evidence_dir), *(Path(d) for d in node_dirs)]
+    if not hooks_registered(dirs):
+        return evidence_to_capture(evidence_dir, probes, deployment=dep, node_dirs=node_dirs)
     notes: list[str] = []
-    records = Path(evidence_dir) / live_hooks.RECORDS
-    for old in records.glob("*") if records.is_dir() else []:  # an earlier probe run's evidence is not this one's
-        with contextlib.suppress(OSError):
-            old.unlink()
+    for d in dirs:
+        for folder in (live_hooks.RECORDS, live_hooks.EXPECT):  # an earlier probe run's files are not this one's
+            for old in (d / folder).glob("*") if (d / folder).is_dir() else []:
+                with contextlib.suppress(OSError):
+                    old.unlink()
     t1 = time.perf_counter()
-    with armed(evidence_dir):
-        # each runner's first forward only adopts its model (live_hooks): one token through both runners first
-        client.post_json("/generate", {"input_ids": [int(probes[0][0]) if probes and probes[0] else 0],
-                                       "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
-        for i, probe in enumerate(probes):
-            refused = flush_cache(client)
-            if refused:
-                notes.append(f"probe {i}: the radix cache was not flushed ({refused})")
-            client.post_json("/generate", {"input_ids": [int(t) for t in probe],
-                                           "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}})
-            if progress is not None:
-                progress(i + 1, len(probes))
-    settle(evidence_dir)
+    try:
+        if reduction is not None:
+            for d in dirs:
+                live_hooks.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
+                                              rtol=reduction.rtol, lead=0)
+        with contextlib.ExitStack() as stack:
+            for d in dirs:
+                stack.enter_context(armed(d))
+            # each runner's first forward only adopts its model (live_hooks): one token through both runners first
+            client.post_json("/generate", {"input_ids": [int(probes[0][0]) if probes and probes[0] else 0],
+                                           "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+            for i, probe in enumerate(probes):
+                refused = flush_cache(client)
+                if refused:
+                    notes.append(f"probe {i}: the radix cache was not flushed ({refused})")
+                client.post_json("/generate", {"input_ids": [int(t) for t in probe],
+                                               "sampling_params": {"max_new_tokens": max_new_tokens,
+                                                                   "temperature": 0}})
+                if progress is not None:
+                    progress(i + 1, len(probes))
+        for d in dirs:
+            settle(d)
+    finally:
+        for d in dirs:
+            for old in (d / live_hooks.EXPECT).glob("*") if (d / live_hooks.EXPECT).is_dir() else []:
+                with contextlib.suppress(OSError):
+                    old.unlink()
     timings["probes_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    result = evidence_to_capture(evidence_dir, probes, deployment=replace(dep, timings=timings))
+    result = evidence_to_capture(evidence_dir, probes, deployment=replace(dep, timings=timings), node_dirs=node_dirs)
     timings["evidence_s"] = time.perf_counter() - t2
     timings["total_s"] = time.perf_counter() - t0
     if result.deployment is not None and notes:
         result = replace(result, deployment=replace(result.deployment, notes=(*result.deployment.notes, *notes)))
     return result
+
+
+# ---------------------------------------------------------------------------------------------- the server's acceptance
+# SGLang returns each request's own acceptance histogram in /generate's meta_info at finish: entry j counts the verify
+# steps that accepted exactly j draft tokens (0.5.23 managers/schedule_batch.py:1566-1572
+# update_spec_correct_drafts_histogram, from scheduler_components/batch_result_processor.py:834-836; returned by
+# managers/tokenizer_manager.py:3193-3201). Older releases return only pooled figures (spec_accept_length).
+HISTOGRAM = "spec_correct_drafts_histogram"
+GENERATE_TOKENS = 16  # greedy tokens per probe prompt (as vLLM's live outcome, serving/vllm/worker.py)
+
+
+def acceptance_from_meta(metas: Sequence[Mapping[str, Any]]) -> tuple[Any, str | None]:
+    """The server's own per-position acceptance over the probes' requests, from each answer's meta_info histogram
+    (position ``k`` is accepted in the verify steps that accepted more than ``k`` drafts, as vLLM's per-position
+    counter counts it): a :class:`~specparity.serving.results.LoopAcceptance`, or None and why not."""
+    from specparity.serving.results import LoopAcceptance
+
+    total: list[int] = []
+    for i, meta in enumerate(metas):
+        hist = meta.get(HISTOGRAM)
+        if hist is None:
+            if int(meta.get("spec_verify_ct") or 0) > 0 or "spec_accept_length" in meta:
+                return None, (f"the server's answer to probe {i} has spec_accept_length but no {HISTOGRAM}: this "
+                              "release counts acceptance pooled per request, not per draft position")
+            continue  # no verify step in this request (it ended at its prefill)
+        if not isinstance(hist, list) or not all(isinstance(x, int) and x >= 0 for x in hist):
+            return None, f"the server's {HISTOGRAM} for probe {i} is not a list of counts: {hist!r}"
+        total += [0] * (len(hist) - len(total))
+        for j, n in enumerate(hist):
+            total[j] += n
+    drafts = sum(total)
+    if drafts <= 0:
+        return None, "the server verified no draft while it served the probes' prompts"
+    per_pos = tuple(sum(total[k + 1:]) for k in range(len(total) - 1))
+    if not per_pos:
+        per_pos = (0,)
+    return LoopAcceptance(engine="sglang", drafts=drafts, accepted_per_position=per_pos, accepted=sum(per_pos),
+                          prompts="assistant_start"), None
+
+
+def served_acceptance(client: Any, probes: Sequence[Sequence[int]], prompt_lengths: Sequence[int | None], *,
+                      generate_tokens: int = GENERATE_TOKENS) -> tuple[Any, dict[str, Any], str | None]:
+    """The server's own loop on the probes' prompts (up to the assistant's first token, the text the drafter was
+    trained on; the whole probe where the pack does not say), greedy, each request's own counts: (acceptance, the
+    loop's facts, why not)."""
+    metas = []
+    t0 = time.perf_counter()
+    for ids, n in zip(probes, prompt_lengths, strict=True):
+        prompt = [int(t) for t in (ids[: max(1, int(n))] if n is not None else ids)]
+        flush_cache(client)
+        answer = client.post_json("/generate", {"input_ids": prompt, "sampling_params": {
+            "max_new_tokens": generate_tokens, "temperature": 0, "ignore_eos": True}})
+        metas.append(dict((answer or {}).get("meta_info") or {}) if isinstance(answer, dict) else {})
+    acc, why = acceptance_from_meta(metas)
+    loop = {"engine": "sglang", "source": "server_metrics", "acceptance_source": "per_request",
+            "other_requests": None, "generate_tokens": generate_tokens, "generate_s": time.perf_counter() - t0,
+            "loop_prompts": "assistant_start", "requests": len(metas)}
+    return acc, loop, why
 
 
 # ---------------------------------------------------------------------------------------------- refusals

@@ -32,6 +32,18 @@ specparity's one spec (``serving/sglang/live.py`` ``hook_specs``) puts :func:`fa
   inner model returns ``(hidden, aux)`` when it captures, ``models/llama.py:500-505``), and the batch's token ids,
   positions, ``extend_seq_lens``/``extend_prefix_lens`` and ``req_pool_indices`` (which rows are which request's).
 
+**Reduced evidence (the default, issue 41).** While armed, the gate may leave one expectation per probe in
+``<evidence>/expect/p<i>.safetensors`` (the probe's token ids, its recorded fc input, the contract's sources, the rtol
+table and the lead rank: ``compare/reduced.py``). A target extend segment whose tokens are a whole probe (prefix 0)
+then has its boundaries held in this process, on the server's device, instead of written; the draft extend of the
+same request (same ``req_pool_index``, same rows: ``eagle_worker_v2.py:1593-1600`` runs it right after) reduces
+them against its fc rows with the gate's own scan (``compare/reduced.py`` ``reduce_sample``) on the lead rank, and
+every other rank writes only the SHA-256 of its fc rows (``serving/vllm/tap_reduce.py`` ``fc_digest``). So a rank's
+record of a probe is its token ids, the per-token statistics (lead), the fc input and final norm (lead) or one
+digest (the others): a few MB at Kimi-K2.5's geometry where the full atlas is ~460 MB per rank. A segment that is not
+a whole probe (a chunked prefill, another client's request) is written as the full atlas, exactly as without
+expectations, and the gate refuses to judge the two forms together (exit 3).
+
 Each record is one safetensors file ``records/r<rank>-<runner>-<pid>-<seq>.safetensors`` (written to a temp name in
 the same directory, then renamed), tagged in its metadata with the model runner (``target``/``draft``), the
 ``torch.distributed`` rank and world size, the forward mode (``EXTEND``, ``MIXED``, ...), the runner's call number
@@ -61,6 +73,13 @@ from typing import Any
 
 ARMED = "ARMED"
 RECORDS = "records"
+EXPECT = "expect"  # the gate's per-probe expectations while armed (reduced evidence)
+EXPECT_FORMAT = "specparity-live-sglang-expect/1"
+EVIDENCE_KEY = "evidence"  # a record's meta: "full" or "reduced"
+REDUCED_META = "specparity_reduced/"  # + probe index: compare/reduced.py META_KEY's JSON, per probe
+REDUCED_PREFIX = "reduced"  # tensors "reduced<i>/<stat>" of probe i
+DIGEST_META = "specparity_fc_digest/"  # + probe index: a non-lead rank's SHA-256 of its fc rows
+REDUCE_ERROR = "reduce_error"
 FACTORY_CALLS = "factory_calls"
 READY = "ready"
 RECORD_FORMAT = "specparity-live-sglang/1"
@@ -97,6 +116,9 @@ class _Process:
         self.names: dict[int, tuple[dict[int, str], int]] = {}  # id(inner model) -> names, layers
         self.adopted: set[int] = set()  # inner models that carry our start-of-forward pre-hook
         self.taps: dict[int, list[Any]] = {}  # id(inner model) -> the tap handles installed while armed
+        self.arming: tuple[int, int] | None = None  # (inode, mtime) of the ARMED file the expectations belong to
+        self.expect: list[dict[str, Any]] = []  # this arming's per-probe expectations (reduced evidence)
+        self.held: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}  # req_pool_index -> (exp, atlas)
 
     # ------------------------------------------------------------------ per forward
     def end_hook(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
@@ -121,7 +143,16 @@ class _Process:
         """The start of every forward of an adopted model: one ``stat`` of the flag. Armed: the taps are installed
         (once) and this forward is recorded unless it is a DECODE/IDLE one; disarmed: the taps are removed."""
         local = self.local
-        armed = os.path.exists(self.flag)
+        try:
+            st = os.stat(self.flag)
+            armed = True
+        except OSError:
+            armed = False
+        if armed and (st.st_ino, st.st_mtime_ns) != self.arming:  # a new arming: its expectations, nothing held
+            self.arming, self.held = (st.st_ino, st.st_mtime_ns), {}
+            self.expect = _expectations(self.evidence)
+        elif not armed and self.arming is not None:
+            self.arming, self.held, self.expect = None, {}, []
         taps = self.taps.get(id(module))
         if armed and taps is None:
             self.taps[id(module)] = self._install(module)
@@ -206,19 +237,161 @@ class _Process:
                     hidden.dim() != 2 or hidden.shape[0] != ids.shape[0]:
                 return  # nothing fc-shaped in this forward: nothing to say
             tensors["spec_hidden"] = hidden.detach().clone()
+        rank, world = _rank()
+        reduced: dict[str, str] = {}
+        if self.expect and isinstance(ids, torch.Tensor):
+            reduced = (self._hold(batch, ids, tensors, rank) if runner == "target"
+                       else self._reduce(batch, tensors, rank))
         self.calls[runner] = call = self.calls.get(runner, -1) + 1
         seq = next(self.seq)
-        rank, world = _rank()
         from specparity.serving.sglang.live_stand_ins import active, kernel_stub_calls
 
         stub = kernel_stub_calls()
         meta = {"format": RECORD_FORMAT, "runner": runner, "rank": str(rank), "world_size": str(world),
                 "forward_mode": mode, "call": str(call), "seq": str(seq), "pid": str(os.getpid()),
                 "kernel_stub_calls": json.dumps(None if stub is None else list(stub)),
-                "stand_ins": json.dumps(list(active())), "tensors": json.dumps(sorted(tensors))}
+                "stand_ins": json.dumps(list(active())), "tensors": json.dumps(sorted(tensors)),
+                EVIDENCE_KEY: "reduced" if reduced else "full", **reduced}
         self.records.mkdir(mode=0o700, exist_ok=True)
         final = self.records / f"r{rank}-{runner}-{os.getpid()}-{seq:08d}.safetensors"
         _save_atomic({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, meta, final)
+
+    # ------------------------------------------------------------------ reduced evidence
+    def _hold(self, batch: Any, ids: Any, tensors: dict[str, Any], rank: int) -> dict[str, str]:
+        """A target extend: each segment that is a whole probe has its boundaries held here (the lead rank) for the
+        draft extend to reduce, and the record drops the boundaries (every rank) and the final norm and aux states
+        (all but the lead). ``{}`` (the record stays full) when no segment is a whole probe."""
+        held: dict[int, int] = {}
+        for start, n, prefix, pool in _segments(batch, int(ids.shape[0])):
+            seg = ids[start:start + n].tolist() if prefix == 0 else None
+            exp = next((e for e in self.expect if e["ids"] == seg), None)
+            if exp is None:
+                continue
+            atlas = {k: v[start:start + n] for k, v in tensors.items() if _atlas_key(k) or k == "final_norm"}
+            lead = rank == exp["lead"]
+            if lead and not _fits(exp, atlas, n):
+                continue  # a shape the reduction cannot take: this forward's record stays the full atlas
+            self.held[pool] = (exp, atlas if lead else None)
+            held[pool] = exp["index"]
+        if not held:
+            return {}
+        lead = rank == next(e["lead"] for e in self.expect)
+        for k in [k for k in tensors if _atlas_key(k) or (not lead and k in ("final_norm", "aux"))]:
+            del tensors[k]
+        return {"held": json.dumps({str(p): i for p, i in held.items()})}
+
+    def _reduce(self, batch: Any, tensors: dict[str, Any], rank: int) -> dict[str, str]:
+        """A draft extend after held target rows: per probe, the lead rank's statistics of its fc rows against the
+        held boundaries (tensors ``reduced<i>/...``), every other rank's digest of its fc rows; the non-lead ranks'
+        records then carry no fc input."""
+        fc = tensors.get("fc_input")
+        if fc is None or not self.held:
+            return {}
+        from specparity.compare.reduced import reduce_sample
+        from specparity.serving.vllm.tap_reduce import fc_digest
+
+        meta: dict[str, str] = {}
+        lead = False
+        for start, n, _prefix, pool in _segments(batch, int(fc.shape[0])):
+            exp, atlas = self.held.get(pool, (None, None))
+            if exp is None or n != len(exp["ids"]):
+                continue
+            del self.held[pool]
+            x = fc[start:start + n]
+            index = exp["index"]
+            if rank != exp["lead"]:
+                meta[f"{DIGEST_META}{index}"] = fc_digest(x)
+                continue
+            lead = True  # the lead rank's record keeps its fc input, whatever its reduction gives
+            try:
+                assert atlas is not None
+                first = next(iter(atlas.values()))
+                hidden = int(first.shape[-1])
+                rtol = exp["rtol"][f"{_dt(x)}/{_dt(first)}"]
+                chunks = max(int(x.shape[-1]) // hidden, int(exp["recorded"].shape[-1]) // hidden)
+                red = reduce_sample(x, exp["recorded"].to(device=x.device, dtype=x.dtype), atlas,
+                                    expected=exp["expected"], rtol=[float(r) for r in rtol[:chunks]])
+            except Exception as exc:  # named in the record; the gate refuses the probe (exit 3), never judges it
+                meta[f"{REDUCE_ERROR}/{index}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            for k, v in red.tensors.items():
+                tensors[f"{REDUCED_PREFIX}{index}/{k}"] = v
+            meta[f"{REDUCED_META}{index}"] = json.dumps(red.meta)
+        if meta and not lead:
+            tensors.pop("fc_input", None)  # the digest stands for it
+        return meta
+
+
+def _atlas_key(key: str) -> bool:
+    return key == "embedding" or key.startswith("layer:")
+
+
+def _dt(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _fits(exp: dict[str, Any], atlas: dict[str, Any], rows: int) -> bool:
+    """Whether the reduction can take these boundaries (the same checks as vLLM's tap, tap_reduce.reduced_call)."""
+    if not atlas:
+        return False
+    first = next(iter(atlas.values()))
+    hidden = int(first.shape[-1])
+    rec = exp["recorded"]
+    return (hidden > 0 and int(rec.shape[0]) == rows and int(rec.shape[-1]) % hidden == 0
+            and all(tuple(v.shape) == (rows, hidden) for v in atlas.values())
+            and any(key.endswith(f"/{_dt(first)}") for key in exp["rtol"]))
+
+
+def _segments(batch: Any, rows: int) -> list[tuple[int, int, int, int]]:
+    """``(row start, rows, prefix length, req_pool_index)`` per request of a ForwardBatch-like ``batch``."""
+    lens = getattr(batch, "extend_seq_lens", None)
+    if lens is None:
+        return [(0, rows, 0, -1)]
+    prefix = getattr(batch, "extend_prefix_lens", None)
+    pool = getattr(batch, "req_pool_indices", None)
+    out, start = [], 0
+    for j, n in enumerate(int(x) for x in lens.tolist()):
+        out.append((start, n, int(prefix[j]) if prefix is not None else 0,
+                    int(pool[j]) if pool is not None and j < len(pool) else -1))
+        start += n
+    return out
+
+
+def _expectations(evidence: Path) -> list[dict[str, Any]]:
+    """The gate's per-probe expectations of this arming (``expect/p<i>.safetensors``), or [] (full evidence)."""
+    folder = evidence / EXPECT
+    if not folder.is_dir() or evidence_dir_problem(evidence) is not None:
+        return []
+    from safetensors import safe_open
+
+    out = []
+    for path in sorted(folder.glob("p*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = dict(f.metadata() or {})
+                if meta.get("format") != EXPECT_FORMAT:
+                    continue
+                spec = json.loads(meta["spec"])
+                out.append({"index": int(spec["index"]), "ids": [int(t) for t in f.get_tensor("input_ids").tolist()],
+                            "recorded": f.get_tensor("recorded"), "expected": list(spec["expected"]),
+                            "rtol": dict(spec["rtol"]), "lead": int(spec["lead"])})
+        except Exception as exc:  # a torn or foreign file: no reduction from it (its probe's record stays full)
+            sys.stderr.write(f"specparity live hook: expectation {path.name} not read: {type(exc).__name__}: {exc}\n")
+    return out
+
+
+def write_expectations(evidence: Path, probes: Any, recorded: Any, *, expected: list[str],
+                       rtol: dict[str, list[float]], lead: int = 0) -> None:
+    """The gate's side: one expectation file per probe (written before arming; removed after the probe run)."""
+    import torch
+
+    folder = evidence / EXPECT
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for i, (probe, rec) in enumerate(zip(probes, recorded, strict=True)):
+        spec = {"index": i, "expected": list(expected), "rtol": rtol, "lead": lead}
+        _save_atomic({"input_ids": torch.tensor([int(t) for t in probe], dtype=torch.int64),
+                      "recorded": rec.detach().to("cpu").contiguous()},
+                     {"format": EXPECT_FORMAT, "spec": json.dumps(spec)}, folder / f"p{i:05d}.safetensors")
 
 
 def _take(tap: str, args: tuple[Any, ...], output: Any) -> Any:
