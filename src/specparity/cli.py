@@ -202,7 +202,8 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
 @main.command("launch-flags")
 @click.option("--engine", type=click.Choice(list(ENGINES)), required=True, help="The server's engine.")
 @click.option("--evidence-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="SGLang: the directory the hooks write into (created 0700 if absent).")
+              help="SGLang: the directory the hooks write into (created 0700 if absent, with the marker an attaching "
+                   "gate requires before it writes there).")
 @click.option("--cpu", is_flag=True, default=False,
               help="SGLang on a CPU (no sgl_kernel CPU build): also the CPU stand-ins' env and --skip-server-warmup.")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print flags, env and notes as JSON.")
@@ -218,11 +219,13 @@ def launch_flags(engine: str, evidence_dir: Path | None, cpu: bool, as_json: boo
     flags, env, notes = eng.launch_flags()
     if evidence_dir is not None and engine == "sglang":
         from specparity.serving.sglang.engine import SKIP_WARMUP
-        from specparity.serving.sglang.live import hook_switches
+        from specparity.serving.sglang.live import hook_switches, mark_evidence_dir
 
-        evidence_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mark_evidence_dir(evidence_dir)  # 0700, with the marker an attaching gate checks before it writes there
         flags, env = hook_switches(evidence_dir.resolve(), cpu_stand_ins=cpu)
         flags += [SKIP_WARMUP] if cpu else []
+        notes = [*notes, f"{evidence_dir.resolve()} carries specparity's marker for this user: `specparity gate "
+                         "--server URL` writes there only while it does"]
     if as_json:
         click.echo(json.dumps({"engine": engine, "flags": flags, "env": env, "notes": notes}, indent=2))
         return

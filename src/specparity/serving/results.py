@@ -50,6 +50,9 @@ HOOKS_MISSING = "hooks_missing"
 # a node of a multi-node server (SGLang --nnodes) whose hook evidence the gate could not read: its ranks are
 # unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3; issue 41)
 NODE_MISSING = "node_missing"
+# the probe's own prefill could not be told apart on the server (a prefix-cache hit after a refused flush, another
+# client's batch): fc was never seen fed the whole probe, which is the server's state, not the deployment (exit 3)
+PROBE_NOT_ISOLATED = "probe_not_isolated"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
 # writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
 ENGINE_IMPORT = "engine_import"
@@ -76,6 +79,7 @@ FAILURE_KINDS = (
     SERVER_UNREACHABLE,
     HOOKS_MISSING,
     NODE_MISSING,
+    PROBE_NOT_ISOLATED,
     ENGINE_IMPORT,
     INTERNAL_ERROR,
 )

@@ -133,15 +133,13 @@ class SglangEngine(EngineBase):
         where = evidence_dir if evidence_dir is not None else server_hooks_dir(client)
         result = live_capture(client, evidence_dir=where, probes=probes, cwd=cwd, progress=progress,
                               reduction=reduction, node_dirs=node_evidence)
-        moved = 0
-        for d in ([Path(where)] if where is not None else []) + [Path(n) for n in node_evidence]:
-            records = d / "records"
-            moved += sum(f.stat().st_size for f in records.glob("*") if f.is_file()) if records.is_dir() else 0
         replay: results.ServingFailure | None = None
         acceptance: results.LoopAcceptance | None = None
         loop: dict[str, Any] = {}
         if outcome is not None and result.fc is not None:
             replay, acceptance, loop = _served_acceptance(client, result, outcome, probes, launched_in=evidence_dir)
+        # the bytes the hooks wrote for this run (counted before the run removed them: serving/sglang/live.py)
+        moved = int((result.loop or {}).get("evidence_bytes") or 0)
         return dataclasses.replace(result, loop={**(result.loop or {}), **loop, "evidence_bytes": moved},
                                    replay=replay, acceptance=acceptance)
 

@@ -44,6 +44,7 @@ from specparity.serving.results import (
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
     NODE_MISSING,
+    PROBE_NOT_ISOLATED,
     RANK_MISSING,
     SGLANG_EXCEPTION,
     CaptureResult,
@@ -117,17 +118,34 @@ def has_hook_switches(args: Sequence[str]) -> bool:
     return any(HOOK_FACTORY in a for a in args)
 
 
+LEASE_S = 120.0  # the ARMED lease per probe (and one for the priming request): the hooks disarm themselves after
+
+
 @contextlib.contextmanager
-def armed(evidence_dir: str | Path) -> Any:
-    """The hooks record while the block runs (``<evidence>/ARMED`` exists), and stop after, whatever happens."""
+def armed(evidence_dir: str | Path, *, lease_s: float = LEASE_S) -> Any:
+    """The hooks record while the block runs (``<evidence>/ARMED`` exists), and stop after, whatever happens: the
+    file is removed in ``finally``, by the watchdog if this process is killed (``serving/reaper.py``), and by the
+    hooks themselves when its lease (``lease_s`` from now, this process alive) ends (``live_hooks``)."""
+    from specparity.serving import reaper
+
     flag = Path(evidence_dir) / live_hooks.ARMED
     fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
+    try:
+        os.write(fd, live_hooks.lease_text(lease_s=lease_s).encode())
+    finally:
+        os.close(fd)
+    reaper.adopt_file(flag)
     try:
         yield flag
     finally:
         with contextlib.suppress(FileNotFoundError):
             flag.unlink()
+        reaper.release_file(flag)
+
+
+def lease_ends(evidence_dir: str | Path) -> list[str]:
+    """Why the hooks disarmed themselves during the last probe run (``lease/<pid>.json``), if they did."""
+    return [e for entries in _notes(evidence_dir, live_hooks.LEASE).values() for e in entries]
 
 
 # ---------------------------------------------------------------------------------------------- static level
@@ -601,7 +619,10 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     for i, probe in enumerate(probes):
         match, why = _find_probe(by_rank[lead], probe)
         if match is None:
-            failures.append(ServingFailure(FC_NOT_CALLED, f"probe {i} ({len(probe)} tokens): {why}", sample=i))
+            # a radix-cache hit: the probe's own prefill never ran whole, so fc was never fed every token of it (the
+            # machine's state, exit 3 by name); no extend of it at all: the drafter was never reached (fc_not_called)
+            kind = PROBE_NOT_ISOLATED if "radix cache" in why else FC_NOT_CALLED
+            failures.append(ServingFailure(kind, f"probe {i} ({len(probe)} tokens): {why}", sample=i))
             continue
         target_seen = True
         if not match.draft:
@@ -615,7 +636,7 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
             rows_of_fc = _rows(match.draft, "spec_hidden")
             pre_fc_norm = dep is not None and (dep.norm_before_fc or dep.fc_norm)
             if rows_of_fc is None or pre_fc_norm:
-                failures.append(ServingFailure(FC_NOT_CALLED, (
+                failures.append(ServingFailure(HOOKS_MISSING, (
                     f"probe {i}: the drafter's fc tap did not fire (its prefill body ran in a CUDA graph: sglang "
                     "0.5.23 turns the breakable prefill graph on by default on CUDA, model_executor/"
                     "cuda_graph_config.py:119-123)" + ("; the fc input is normed after the batch's hidden states, "
@@ -699,14 +720,18 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
             1 + max(int(k.split(":")[1]) for k in atlas_rows[0] if k.startswith("layer:"))
         atlas = LayerAtlas(per_sample=atlas_rows, num_layers=num_layers)
         failures.extend(nonfinite_failures([torch.stack(list(s.values())) for s in atlas_rows], what="layer atlas"))
-    else:
-        failures.append(ServingFailure(CAPTURE_SHAPE, (
+    else:  # the hooks could not see the stream (a graph replay): the machine's setting, never a width finding (exit 3)
+        failures.append(ServingFailure(HOOKS_MISSING, (
             "the target's residual boundaries were not recorded for every probe: its prefill body ran without the "
             "boundary taps firing (on CUDA, sglang 0.5.23's default breakable prefill graph replays it, "
             "model_executor/cuda_graph_config.py:119-123; the layer atlas needs an eager prefill, "
             "--cuda-graph-backend-prefill disabled on the server)")))
     if dep is not None and graph_notes:
         dep = replace(dep, notes=(*dep.notes, *sorted(graph_notes)))
+    others = _other_segments(by_rank[lead], probes)
+    if dep is not None and others:
+        dep = replace(dep, notes=(*dep.notes, f"{others} prefill segment(s) of other requests were armed with the "
+                                               "probes and ignored (each probe is matched by its own token ids)"))
     if dep is not None and len(by_rank) > 1:
         dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(by_rank)} reported; fc inputs differ across ranks by "
                                                f"at most {per_rank_diff:.3g}" + (
@@ -717,6 +742,24 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     if disagree:
         loop["ranks_differing"] = sorted(disagree)  # type: ignore[assignment]
     return CaptureResult(dep, fc, atlas, tuple(failures), loop=loop)
+
+
+def _other_segments(records: Sequence[Record], probes: Sequence[Sequence[int]]) -> int:
+    """Target extend segments (one rank's) that start no probe and continue none: other clients' requests (the
+    gate's one-token priming request is not counted)."""
+    wanted = [[int(t) for t in p] for p in probes]
+    count = 0
+    for r in records:
+        if r.runner != "target" or r.mode not in EXTEND_MODES or "input_ids" not in r.tensors:
+            continue
+        ids = r.tensors["input_ids"]
+        for start, n, prefix, _ in r.segments():
+            seg = [int(x) for x in ids[start:start + n].tolist()]
+            if n <= 1 and prefix == 0:
+                continue  # the priming token
+            if not any(w[prefix:prefix + n] == seg for w in wanted):
+                count += 1
+    return count
 
 
 def _probe_indices(i: int, probes: Sequence[Sequence[int]]) -> list[int]:
@@ -840,12 +883,17 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
     dirs = [Path(evidence_dir), *(Path(d) for d in node_dirs)]
     if not hooks_registered(dirs):
         return evidence_to_capture(evidence_dir, probes, deployment=dep, node_dirs=node_dirs)
+    from specparity.serving import reaper
+
     notes: list[str] = []
     for d in dirs:
-        for folder in (live_hooks.RECORDS, live_hooks.EXPECT):  # an earlier probe run's files are not this one's
+        # an earlier probe run's files are not this one's; this run's go at its end, or with the watchdog if the gate
+        # is killed (they hold the probes' and any other client's token ids and hidden states)
+        for folder in (live_hooks.RECORDS, live_hooks.EXPECT, live_hooks.LEASE):
             for old in (d / folder).glob("*") if (d / folder).is_dir() else []:
                 with contextlib.suppress(OSError):
                     old.unlink()
+            reaper.adopt_dir(d / folder)
     t1 = time.perf_counter()
     try:
         if reduction is not None:
@@ -854,7 +902,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
                                               rtol=reduction.rtol, lead=0)
         with contextlib.ExitStack() as stack:
             for d in dirs:
-                stack.enter_context(armed(d))
+                stack.enter_context(armed(d, lease_s=LEASE_S * (len(probes) + 1)))
             # each runner's first forward only adopts its model (live_hooks): one token through both runners first
             client.post_json("/generate", {"input_ids": [int(probes[0][0]) if probes and probes[0] else 0],
                                            "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
@@ -869,14 +917,22 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
                     progress(i + 1, len(probes))
         for d in dirs:
             settle(d)
+        timings["probes_s"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        result = evidence_to_capture(evidence_dir, probes, deployment=replace(dep, timings=timings),
+                                     node_dirs=node_dirs)
+        ended = [f"{d}: {why}" for d in dirs for why in lease_ends(d)]
+        moved = sum(f.stat().st_size for d in dirs if (d / live_hooks.RECORDS).is_dir()
+                    for f in (d / live_hooks.RECORDS).iterdir() if f.is_file())
+        result = replace(result, loop={**(result.loop or {}), "evidence_bytes": moved})
     finally:
         for d in dirs:
-            for old in (d / live_hooks.EXPECT).glob("*") if (d / live_hooks.EXPECT).is_dir() else []:
-                with contextlib.suppress(OSError):
-                    old.unlink()
-    timings["probes_s"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    result = evidence_to_capture(evidence_dir, probes, deployment=replace(dep, timings=timings), node_dirs=node_dirs)
+            for folder in (live_hooks.RECORDS, live_hooks.EXPECT, live_hooks.LEASE):
+                reaper.release_dir(d / folder, remove=True)
+    if ended:  # the hooks stopped recording before the gate disarmed: what they wrote is not the whole run
+        result = replace(result, failures=(*result.failures, ServingFailure(HOOKS_MISSING, (
+            f"the hooks disarmed themselves during the probe run ({'; '.join(ended)}), so the evidence may be "
+            "partial; rerun the gate (a longer run needs fewer probes per run)"))))
     timings["evidence_s"] = time.perf_counter() - t2
     timings["total_s"] = time.perf_counter() - t0
     if result.deployment is not None and notes:
@@ -1009,9 +1065,72 @@ def server_failure(message: str, log_lines: Sequence[str]) -> ServingFailure:
     return ServingFailure(SGLANG_EXCEPTION, f"{message} (last error: {last.strip()})")
 
 
+MARKER = ".specparity-evidence"  # written by `specparity launch-flags --evidence-dir`: the directory is the gate's
+
+
+def _token_file(evidence_dir: Path) -> Path:
+    """Where launch-flags keeps this user's token of an evidence directory (outside it: a server cannot forge it)."""
+    import hashlib
+
+    root = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    key = hashlib.sha256(str(evidence_dir.resolve()).encode()).hexdigest()[:32]
+    return root / "specparity" / "evidence" / key
+
+
+def mark_evidence_dir(evidence_dir: Path) -> str:
+    """Create ``evidence_dir`` (0700) with its marker, a fresh token kept both inside it and in this user's state
+    (:func:`_token_file`), and return the token (launch-flags prints it)."""
+    import secrets
+
+    evidence_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = live_hooks.evidence_dir_problem(evidence_dir)
+    if problem is not None:
+        from specparity.errors import InputError
+
+        raise InputError(f"cannot be an evidence directory: {problem}", path=evidence_dir, field="--evidence-dir")
+    token = secrets.token_hex(16)
+    kept = _token_file(evidence_dir)
+    kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for path in (kept, evidence_dir / MARKER):
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        os.replace(tmp, path)
+    return token
+
+
+def marker_problem(evidence_dir: Path) -> str | None:
+    """Why a directory a server names is not one the gate may write in: not this user's 0700 directory, no marker
+    (a regular file of this user's, 0600), or a token other than the one ``launch-flags`` kept for it; or None."""
+    import stat
+
+    problem = live_hooks.evidence_dir_problem(evidence_dir)
+    if problem is not None:
+        return problem
+    marker = evidence_dir / MARKER
+    try:
+        st = os.lstat(marker)
+        ok = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+        token = marker.read_text().strip() if ok else ""
+        kept = _token_file(evidence_dir).read_text().strip()
+    except OSError:
+        return (f"{evidence_dir} has no marker of `specparity launch-flags --engine sglang --evidence-dir` for this "
+                "user")
+    if not ok:
+        return f"{marker} is not a 0600 file of uid {os.getuid()}"
+    if not token or token != kept:
+        return f"{marker}'s token is not the one launch-flags printed for {evidence_dir}"
+    return None
+
+
 def server_hooks_dir(client: Any) -> Path | None:
     """The evidence directory a running server's ``--forward-hooks`` names for specparity's factory (read from its
-    own ``/server_info``), when that directory is on this host; None otherwise (the capture then exits 3 by name)."""
+    own ``/server_info``), when that directory is on this host; None otherwise (the capture then exits 3 by name).
+
+    The gate writes and deletes in it (ARMED, expectations, records), so a directory named by an HTTP answer must be
+    one ``launch-flags`` made for this user (:func:`marker_problem`); else :class:`InputError` (exit 2), and no file
+    is touched."""
     try:
         specs = server_info(client).get("forward_hooks") or []
     except Exception:  # the static level reports an unreadable server; here only the directory is asked
@@ -1020,6 +1139,14 @@ def server_hooks_dir(client: Any) -> Path | None:
         if isinstance(spec, dict) and spec.get("hook_factory") == HOOK_FACTORY:
             where = Path(str((spec.get("config") or {}).get("evidence_dir") or ""))
             if where.is_dir():
+                problem = marker_problem(where)
+                if problem is not None:
+                    from specparity.errors import InputError
+
+                    raise InputError(f"the server names {where} as its hooks' evidence directory, and the gate "
+                                     f"writes and deletes files there only if `specparity launch-flags --engine "
+                                     f"sglang --evidence-dir {where}` made it: {problem}. No file was touched",
+                                     path=where, field="evidence_dir")
                 return where
     return None
 

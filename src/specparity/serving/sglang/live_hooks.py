@@ -16,7 +16,9 @@ specparity's one spec (``serving/sglang/live.py`` ``hook_specs``) puts :func:`fa
   the same module, and notes ``ready/<pid>.json``;
 - the pre-hook, at the start of every forward, looks for ``<evidence>/ARMED`` (one ``stat``). Only while that file
   exists (the gate creates it when a probe run starts and removes it after) does it install the taps, and it
-  removes them once the file is gone. So an idle server pays one hooked module per forward of each runner and one
+  removes them once the file is gone. The file is a lease (JSON: the gate's pid and pid namespace, a deadline):
+  the hooks disarm themselves, and remove the file, once the deadline passes or the gate's process is gone (a gate
+  killed with SIGKILL), noting why in ``lease/<pid>.json``; so an attached server never records on without its gate. So an idle server pays one hooked module per forward of each runner and one
   ``stat``, and nothing of the taps. The first forward of each runner only adopts: the gate sends one priming
   request after arming (``live.live_capture``);
 - the taps, while armed: on the drafter's ``fc``, its input ``input[0]`` (what SGLang feeds fc, after
@@ -80,6 +82,7 @@ REDUCED_META = "specparity_reduced/"  # + probe index: compare/reduced.py META_K
 REDUCED_PREFIX = "reduced"  # tensors "reduced<i>/<stat>" of probe i
 DIGEST_META = "specparity_fc_digest/"  # + probe index: a non-lead rank's SHA-256 of its fc rows
 REDUCE_ERROR = "reduce_error"
+LEASE = "lease"  # notes of the hooks disarming themselves: lease/<pid>.json
 FACTORY_CALLS = "factory_calls"
 READY = "ready"
 RECORD_FORMAT = "specparity-live-sglang/1"
@@ -117,6 +120,7 @@ class _Process:
         self.adopted: set[int] = set()  # inner models that carry our start-of-forward pre-hook
         self.taps: dict[int, list[Any]] = {}  # id(inner model) -> the tap handles installed while armed
         self.arming: tuple[int, int] | None = None  # (inode, mtime) of the ARMED file the expectations belong to
+        self.lease: dict[str, Any] = {}  # this arming's lease (the ARMED file's JSON)
         self.expect: list[dict[str, Any]] = []  # this arming's per-probe expectations (reduced evidence)
         self.held: dict[int, tuple[dict[str, Any], dict[str, Any] | None]] = {}  # req_pool_index -> (exp, atlas)
 
@@ -151,8 +155,16 @@ class _Process:
         if armed and (st.st_ino, st.st_mtime_ns) != self.arming:  # a new arming: its expectations, nothing held
             self.arming, self.held = (st.st_ino, st.st_mtime_ns), {}
             self.expect = _expectations(self.evidence)
-        elif not armed and self.arming is not None:
-            self.arming, self.held, self.expect = None, {}, []
+            self.lease = _read_lease(self.flag)
+        if armed:
+            ended = _lease_ended(self.lease)
+            if ended is not None:  # the gate did not drain in time, or is gone: disarm, for every rank
+                with contextlib.suppress(OSError):
+                    os.unlink(self.flag)
+                _note(self.evidence, LEASE, ended)
+                armed = False
+        if not armed and self.arming is not None:
+            self.arming, self.held, self.expect, self.lease = None, {}, [], {}
         taps = self.taps.get(id(module))
         if armed and taps is None:
             self.taps[id(module)] = self._install(module)
@@ -320,6 +332,48 @@ class _Process:
         if meta and not lead:
             tensors.pop("fc_input", None)  # the digest stands for it
         return meta
+
+
+def lease_text(*, lease_s: float) -> str:
+    """The ARMED file's content the gate writes: its pid, its pid namespace and the lease's deadline."""
+    import time
+
+    return json.dumps({"owner_pid": os.getpid(), "pid_ns": _pid_ns(), "deadline": time.time() + lease_s})
+
+
+def _pid_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _read_lease(flag: str) -> dict[str, Any]:
+    try:
+        with open(flag) as f:
+            lease = json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return lease if isinstance(lease, dict) else {}
+
+
+def _lease_ended(lease: dict[str, Any]) -> str | None:
+    """Why an armed lease has ended (its deadline passed; its owner, in this pid namespace, is gone), or None. An
+    ARMED file without a lease (a gate before leases) never ends here."""
+    import time
+
+    deadline = lease.get("deadline")
+    if isinstance(deadline, (int, float)) and time.time() > deadline:
+        return f"lease expired at {deadline:.0f} (the gate did not disarm in time)"
+    owner = lease.get("owner_pid")
+    if isinstance(owner, int) and owner > 0 and lease.get("pid_ns") == _pid_ns():
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return f"the gate (pid {owner}) is gone"
+        except OSError:
+            pass  # alive, another user's
+    return None
 
 
 def _atlas_key(key: str) -> bool:
