@@ -53,6 +53,14 @@ ENGINE_IMPORT = "engine_import"
 # specparity's own code raised (an adapter that does not fit what it read): exit 3 naming specparity's file:line, never
 # the engine's fault nor the deployment's (issue 37 item 4)
 INTERNAL_ERROR = "internal_error"
+# vLLM's tap in a server disarmed itself (serving/vllm/tap.py): it held more than its bound between two drains
+# (``tap_overflow``), or the gate did not drain within the lease it set at arming (``tap_lease_expired``); the
+# evidence of the run is incomplete: the machine's, exit 3
+TAP_OVERFLOW = "tap_overflow"
+TAP_LEASE_EXPIRED = "tap_lease_expired"
+# the probe's own prefill could not be told apart from other requests' rows in the fc calls (a prefix another
+# request cached, a prompt never seen whole, or no token ids recorded): never a verdict on someone else's rows, exit 3
+PROBE_NOT_ISOLATED = "probe_not_isolated"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -74,6 +82,9 @@ FAILURE_KINDS = (
     HOOKS_MISSING,
     ENGINE_IMPORT,
     INTERNAL_ERROR,
+    TAP_OVERFLOW,
+    TAP_LEASE_EXPIRED,
+    PROBE_NOT_ISOLATED,
 )
 ENGINES = ("sglang", "vllm")
 
