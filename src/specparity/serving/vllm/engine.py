@@ -166,6 +166,21 @@ class VllmEngine(EngineBase):
             "/reset_prefix_cache): bind the server to loopback or keep it behind your network's access rules",
             "the tap installs nothing until the gate arms it; armed (while the gate sends its probes) it records every forward, so gate a server without other traffic (staging, or a canary before it takes load)"]
 
+    def dev_endpoints(self, client: ServerClient) -> str | None:
+        """Whether the server runs with ``VLLM_SERVER_DEV_MODE=1``: its dev routes answer (``GET /server_info``,
+        ``entrypoints/serve/__init__.py:45-75`` mounts them only then). Measured on vLLM 0.32: ``--api-key`` does not
+        guard them (``entrypoints/serve/middleware/authenticate.py:11`` guards ``/v1``, ``/v2``, ``/inference`` and
+        ``/cohere`` only), so this answers the same with or without the key."""
+        from specparity.serving.server import ServerError
+        from specparity.serving.vllm.live import DEV_MODE_ENV
+
+        try:
+            client.get_json("/server_info")
+        except ServerError:
+            return None
+        return (f"{DEV_MODE_ENV}=1: /collective_rpc (any worker method by name), /server_info and "
+                "/reset_prefix_cache answer there, and vLLM's --api-key does not guard them")
+
     def flags_hint(self) -> str:
         flags, env, _ = self.launch_flags()
         return ("start the server with " + " ".join(f"{k}={v}" for k, v in env.items()) + " and "
