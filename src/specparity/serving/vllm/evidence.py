@@ -278,10 +278,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
     loop["rank_max_abs_diff"] = None if disagree else rank_diff
     loop["verify_calls"] = verify_calls
-    loop["other_request_rows"] = others
-    if others:
-        dep = replace(dep, notes=(*dep.notes, f"{others} runs of fc rows of other requests shared the probes' "
-                                              "batches; they were told apart by token ids and ignored"))
+    loop["other_request_rows"] = others  # the report's note: serving/live.py _with_live
     if any(r is not None for r in reduced):
         loop["evidence"] = "reduced"
     if disagree:
