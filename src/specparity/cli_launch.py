@@ -68,7 +68,8 @@ def server_options(f: F) -> F:
     """``--server URL`` (a running server to check), ``--api-key`` and ``--allow-dev-endpoints``."""
     f = click.option("--allow-dev-endpoints", is_flag=True, default=False,
                      help="Let the gate turn on an engine's dev-mode endpoints (vLLM's /collective_rpc) on a launched "
-                          "server whose command binds a non-loopback host.")(f)
+                          "server whose command binds a non-loopback host, or use them on a --server URL that is "
+                          "not loopback.")(f)
     f = click.option("--api-key", "api_key", envvar="SPECPARITY_API_KEY", default=None, metavar="KEY",
                      help="The running server's API key (or SPECPARITY_API_KEY); sent as a Bearer header, never "
                           "printed.")(f)

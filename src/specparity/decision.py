@@ -35,8 +35,8 @@ _ALL_CHECKS_BEFORE = "sglang"  # what reports written before engine_error called
 # ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
 _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "engine_import", "unsupported_version",
                                    "timeout", "needs_hardware", "server_failed", "server_unreachable",
-                                   "hooks_missing", "node_missing", "probe_not_isolated",
-                                   "internal_error"})
+                                   "hooks_missing", "node_missing", "probe_not_isolated", "tap_overflow",
+                                   "tap_lease_expired", "internal_error"})
 # an SGLang exception that says nothing about the deployment: memory, a broken or partial install
 # (sglang 0.5.23 mem_cache/kv_cache_configurator.py:3050 raises ValueError "Loaded weights leave no GPU memory
 # for the KV cache": on CPU that budget is the machine's free RAM at start-up, which other processes move)

@@ -130,7 +130,7 @@ def run_gate(
     except ValueError as e:
         raise InputError(str(e), field="--engine") from None
     attached = attach(eng, server, api_key=api_key, target=target, draft=draft, python=python,
-                      timeout_s=timeout_s) if server is not None else None
+                      timeout_s=timeout_s, allow_dev_endpoints=allow_dev_endpoints) if server is not None else None
     if attached is not None:
         target, draft = attached.target, attached.draft
     if not target or not draft:

@@ -127,18 +127,30 @@ class Attached:
 
 
 def attach(engine: Engine, url: str, *, api_key: str | None, target: str | Path | None, draft: str | Path | None,
-           python: str | None, timeout_s: float) -> Attached:
+           python: str | None, timeout_s: float, allow_dev_endpoints: bool = False) -> Attached:
     """The static level of ``url`` (``Engine.live_resolve``: what the server itself reports), and where its files are.
 
     A server that cannot be read is :class:`EnvironmentProblem` (exit 3: nothing says what it serves); one whose draft
-    is neither readable here nor given (``--draft``) is :class:`InputError` (exit 2)."""
+    is neither readable here nor given (``--draft``) is :class:`InputError` (exit 2); so is a URL that is not loopback
+    whose server has dev-mode endpoints on (vLLM's ``VLLM_SERVER_DEV_MODE=1``), without ``allow_dev_endpoints``: the
+    gate does not drive those endpoints across a network unless told to, as it never turns them on there
+    (serving/live.py ``start_server``)."""
+    from urllib.parse import urlsplit
+
     from specparity.serving.live import LiveRun
-    from specparity.serving.server import ServerClient
+    from specparity.serving.server import ServerClient, is_loopback
 
     with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
         if not client.healthy(engine.health_path):
             raise EnvironmentProblem(f"{url}{engine.health_path} does not answer: no {engine.label} server to check "
                                      "there")
+        host = urlsplit(url).hostname or ""
+        if not allow_dev_endpoints and not is_loopback(host):
+            exposed = engine.dev_endpoints(client)
+            if exposed is not None:
+                raise InputError(f"{url} is not loopback and its {engine.label} server runs with dev-mode endpoints "
+                                 f"({exposed}); the gate drives them only on loopback unless you pass "
+                                 "--allow-dev-endpoints", field="--server")
         dep = engine.live_resolve(client, python=python, timeout_s=timeout_s)
     live = LiveRun("attached", url.rstrip("/")).to_dict()
     if isinstance(dep, ServingFailure) and (target is None or draft is None):

@@ -19,7 +19,9 @@ one way. Every method returns typed results (:class:`ResolvedDeployment`, :class
   user's command: the engine's own hook switches), ``live_capture`` (the probes through the running server, the
   evidence through the engine's channel, the outcome from its own counters), ``live_resolve`` (the static level
   from what a running server reports), ``server_failure`` (a server that did not come up, read from its log),
-  ``health_path`` and ``launch_flags`` (what ``specparity launch-flags`` prints for a staging server).
+  ``health_path`` and ``launch_flags`` (what ``specparity launch-flags`` prints for a staging server);
+  ``dev_endpoints`` (what a running server exposes beyond serving that the gate would use: vLLM's dev mode), which
+  the gate refuses to use on a non-loopback URL without ``--allow-dev-endpoints``.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class Engine(Protocol):
 
     def launch_flags(self) -> tuple[list[str], dict[str, str], list[str]]: ...
 
+    def dev_endpoints(self, client: ServerClient) -> str | None: ...
+
 
 class EngineBase:
     """What the two engine adapters share: :meth:`Engine.spec_args` read off a table of the engine's keywords."""
@@ -103,3 +107,8 @@ class EngineBase:
                   num_draft_tokens: int | None) -> dict[str, object]:
         values = (num_steps, eagle_topk, num_draft_tokens)
         return {k: v for k, v in zip(self.spec_keys, values, strict=True) if k is not None and v is not None}
+
+    def dev_endpoints(self, client: ServerClient) -> str | None:
+        """What the running server at ``client`` exposes beyond serving that the gate would use (a sentence), or
+        None: an engine without dev-mode endpoints."""
+        return None

@@ -256,6 +256,11 @@ def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
     calls and boundaries), which the report keeps beside it."""
     moved = (result.loop or {}).get("evidence_bytes")
     live = {**run.to_dict(), **({"evidence_bytes": int(moved)} if isinstance(moved, int) else {})}
+    others = (result.loop or {}).get("other_request_rows")
+    if isinstance(others, int) and others:  # told apart by token ids (serving/vllm/evidence.py locate) and ignored
+        live["other_request_rows"] = others
+        live["notes"] = [*live["notes"], f"other clients' requests shared the probes' batches ({others} runs of fc "
+                                         "rows); they were told apart by token ids and ignored"]
     return replace(result, loop={**(result.loop or {}), "live": live})
 
 

@@ -50,15 +50,21 @@ HOOKS_MISSING = "hooks_missing"
 # a node of a multi-node server (SGLang --nnodes) whose hook evidence the gate could not read: its ranks are
 # unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3; issue 41)
 NODE_MISSING = "node_missing"
-# the probe's own prefill could not be told apart on the server (a prefix-cache hit after a refused flush, another
-# client's batch): fc was never seen fed the whole probe, which is the server's state, not the deployment (exit 3)
-PROBE_NOT_ISOLATED = "probe_not_isolated"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
 # writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
 ENGINE_IMPORT = "engine_import"
 # specparity's own code raised (an adapter that does not fit what it read): exit 3 naming specparity's file:line, never
 # the engine's fault nor the deployment's (issue 37 item 4)
 INTERNAL_ERROR = "internal_error"
+# vLLM's tap in a server disarmed itself (serving/vllm/tap.py): it held more than its bound between two drains
+# (``tap_overflow``), or the gate did not drain within the lease it set at arming (``tap_lease_expired``); the
+# evidence of the run is incomplete: the machine's, exit 3
+TAP_OVERFLOW = "tap_overflow"
+TAP_LEASE_EXPIRED = "tap_lease_expired"
+# the probe's own prefill could not be told apart from other requests' rows in the fc calls (a prefix another
+# request cached, a prompt never seen whole, or no token ids recorded; on SGLang a radix-cache hit after a refused
+# flush): never a verdict on someone else's rows, exit 3
+PROBE_NOT_ISOLATED = "probe_not_isolated"
 FAILURE_KINDS = (
     FC_NOT_CALLED,
     CAPTURE_COUNT_SHORT,
@@ -79,9 +85,11 @@ FAILURE_KINDS = (
     SERVER_UNREACHABLE,
     HOOKS_MISSING,
     NODE_MISSING,
-    PROBE_NOT_ISOLATED,
     ENGINE_IMPORT,
     INTERNAL_ERROR,
+    TAP_OVERFLOW,
+    TAP_LEASE_EXPIRED,
+    PROBE_NOT_ISOLATED,
 )
 ENGINES = ("sglang", "vllm")
 

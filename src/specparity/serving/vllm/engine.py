@@ -163,8 +163,27 @@ class VllmEngine(EngineBase):
             "do not start it with --disable-log-stats: the gate reads the server's spec-decode counters from /metrics",
             "specparity must be importable in the server's environment (pip install specparity there)",
             "VLLM_SERVER_DEV_MODE=1 turns on vLLM's dev endpoints (/collective_rpc, /server_info, "
-            "/reset_prefix_cache): bind the server to loopback or keep it behind your network's access rules",
-            "the tap installs nothing until the gate arms it; armed (while the gate sends its probes) it records every forward, so gate a server without other traffic (staging, or a canary before it takes load)"]
+            "/reset_prefix_cache), which vLLM's --api-key does not guard (measured on 0.32: docs/live-server.md "
+            "\"Security\"): bind the server to loopback or keep it behind your network's access rules; the gate "
+            "attaches to a non-loopback URL with dev mode on only with --allow-dev-endpoints",
+            "the tap installs nothing until the gate arms it; armed (while the gate sends its probes) it records every "
+            "forward, bounded and leased (a gate that dies leaves it disarmed within the lease); other clients' "
+            "requests are told apart by token ids, but gate a server without other traffic where you can"]
+
+    def dev_endpoints(self, client: ServerClient) -> str | None:
+        """Whether the server runs with ``VLLM_SERVER_DEV_MODE=1``: its dev routes answer (``GET /server_info``,
+        ``entrypoints/serve/__init__.py:45-75`` mounts them only then). Measured on vLLM 0.32: ``--api-key`` does not
+        guard them (``entrypoints/serve/middleware/authenticate.py:11`` guards ``/v1``, ``/v2``, ``/inference`` and
+        ``/cohere`` only), so this answers the same with or without the key."""
+        from specparity.serving.server import ServerError
+        from specparity.serving.vllm.live import DEV_MODE_ENV
+
+        try:
+            client.get_json("/server_info")
+        except ServerError:
+            return None
+        return (f"{DEV_MODE_ENV}=1: /collective_rpc (any worker method by name), /server_info and "
+                "/reset_prefix_cache answer there, and vLLM's --api-key does not guard them")
 
     def flags_hint(self) -> str:
         flags, env, _ = self.launch_flags()

@@ -1,22 +1,32 @@
 """The tap's evidence, every rank's, turned into one :class:`CaptureResult`: wherever vLLM ran (``vllm.LLM`` in the
 gate's child, ``serving/vllm/worker.py``; or a server, ``serving/vllm/live.py``), the same rules judge it.
 
-Per probe, the first drafter rank's prefill fc rows (the fc calls from the probe's start until their rows cover the
-probe: one call, or one per chunk where vLLM chunks the prefill) and the target's boundaries recorded with its first
-call; every other drafter rank must agree; a verify step's NaN/Inf is a failure too; and a rank that should have
-reported and did not is ``rank_missing`` (never a pass on partial evidence).
+Per probe, the first drafter rank's prefill fc rows and the target's boundaries recorded with them; every other
+drafter rank must agree; a verify step's NaN/Inf is a failure too; and a rank that should have reported and did not
+is ``rank_missing`` (never a pass on partial evidence).
+
+The probe's rows are found by their token ids (:func:`locate`): each recorded fc call carries the token ids,
+positions and request boundaries of its batch (serving/vllm/tap.py), so in a batch vLLM shares with other clients'
+requests only the rows whose ids are the probe's prompt at its positions (from 0, chunk after chunk where vLLM
+chunks the prefill) are the probe's prefill, and only the rows that continue the probe's own output are its verify
+steps. Other requests' rows are ignored and counted (a note). Where the probe's prefill cannot be isolated (a prefix
+another request cached after the gate's reset, a prompt never seen whole, calls without token ids in a shared
+server) the capture is ``probe_not_isolated``: exit 3, never a finding on someone else's rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from specparity.serving.results import (
     CAPTURE_SHAPE,
     FC_NOT_CALLED,
     HOOKS_MISSING,
+    PROBE_NOT_ISOLATED,
+    TAP_LEASE_EXPIRED,
+    TAP_OVERFLOW,
     CaptureResult,
     FcCapture,
     LayerAtlas,
@@ -24,7 +34,15 @@ from specparity.serving.results import (
     ServingFailure,
 )
 from specparity.serving.vllm.ranks import RankEvidence, layout, rank_failures
-from specparity.serving.vllm.tap_reduce import DIGEST_KEY, fc_digest, read_blob
+from specparity.serving.vllm.tap_reduce import (
+    DIGEST_KEY,
+    PROBE_ROWS_KEY,
+    batch_lists,
+    fc_digest,
+    prefill_part,
+    read_blob,
+    segments,
+)
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import ReducedSample
@@ -47,9 +65,117 @@ def prefill_rows(blobs: Sequence[bytes], n: int) -> tuple[Any, dict[str, Any], i
     return (parts[0] if len(parts) == 1 else torch.cat(parts)), first, used
 
 
+@dataclass
+class Located:
+    """Where one probe's rows are in one rank's fc calls (:func:`locate`)."""
+
+    parts: list[tuple[int, int, int]] = field(default_factory=list)  # (call, first row, end row) of its prefill
+    verify: list[tuple[int, int, int]] = field(default_factory=list)  # (call, first row, end row) of its verify steps
+    others: int = 0  # other requests' row runs (one per request and step) in the same calls, ignored
+    why: str | None = None  # why its prefill could not be isolated
+
+
+def locate(blobs: Sequence[bytes], probe: Sequence[int], output: Sequence[int] = ()) -> Located | None:
+    """The probe's prefill and verify rows in one rank's fc calls, told from other requests' rows by token ids and
+    positions (module docstring; the prompt from position 0, whole, in order); ``output``: the tokens the server
+    answered the probe with, whose positions the verify steps run on. None where the calls carry no token ids."""
+    n, seq = len(probe), [*map(int, probe), *map(int, output)]
+    out, covered = Located(), 0
+    for c, blob in enumerate(blobs):
+        tensors, _ = read_blob(blob)
+        facts = batch_lists(tensors)
+        if facts is None:
+            return None
+        ids, pos, qsl = facts
+        probe_rows = tensors.get(PROBE_ROWS_KEY)
+        if probe_rows is not None and covered == 0:  # the tap isolated it already (reduced evidence)
+            a, b = (int(v) for v in probe_rows.tolist())
+            if prefill_part(ids[a:b], pos[a:b], probe) == 0 and b - a == n:
+                out.parts.append((c, a, b))
+                covered = n
+                out.others += sum(1 for s in segments(len(ids), pos, qsl) if s != (a, b))
+                continue
+        for a, b in segments(len(ids), pos, qsl):
+            p0 = prefill_part(ids[a:b], pos[a:b], probe) if covered < n else None
+            if p0 is not None and p0 == covered:
+                out.parts.append((c, a, b))
+                covered += b - a
+            elif p0 is not None and out.why is None:
+                out.why = (f"the probe's prompt came from position {p0} in fc call {c}, where position {covered} was "
+                           "due: " + ("a prefix of it was served from vLLM's prefix cache (another request cached "
+                                      "it after the gate's reset)" if covered == 0 else "its prefill was not fed "
+                                      "to fc in order"))
+            elif covered >= n and n <= pos[a] < len(seq) and ids[a] == seq[pos[a]]:
+                out.verify.append((c, a, b))  # a verify step of the probe: it starts on the probe's own token
+            else:
+                out.others += 1
+    if covered < n and out.why is None:
+        out.why = (f"the fc calls held {covered} of the probe's {n} prompt rows from position 0" if covered else
+                   "no fc call held the probe's prompt from position 0 (a prefix cache hit, or the request was not "
+                   "served while the tap was armed)")
+    return out
+
+
+def _rows(blobs: Sequence[bytes], where: Located) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """(the prefill's fc rows, its boundaries ``atlas/...`` sliced to them, the first part's metadata)."""
+    import torch
+
+    from specparity.compare.reduced import from_tensors
+
+    fcs, atlases, meta0 = [], [], {}
+    for k, (c, a, b) in enumerate(where.parts):
+        t, meta = read_blob(blobs[c])
+        if k == 0:
+            meta0 = meta
+        sliced = from_tensors(t, meta) is not None or PROBE_ROWS_KEY in t  # the tap sent the probe's rows alone
+        if "fc" in t:
+            fcs.append(t["fc"] if sliced else t["fc"][a:b])
+        atlases.append({key: (v if sliced else v[a:b]) for key, v in t.items()
+                        if key.startswith("atlas/") and int(v.shape[0]) >= (b - a if sliced else b)})
+    fc = (fcs[0] if len(fcs) == 1 else torch.cat(fcs)) if fcs else None
+    atlas = atlases[0] if atlases else {}
+    if len(atlases) > 1 and all(set(x) == set(atlas) for x in atlases):  # a chunked prefill: every chunk's rows
+        atlas = {key: torch.cat([x[key] for x in atlases]) for key in atlas}
+    return fc, atlas, meta0
+
+
+def _verify_finite(blobs: Sequence[bytes], rows: Sequence[tuple[int, int, int]]) -> bool:
+    """Whether the probe's verify-step rows were finite (the full form's fc, or the reduced form's per-row flags)."""
+    import torch
+
+    for c, a, b in rows:
+        t, _ = read_blob(blobs[c])
+        if "fc" in t and not bool(torch.isfinite(t["fc"][a:b]).all()):
+            return False
+        flags = t.get("finite")
+        if "fc" not in t and flags is not None and not bool((flags[a:b] if int(flags.numel()) > 1 else flags).all()):
+            return False
+    return True
+
+
+def _disarmed_failures(evidence: RankEvidence) -> list[ServingFailure]:
+    """A tap that disarmed itself during the run (serving/vllm/tap.py): the evidence is incomplete, the machine's."""
+    out = []
+    for rank, why in sorted(evidence.disarmed.items()):
+        if why.get("why") == "overflow":
+            out.append(ServingFailure(TAP_OVERFLOW, f"rank {rank}: vLLM's tap held {why.get('calls')} fc calls and "
+                                      f"{why.get('bytes')} bytes between two drains, past its bound "
+                                      f"({why.get('max_calls')} calls, {why.get('max_bytes')} bytes), and disarmed "
+                                      "itself, dropping them (other traffic on the server, or a probe far longer "
+                                      "than usual); gate a server without other traffic"))
+        else:
+            out.append(ServingFailure(TAP_LEASE_EXPIRED, f"rank {rank}: vLLM's tap was not drained within its lease "
+                                      f"({why.get('lease_s')} s) and disarmed itself, dropping what it held (a probe "
+                                      "that took longer than the gate's timeout); raise --timeout"))
+    return out
+
+
 def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Sequence[Sequence[int]], *,
-                     atlas: bool, loop: dict[str, Any], failures: Sequence[ServingFailure] = ()) -> CaptureResult:
-    """The capture from every rank's evidence (``dep`` as vLLM resolved it; ``loop`` the serving loop's facts)."""
+                     atlas: bool, loop: dict[str, Any], failures: Sequence[ServingFailure] = (),
+                     shared: bool = False) -> CaptureResult:
+    """The capture from every rank's evidence (``dep`` as vLLM resolved it; ``loop`` the serving loop's facts, its
+    ``outputs`` the probes' answers). ``shared``: a server other clients may use, where calls without token ids
+    cannot be told from theirs (``probe_not_isolated``); in the gate's own ``vllm.LLM`` only the probe runs."""
     import torch
 
     from specparity.compare.reduced import from_tensors
@@ -66,7 +192,10 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
                       fc_bias=bool(fc_meta["bias"]), fc_source="vllm_module")
     dep = replace(dep, layout=served)
     loop = {**loop, "ranks": served.get("ranks")}
-    out = list(failures) + rank_failures(evidence, world_size=len(expected), pp=pp)
+    out = list(failures) + _disarmed_failures(evidence)
+    if out:  # a tap that disarmed itself leaves later probes without calls: not the deployment's fc_not_called
+        return CaptureResult(dep, None, None, tuple(out), loop=loop)
+    out = rank_failures(evidence, world_size=len(expected), pp=pp)
     if out:
         return CaptureResult(dep, None, None, tuple(out), loop=loop)
     if fc_meta is None:
@@ -80,45 +209,76 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     samples: list[dict[str, torch.Tensor]] = []
     reduced: list[ReducedSample | None] = []
     rank_diff, verify_bad, verify_calls, disagree = 0.0, [], [], set()
+    outputs = list(loop.get("outputs") or [])
+    others = 0
     for i, ids in enumerate(probes):
-        first, meta = read_blob(evidence.calls(lead, i)[0])
+        calls = evidence.calls(lead, i)
+        where = locate(calls, ids, outputs[i] if i < len(outputs) else ())
+        if where is None and shared:
+            out.append(ServingFailure(PROBE_NOT_ISOLATED, f"rank {lead} recorded no token ids with its fc calls (the "
+                                      "tap did not see the drafter's propose on this vLLM release), so the probe's "
+                                      "rows cannot be told from other requests' on a server", sample=i))
+            return CaptureResult(dep, None, None, tuple(out), loop=loop)
+        if where is not None and where.why is not None:
+            out.append(ServingFailure(PROBE_NOT_ISOLATED, f"probe {i}: {where.why}; its fc input cannot be told "
+                                      "from other requests' (gate a server without other traffic)", sample=i))
+            return CaptureResult(dep, None, None, tuple(out), loop=loop)
+        if where is None:  # the gate's own vllm.LLM (nothing else runs there): the leading calls, by row count
+            first, meta = read_blob(calls[0])
+            fc, used = prefill_rows(calls, len(ids))[::2] if "fc" in first else (None, 1)
+            where = Located(parts=[(c, 0, 0) for c in range(used)], verify=[(c, 0, 0) for c in range(used, len(calls))])
+            part_atlas = {k: v for k, v in first.items() if k.startswith("atlas/")}
+            legacy = True
+        else:
+            fc, part_atlas, meta = _rows(calls, where)
+            first, _ = read_blob(calls[where.parts[0][0]])
+            others += where.others
+            legacy = False
         red = from_tensors(first, meta)
-        if "fc" not in first:  # the tap's reduced mode, without the probe it expected: nothing to compare
+        if fc is None:  # the tap's reduced mode, without the probe it expected: nothing to compare
             out.append(ServingFailure(HOOKS_MISSING, f"rank {lead} sent no fc input for the probe's prefill (the "
                                       "tap was not told which probe to expect)", sample=i))
             return CaptureResult(dep, None, None, tuple(out), loop=loop)
-        if red is not None:
-            fc, used = first["fc"], 1
-        else:
-            fc, _, used = prefill_rows(evidence.calls(lead, i), len(ids))
         if fc.shape[0] != len(ids):
             out.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
                                       f"{len(ids)}-token probe", sample=i))
         fc_rows.append(fc)
         reduced.append(red)
         sample = {}
-        for key, t in first.items():
+        for key, t in part_atlas.items():
             if key.startswith("atlas/b"):
                 sample[boundary_to_source(int(key.removeprefix("atlas/b")), dep.num_layers)] = t
             elif key == "atlas/final_norm":
                 sample[FINAL_NORM] = t
         samples.append(sample)
         for r in fc_ranks[1:]:
-            _, o_meta = read_blob(evidence.calls(r, i)[0])
+            r_calls = evidence.calls(r, i)
+            r_where = None if legacy else locate(r_calls, ids, outputs[i] if i < len(outputs) else ())
+            if r_where is not None and r_where.why is None:
+                other, _, o_meta = _rows(r_calls, r_where)
+            else:
+                _, o_meta = read_blob(r_calls[0])
+                other = prefill_rows(r_calls, len(ids))[0] if DIGEST_KEY not in o_meta else None
             if DIGEST_KEY in o_meta:  # reduced: the rank proves agreement by the digest of its fc input
                 if o_meta[DIGEST_KEY] != fc_digest(fc):
                     disagree.add(r)
                 continue
-            other = prefill_rows(evidence.calls(r, i), len(ids))[0]
-            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max()) if other.shape == fc.shape
-                            else float("inf"))
+            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max())
+                            if other is not None and other.shape == fc.shape else float("inf"))
         for r in fc_ranks:
-            if not all(_finite(b) for b in evidence.calls(r, i)[used:]):
+            r_calls = evidence.calls(r, i)
+            r_where = where if r == lead else (None if legacy else locate(r_calls, ids, outputs[i] if i < len(outputs)
+                                                                           else ()))
+            if legacy or r_where is None:
+                if not all(_finite(b) for b in r_calls[len(where.parts):]):
+                    verify_bad.append(i)
+            elif not _verify_finite(r_calls, r_where.verify):
                 verify_bad.append(i)
-        verify_calls.append(len(evidence.calls(lead, i)) - used)
+        verify_calls.append(len(where.verify))
     # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
     loop["rank_max_abs_diff"] = None if disagree else rank_diff
     loop["verify_calls"] = verify_calls
+    loop["other_request_rows"] = others  # the report's note: serving/live.py _with_live
     if any(r is not None for r in reduced):
         loop["evidence"] = "reduced"
     if disagree:

@@ -194,9 +194,13 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
         progress(1, total)
     model = model_name(client)
     evidence = RankEvidence(rpc)
+    # the lease (serving/vllm/tap.py): a tap not drained within the gate's own request timeout disarms itself, so a
+    # gate killed while armed leaves the workers disarmed and holding nothing within it
+    lease = min(max(float(getattr(client, "timeout_s", 0) or 0) + 30.0, tap.LEASE_S), tap.MAX_LEASE_S)
     evidence.identity = {int(r["rank"]): {k: v for k, v in r.items() if k != "calls"}
                          for r in rpc.collective_rpc(tap.ARM, {"atlas": "" if not atlas else
-                                                               tap.REDUCED if reduction is not None else "1"})}
+                                                               tap.REDUCED if reduction is not None else "1",
+                                                               "lease_s": f"{lease:g}"})}
     before = counters(client)
     outputs: list[list[int]] = []
     answers: list[Any] = []
@@ -207,7 +211,8 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
         for i, ids in enumerate(probes):
             _reset_prefix_cache(client)
             if reduction is not None and atlas:
-                evidence.expect(reduction.recorded[i], expected=list(reduction.expected), rtol=reduction.rtol)
+                evidence.expect(reduction.recorded[i], expected=list(reduction.expected), rtol=reduction.rtol,
+                                ids=list(ids))
             try:
                 out = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids],
                                                            "return_token_ids": True})
@@ -221,6 +226,8 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
             outputs.append([int(t) for t in choice.get("token_ids") or []])
             answers.append(out)
             evidence.end_probe()
+            if evidence.disarmed:  # a tap disarmed itself (overflow, lease): the rest would record nothing
+                break
             if progress:
                 progress(2 + i, total)
     finally:
@@ -245,7 +252,7 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
             "num_speculative_tokens": n_spec, "generate_tokens": generate_tokens, "counters": counted,
             "loop_prompts": prompts, "outputs": outputs, "generate_s": generate_s, "source": "server_metrics",
             "evidence_bytes": moved, **acceptance_window(counted, per_request, sent=sent)}
-    return assemble_capture(dep, evidence, probes, atlas=atlas, loop=loop, failures=failures)
+    return assemble_capture(dep, evidence, probes, atlas=atlas, loop=loop, failures=failures, shared=True)
 
 
 def _spec_metrics(answer: Any) -> dict[str, Any] | None:

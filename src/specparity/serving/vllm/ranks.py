@@ -37,6 +37,8 @@ class RankEvidence:
     identity: dict[int, dict[str, Any]] = field(default_factory=dict)
     per_probe: dict[int, list[list[bytes]]] = field(default_factory=dict)
     probes: int = 0
+    # ranks whose tap disarmed itself since it was armed, and why (serving/vllm/tap.py: overflow, lease)
+    disarmed: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def _drain(self) -> dict[int, list[bytes]]:
         out: dict[int, list[bytes]] = {}
@@ -51,6 +53,8 @@ class RankEvidence:
             rank = int(reply["rank"])
             self.identity[rank] = {k: v for k, v in reply.items() if k != "calls"}
             out[rank] = [bytes(b) for b in reply.get("calls") or ()]
+            if isinstance(reply.get("disarmed"), dict):
+                self.disarmed[rank] = dict(reply["disarmed"])
         return out
 
     def discard(self) -> None:
@@ -64,15 +68,17 @@ class RankEvidence:
             self.per_probe.setdefault(rank, [[] for _ in range(self.probes)]).append(calls.get(rank, []))
         self.probes += 1
 
-    def expect(self, recorded: Any, *, expected: list[str], rtol: dict[str, list[float]]) -> None:
-        """Tell every rank the next probe's recorded fc input, sources and rtol table (the tap's reduced evidence:
+    def expect(self, recorded: Any, *, expected: list[str], rtol: dict[str, list[float]],
+               ids: Any = None) -> None:
+        """Tell every rank the next probe's recorded fc input, token ids (``ids``: how the tap finds its rows in a
+        batch shared with other requests), sources and rtol table (the tap's reduced evidence:
         serving/vllm/tap_reduce.py); the lead is the first rank holding the drafter's fc."""
         from specparity.serving.vllm.tap import EXPECT
         from specparity.serving.vllm.tap_reduce import expect_kwargs
 
         fc = self.fc_ranks()
         self.llm.collective_rpc(EXPECT, kwargs=expect_kwargs(recorded, expected=expected, rtol=rtol,
-                                                             lead=fc[0] if fc else 0))
+                                                             lead=fc[0] if fc else 0, ids=ids))
 
     def meta(self, rank: int) -> dict[str, Any] | None:
         m = self.identity.get(rank, {}).get("meta")

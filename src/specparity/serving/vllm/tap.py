@@ -31,14 +31,33 @@ into the worker class) and the dev-mode ``POST /collective_rpc`` route (``entryp
 23-58``, which returns dicts and lists as JSON, so the blobs go as base64 text there). In a server nothing is
 installed until the gate arms the tap (:data:`ARM`), and a disarmed tap's hooks return at once: an idle server
 with the switches on pays one attribute read per hooked call.
+
+Each fc call carries the token ids, positions and request boundaries of the batch it was fed (``tap/ids``,
+``tap/positions``, ``tap/qsl``): the drafter's ``propose`` is handed them beside the hidden states that reach fc
+(``v1/spec_decode/llm_base_proposer.py:514-552``: ``target_token_ids``, ``target_positions``,
+``common_attn_metadata.query_start_loc_cpu``; built in ``v1/worker/gpu_model_runner.py:4946-5017``, which the CPU
+runner inherits), so the gate can tell its own probe's rows from another client's in the same batch
+(``serving/vllm/evidence.py``).
+
+An armed tap is bounded and leased, so a gate that dies (SIGKILL) leaves nothing behind in an attached server:
+
+- ``pending`` holds at most :data:`MAX_PENDING_CALLS` calls and :data:`MAX_PENDING_BYTES` bytes (the gate drains
+  after every probe, which is ~20 fc calls at 16 generated tokens); a call past either bound disarms the tap, drops
+  what it held, and the next drain says so (``overflow``: the gate's ``tap_overflow``, exit 3);
+- arming carries a lease (``lease_s``, the gate's per-request timeout); every drain and expectation renews it. A tap
+  whose lease runs out disarms itself and drops what it held, from a timer thread, so with no traffic at all too
+  (``expired``: the gate's ``tap_lease_expired``, exit 3).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import socket
 import sys
+import threading
+import time
 from typing import Any, cast
 
 from specparity.serving.vllm.ranks import RPC  # the drain's name: the gate calls it, the tap defines it
@@ -53,6 +72,13 @@ EXPECT = "specparity_tap_expect"  # the next probe's recorded fc input, sources 
 REDUCED = "reduced"  # ARM's atlas value (and ENV_ATLAS's) for the default evidence: serving/vllm/tap_reduce.py  # the deployment as this worker's own VllmConfig resolves it (JSON)
 EXTENSION = "specparity.serving.vllm.tap.TapWorkerExtension"  # the --worker-extension-cls a server gets
 _MARK = "_specparity_tap_wrapped"
+# the armed tap's bounds (module docstring): calls and bytes held between two drains, and the lease's default and cap
+MAX_PENDING_CALLS = 1024
+MAX_PENDING_BYTES = 2 * 1024**3
+LEASE_S = 120.0
+MAX_LEASE_S = 3600.0
+# the batch facts each recorded call carries (module docstring)
+IDS_KEY, POSITIONS_KEY, QSL_KEY = "tap/ids", "tap/positions", "tap/qsl"
 
 
 def _rank() -> int:
@@ -102,6 +128,15 @@ class _Tap:
         self.atlas: dict[str, Any] = {}
         # reduced evidence (tap_reduce.py): the expected probe (EXPECT) and how its first fc call went
         self.reduced, self.expect, self.probe = reduced, cast("dict[str, Any] | None", None), cast("str | None", None)
+        # the batch fed to the drafter's propose now (token ids, positions, request boundaries; CPU tensors)
+        self.batch: dict[str, Any] | None = None
+        # bounds and lease (module docstring); ``disarmed``: why the tap disarmed itself since it was armed
+        self.max_calls, self.max_bytes, self.held = MAX_PENDING_CALLS, MAX_PENDING_BYTES, 0
+        self.lease_s, self.deadline = LEASE_S, float("inf")
+        self.disarmed: dict[str, Any] | None = None
+        self.lock = threading.Lock()
+        self._wake = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def _recording(self) -> bool:
         # reduced: the boundaries of a probe's prefill only, kept on the device; full: every forward's, on the host
@@ -126,15 +161,128 @@ class _Tap:
         if self.reduced:
             from specparity.serving.vllm.tap_reduce import reduced_call
 
-            self.pending.append(reduced_call(self, x))
+            self.keep(reduced_call(self, x))
             return
         from safetensors.torch import save
 
-        tensors = {"fc": x.detach().to("cpu").contiguous().clone()}
+        tensors = {"fc": x.detach().to("cpu").contiguous().clone(), **self.batch_tensors()}
         if self.atlas_on:
             tensors.update({f"atlas/{k}": v.contiguous() for k, v in self.atlas.items()})
         self.atlas = {}
-        self.pending.append(save(tensors))
+        self.keep(save(tensors))
+
+    def batch_tensors(self) -> dict[str, Any]:
+        """The batch facts of the call being recorded (empty where the drafter's propose was not seen)."""
+        b = self.batch or {}
+        return {k: v for k, v in ((IDS_KEY, b.get("ids")), (POSITIONS_KEY, b.get("positions")),
+                                  (QSL_KEY, b.get("qsl"))) if v is not None}
+
+    def keep(self, blob: bytes) -> None:
+        """Hold one call's blob for the next drain, within the bounds: past either, disarm and drop everything."""
+        with self.lock:
+            if not self.armed:
+                return
+            if len(self.pending) + 1 > self.max_calls or self.held + len(blob) > self.max_bytes:
+                self._disarm_locked({"why": "overflow", "calls": len(self.pending) + 1,
+                                     "bytes": self.held + len(blob), "max_calls": self.max_calls,
+                                     "max_bytes": self.max_bytes})
+                return
+            self.pending.append(blob)
+            self.held += len(blob)
+
+    def take(self) -> list[bytes]:
+        """What a drain sends: every call held, and the lease renewed."""
+        with self.lock:
+            calls, self.pending, self.held = self.pending, [], 0
+            self.renew_locked()
+            return calls
+
+    def renew_locked(self) -> None:
+        if self.armed:
+            self.deadline = time.monotonic() + self.lease_s
+
+    def lease(self, lease_s: float) -> None:
+        """Start (or restart) the lease: the watcher thread disarms the tap once it runs out without a renewal."""
+        with self.lock:
+            self.lease_s = min(max(float(lease_s), 0.0), MAX_LEASE_S)
+            self.renew_locked()
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch, name="specparity-tap-lease", daemon=True)
+                self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            with self.lock:
+                if not self.armed:
+                    return
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    self._disarm_locked({"why": "lease", "lease_s": self.lease_s})
+                    return
+            self._wake.wait(left)
+            self._wake.clear()
+
+    def _disarm_locked(self, why: dict[str, Any] | None) -> None:
+        self.armed, self.pending, self.held, self.atlas, self.expect = False, [], 0, {}, None
+        self.batch, self.deadline = None, float("inf")
+        if why is not None:
+            self.disarmed = why
+        self._wake.set()
+
+    def disarm(self, why: dict[str, Any] | None = None) -> None:
+        with self.lock:
+            self._disarm_locked(why)
+
+    def arm(self) -> None:
+        with self.lock:
+            self.armed, self.pending, self.held, self.atlas, self.disarmed = True, [], 0, {}, None
+            self._wake.clear()
+
+
+def _batch_of(sig: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The batch facts of one ``propose`` call (``v1/spec_decode/llm_base_proposer.py:514-552``), as CPU int64
+    tensors: the token ids and positions of every row fed to fc, and the request boundaries (``query_start_loc``)."""
+    import torch
+
+    try:
+        bound = sig.bind_partial(*args, **kwargs).arguments if sig is not None else dict(kwargs)
+    except TypeError:
+        bound = dict(kwargs)
+    out: dict[str, Any] = {}
+    ids, pos = bound.get("target_token_ids"), bound.get("target_positions")
+    cam = bound.get("common_attn_metadata")
+    qsl = getattr(cam, "query_start_loc_cpu", None)
+    if isinstance(ids, torch.Tensor):
+        out["ids"] = ids.detach().reshape(-1).to("cpu", torch.int64).clone()
+    if isinstance(pos, torch.Tensor):  # [num_tokens], or [3, num_tokens] under M-RoPE (the text row first)
+        out["positions"] = (pos[0] if pos.ndim == 2 else pos).detach().reshape(-1).to("cpu", torch.int64).clone()
+    if isinstance(qsl, torch.Tensor):
+        out["qsl"] = qsl.detach().reshape(-1).to("cpu", torch.int64).clone()
+    return out
+
+
+def _wrap_propose(drafter: Any, tap: _Tap) -> None:
+    """Keep the batch facts of each ``propose`` call on the tap while it runs (armed only: a disarmed tap reads
+    nothing); the drafter's fc is called inside it (``llm_base_proposer.py:550``)."""
+    propose = getattr(drafter, "propose", None)
+    if not callable(propose) or getattr(propose, _MARK, False):
+        return
+    try:
+        sig: inspect.Signature | None = inspect.signature(propose)
+    except (TypeError, ValueError):
+        sig = None
+
+    def proposing(*args: Any, **kwargs: Any) -> Any:
+        if tap.armed:
+            tap.batch = _batch_of(sig, args, kwargs)
+        try:
+            return propose(*args, **kwargs)
+        finally:
+            tap.batch = None
+
+    functools.update_wrapper(proposing, propose)
+    setattr(proposing, _MARK, True)
+    drafter.propose = proposing
 
 
 _ACTIVE: _Tap | None = None  # this process's tap (one model runner per vLLM worker process)
@@ -159,6 +307,7 @@ def install(runner: Any, *, atlas: bool, armed: bool = True, reduced: bool = Fal
                           "out_features": int(getattr(fc, "output_size", -1)),
                           "bias": getattr(fc, "bias", None) is not None}
             fc.register_forward_pre_hook(lambda _m, args: tap.fc_call(args[0]))
+            _wrap_propose(drafter, tap)
     if atlas and hasattr(target, "_maybe_add_hidden_state"):
         original = target._maybe_add_hidden_state
 
@@ -179,47 +328,63 @@ def install(runner: Any, *, atlas: bool, armed: bool = True, reduced: bool = Fal
 
 def drain(_worker: Any = None, encoding: str = "") -> dict[str, Any]:
     """Called in every worker as :data:`RPC` by ``LLM.collective_rpc``: this rank's identity, what the tap installed
-    (``meta`` None: no tap in this worker) and the fc calls since the last drain (``encoding="base64"``: as text, for
-    the HTTP route)."""
+    (``meta`` None: no tap in this worker), the fc calls since the last drain (``encoding="base64"``: as text, for
+    the HTTP route) and, where the tap disarmed itself since it was armed, why (``disarmed``: overflow or lease).
+    Renews the lease."""
     tap = _ACTIVE
     if tap is None:
         return {"rank": _rank(), **_group_ranks(), **_node(), "meta": None, "calls": []}
-    calls, tap.pending = tap.pending, []
+    calls = tap.take()
+    state = {"armed": tap.armed, "disarmed": dict(tap.disarmed) if tap.disarmed else None}
     if encoding == "base64":
         import base64
 
-        return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta),
+        return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta), **state,
                 "calls": [base64.b64encode(c).decode("ascii") for c in calls]}
-    return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta), "calls": calls}
+    return {"rank": int(tap.meta["rank"]), **_group_ranks(), **_node(), "meta": dict(tap.meta), **state,
+            "calls": calls}
 
 
-def arm(worker: Any, atlas: str = "1") -> dict[str, Any]:
+def arm(worker: Any, atlas: str = "1", lease_s: str = "", max_calls: str = "", max_bytes: str = "") -> dict[str, Any]:
     """:data:`ARM`: install the hooks on this worker's loaded model runner (once) and start recording; drops what
-    an earlier arming left undrained. ``atlas``: "" none, "1" the full atlas, :data:`REDUCED` the reduced evidence.
-    Returns this rank's identity and meta, as :func:`drain` does."""
+    an earlier arming left undrained. ``atlas``: "" none, "1" the full atlas, :data:`REDUCED` the reduced evidence;
+    ``lease_s``: seconds without a drain after which the tap disarms itself ("" no lease; the module docstring);
+    ``max_calls``/``max_bytes``: the bounds on what it holds ("" :data:`MAX_PENDING_CALLS`,
+    :data:`MAX_PENDING_BYTES`). Strings: the HTTP route's rule. Returns this rank's identity and meta, as
+    :func:`drain` does."""
     tap = _ACTIVE
     if tap is None or tap.atlas_on != bool(atlas):
         runner = getattr(worker, "model_runner", None)
         if runner is None or getattr(runner, "model", None) is None:
             return {"rank": _rank(), **_group_ranks(), **_node(), "meta": None, "calls": []}
         if tap is None:
-            install(runner, atlas=bool(atlas), armed=True)
+            install(runner, atlas=bool(atlas), armed=False)
         else:
             tap.atlas_on = bool(atlas)
-    assert _ACTIVE is not None
-    _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas = True, [], {}
-    _ACTIVE.reduced, _ACTIVE.expect, _ACTIVE.probe = atlas == REDUCED, None, None
+    active = _ACTIVE
+    assert active is not None
+    active.max_calls = int(max_calls) if max_calls else MAX_PENDING_CALLS
+    active.max_bytes = int(max_bytes) if max_bytes else MAX_PENDING_BYTES
+    active.reduced, active.expect, active.probe = atlas == REDUCED, None, None
+    active.arm()
+    if lease_s:
+        active.lease(float(lease_s))
     return drain(worker, encoding="base64")
 
 
 def expect(worker: Any, recorded: str = "", spec: str = "") -> dict[str, Any]:
-    """:data:`EXPECT`: the next probe's recorded fc input and the gate's sources and rtol table, for the reduced
-    evidence of its prefill (serving/vllm/tap_reduce.py); drops the boundaries of any forward before it."""
+    """:data:`EXPECT`: the next probe's recorded fc input and token ids, and the gate's sources and rtol table, for
+    the reduced evidence of its prefill (serving/vllm/tap_reduce.py); drops the boundaries of any forward before it;
+    renews the lease."""
     tap = _ACTIVE
     if tap is None or not tap.reduced:
         return {"rank": _rank(), "expecting": False}
     from specparity.serving.vllm.tap_reduce import expectation
 
+    with tap.lock:
+        tap.renew_locked()
+    if not tap.armed:  # disarmed by itself (overflow, lease): nothing to expect; the next drain says why
+        return {"rank": int(tap.meta["rank"]), "expecting": False}
     tap.expect, tap.probe, tap.atlas = expectation(recorded, spec), None, {}
     return {"rank": int(tap.meta["rank"]), "expecting": True}
 
@@ -227,7 +392,7 @@ def expect(worker: Any, recorded: str = "", spec: str = "") -> dict[str, Any]:
 def disarm(worker: Any) -> dict[str, Any]:
     """:data:`DISARM`: stop recording (the hooks stay, returning at once) and drop what was not drained."""
     if _ACTIVE is not None:
-        _ACTIVE.armed, _ACTIVE.pending, _ACTIVE.atlas, _ACTIVE.expect = False, [], {}, None
+        _ACTIVE.disarm()
     return {"rank": _rank(), "armed": False}
 
 
@@ -243,8 +408,9 @@ class TapWorkerExtension:
     """The tap's RPC methods for a server's workers (``--worker-extension-cls``, :data:`EXTENSION`); installs nothing
     until armed."""
 
-    def specparity_tap_arm(self, atlas: str = "1") -> dict[str, Any]:
-        return arm(self, atlas)
+    def specparity_tap_arm(self, atlas: str = "1", lease_s: str = "", max_calls: str = "",
+                           max_bytes: str = "") -> dict[str, Any]:
+        return arm(self, atlas, lease_s, max_calls, max_bytes)
 
     def specparity_tap_drain(self, encoding: str = "") -> dict[str, Any]:
         return drain(self, encoding)

@@ -287,7 +287,8 @@ def capture(request: WorkerRequest) -> Any:
         recorded = _recorded(request)
         for i, ids in enumerate(request.probes):
             if recorded is not None and request.reduce is not None:  # the tap reduces this probe's atlas
-                evidence.expect(recorded[i], expected=list(request.reduce["expected"]), rtol=request.reduce["rtol"])
+                evidence.expect(recorded[i], expected=list(request.reduce["expected"]), rtol=request.reduce["rtol"],
+                                ids=list(ids))
             out = llm.generate([{"prompt_token_ids": list(ids)}], params, use_tqdm=False)
             outputs.append([int(t) for t in out[0].outputs[0].token_ids])
             evidence.end_probe()
