@@ -167,7 +167,7 @@ def config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None
                      keys: list[str] | None) -> list[Finding]:
     """The deepdiff of contract vs deployment, minus what a dedicated rule already reports."""
     covered = ("fc_input", "serving", "drafter.fc_in_features", "drafter.vocab_map", "drafter.norm_before_fc",
-               "drafter.fc_norm", "drafter.norm_output", "target.dtype")
+               "drafter.fc_norm", "drafter.norm_output", "target.dtype", "drafter.family")
     expected = configdiff.contract_view(contract)
     actual = configdiff.view_from_resolved(dep.to_dict(), checkpoint_keys=keys, d2t_sha256=d2t)
     if keys is None or contract.drafter.checkpoint_keys is None:
@@ -175,7 +175,14 @@ def config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None
             view.get("drafter", {}).pop("checkpoint_keys", None)
     kept = [m for m in configdiff.diff_views(expected, actual)
             if not any(m.path == p or m.path.startswith(p + ".") for p in covered)]
-    return configdiff.config_findings(kept)
+    family = []
+    if contract.drafter.family != dep.drafter_family:  # another drafter than training wrote, served by another path
+        family.append(Finding(FindingKind.DRAFTER_FAMILY_MISMATCH, Severity.ERROR,
+                              f"the contract is for a {contract.drafter.family} drafter but the deployed draft is a "
+                              f"{dep.drafter_family} drafter",
+                              details={"check": "static", "expected": contract.drafter.family,
+                                       "actual": dep.drafter_family}))
+    return family + configdiff.config_findings(kept)
 
 
 def target_findings(contract: Contract, target: Path | None) -> list[Finding]:

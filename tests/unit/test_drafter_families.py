@@ -96,3 +96,27 @@ def test_explain_refuses_dspark_and_gate_refuses_a_dflash_capture_by_name_exit_3
                               "--draft", str(draft)], capture_output=True, text=True, timeout=120)
         assert run.returncode == 3, run.stdout + run.stderr
         assert named in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_contract_from_config_records_the_mla_family_and_refuses_dflash(tmp_path: Path) -> None:
+    from specparity.contract.io import load_contract
+    from specparity.training.fromconfig import contract_from_config
+
+    kimi = ROOT / "tests" / "serving" / "configs" / "public" / "targets" / "moonshotai--Kimi-K2.5.json"
+    mla = tmp_path / "mla"
+    mla.mkdir()
+    (mla / "config.json").write_text((DATA / "kimi_k25_eagle3_moe.json").read_text())
+    c, path = contract_from_config(mla, kimi, trainer="specforge", trainer_sglang_version="0.5.23",
+                                   out=tmp_path / "mla.json")
+    assert c.drafter.family == "eagle3-mla" and c.drafter.architecture == "Eagle3DeepseekV2ForCausalLM"
+    assert c.fc_input.sources == ["layer:1", "layer:29", "layer:57"] and c.fc_input.total_width == 3 * 7168
+    assert load_contract(path).drafter.family == "eagle3-mla"
+    # a Llama-style head's contract JSON is as before (no family key: content hashes unchanged)
+    plain, plain_path = contract_from_config(DEFAULT / "draft", DEFAULT / "target", trainer="specforge",
+                                             out=tmp_path / "plain.json")
+    assert plain.drafter.family == "eagle3" and "family" not in json.loads(plain_path.read_text())["drafter"]
+    dflash = tmp_path / "dflash"
+    dflash.mkdir()
+    (dflash / "config.json").write_text((DATA / "qwen3_8b_dflash.json").read_text())
+    with pytest.raises(EnvironmentProblem, match="does not write contracts for it yet"):
+        contract_from_config(dflash, kimi, trainer="specforge", out=tmp_path / "d.json")
