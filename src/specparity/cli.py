@@ -170,7 +170,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     import json
 
     from specparity import cli_launch
-    from specparity.deployed import check_deployed_files
+    from specparity.deployed import check_deployed_files, check_family_algorithm
     from specparity.engine_args import parse_sglang_args
     from specparity.gate_launch import launch_env
     from specparity.report.writing import ReportFile, check_report_path, write_files
@@ -183,6 +183,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     _check_model_dirs(target, draft)
     check_deployed_files(target, draft)  # swapped dirs, a broken weight file: exit 2 before the engine
     args = {**launched, **parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
+    check_family_algorithm(draft, args)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     python = cli_launch.interpreter(spec, python)
     with launch_env(spec):  # the command's own environment reaches the engine's child
         result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)

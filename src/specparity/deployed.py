@@ -7,13 +7,14 @@ Used by gate.py; the SGLang-side facts come from the serving adapter.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from specparity.compare import configdiff
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.contract import Contract
+from specparity.drafters import SGLANG_ALGORITHM, VLLM_METHOD, DrafterFamily, family_of, family_words
 from specparity.errors import EnvironmentProblem, InputError
 from specparity.serving import ResolvedDeployment
 
@@ -40,32 +41,74 @@ def _drafter_config(directory: Path) -> str | None:
     return next((f"{key} in its config" for key in ("speculators_model_type", "eagle_config") if key in cfg), None)
 
 
-# Drafter families whose fc input specparity does not model yet: what in the draft's config.json says so. Each is
-# served through another path than the Llama-style EAGLE-3 head (sglang 0.5.23 srt/models/kimi_k25_eagle3.py and
-# srt/models/dflash.py; vllm 0.32 model_executor/models/deepseek_eagle3.py and models/qwen3_dflash.py), so an answer
-# computed as for an EAGLE-3 head (three default layers, fc over them) would be a confident wrong one.
-_UNMODELLED_FAMILIES: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], ...] = (
-    ("DFlash (block-diffusion drafter)", lambda cfg, arch: "dflash_config" in cfg or "dflash" in arch),
-    ("DSpark", lambda cfg, arch: "dspark" in arch),
-    ("MLA EAGLE-3 head (DeepSeek-style attention)", lambda cfg, arch: "eagle3" in arch and (
-        "deepseek" in arch or "kv_lora_rank" in cfg)),
-)
+# DSpark drafters are not modelled: each engine serves them through a path of its own, whose ids come from the
+# DSpark config itself and override DFlash's (sglang 0.5.23 model_runner_components/spec_aux_hidden_state.py:260-277,
+# set_dspark_layers_to_capture at attention_backend_setup.py:62-64; vllm 0.32 config/speculative.py:1424-1470), so an
+# answer computed as for an EAGLE-3 head or a DFlash drafter would be a confident wrong one.
+_UNMODELLED = frozenset({DrafterFamily.DSPARK})
+_UNMODELLED_WHY = ("DSpark's target layers come from the DSpark config and its own capture hook (sglang 0.5.23 "
+                   "model_runner_components/spec_aux_hidden_state.py:260-277 and attention_backend_setup.py:62-64; "
+                   "vllm 0.32 config/speculative.py:1424-1470)")
+
+
+def drafter_family(draft: Path) -> DrafterFamily:
+    """The family of ``draft/config.json`` (a Llama-style EAGLE-3 head where there is no config to read)."""
+    cfg = _config(draft)
+    return family_of(cfg) if cfg is not None else DrafterFamily.EAGLE3
 
 
 def unmodelled_family(draft: Path) -> str | None:
     """The drafter family of ``draft/config.json`` when it is one specparity does not model yet (and what said so),
     else None."""
     cfg = _config(draft)
-    if cfg is None:
+    if cfg is None or family_of(cfg) not in _UNMODELLED:
         return None
-    archs = cfg.get("architectures")
-    arch = " ".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ""
-    for family, matches in _UNMODELLED_FAMILIES:
-        if matches(cfg, arch.lower()):
-            return f"{family}: architectures {arch or 'none'}" + (
-                f", dflash_config.target_layer_ids {cfg['dflash_config'].get('target_layer_ids')}"
-                if isinstance(cfg.get("dflash_config"), dict) else "")
-    return None
+    return family_words(cfg)
+
+
+# What the capture and outcome levels cannot run for a family yet, with why (never attempted: exit 3, ours)
+_CAPTURE_LIMITS = {
+    DrafterFamily.EAGLE3_MLA: (
+        "specparity's capture taps and drafter replay are written for the Llama-style EAGLE-3 head; the MLA head "
+        "(sglang 0.5.23 models/kimi_k25_eagle3.py, vllm 0.32 model_executor/models/deepseek_eagle3.py) is checked at "
+        "the static level only"),
+    DrafterFamily.DFLASH: (
+        "SGLang refuses DFLASH on its CPU platform (sglang 0.5.23 arg_groups/speculative_hook.py:287-300, "
+        "_handle_dflash: 'DFLASH speculative decoding is not supported by CpuSRTPlatform'), and specparity's vLLM "
+        "tap records an EAGLE-3 fc, not vLLM's DFlash proposer (vllm 0.32 v1/spec_decode/dflash.py); the DFlash "
+        "drafter is checked at the static level only"),
+}
+
+
+def check_family_level(draft: Path, level: str) -> None:
+    """An :class:`EnvironmentProblem` (exit 3) for a level specparity cannot run for the drafter's family: the
+    capture levels of an MLA EAGLE-3 head or a DFlash drafter are refused by name, never attempted."""
+    family = drafter_family(draft)
+    why = _CAPTURE_LIMITS.get(family)
+    if why is not None and level != "static":
+        raise EnvironmentProblem(
+            f"{draft} is a {family.label}; the {level} level cannot run for it here: {why}. Run --level static "
+            "(docs/engines.md, drafter families)")
+
+
+def check_family_algorithm(draft: Path, args: Mapping[str, Any]) -> None:
+    """An :class:`EnvironmentProblem` (exit 3) for a DFlash drafter the deployment serves under an EAGLE algorithm, or
+    an EAGLE-3 head under DFLASH: what the engine makes of such a pair (SGLang's EAGLE-3 path reads no
+    ``dflash_config`` and would serve its three default layers) is not modelled, and an answer computed as for the
+    drafter's own path would be a confident wrong one."""
+    family = drafter_family(draft)
+    algo = args.get("speculative_algorithm")
+    spec = args.get("speculative_config")
+    method = spec.get("method") if isinstance(spec, Mapping) else None
+    asked = str(algo or method or "")
+    if not asked:
+        return
+    want = SGLANG_ALGORITHM[family] if algo else VLLM_METHOD[family]
+    dflash_asked = asked.upper() in ("DFLASH", "DSPARK")
+    if (family is DrafterFamily.DFLASH) != dflash_asked and family is not DrafterFamily.DSPARK:
+        raise EnvironmentProblem(
+            f"{draft} is a {family.label}, served with {want}, but the deployment asks for {asked}: specparity does "
+            "not model what the engine makes of that pair, so nothing was checked (docs/engines.md, drafter families)")
 
 
 def check_deployed_files(target: Path, draft: Path) -> None:
@@ -76,7 +119,7 @@ def check_deployed_files(target: Path, draft: Path) -> None:
       through ``weights_only`` onto the meta device; the target's, which may be large, are not;
 
     and an :class:`EnvironmentProblem` (exit 3) for a drafter of a family specparity does not model yet
-    (:func:`unmodelled_family`: DFlash, DSpark, MLA EAGLE-3 heads), never an EAGLE-3 answer about it.
+    (:func:`unmodelled_family`: DSpark), never an EAGLE-3 answer about it.
     """
     from specparity.checkpoint_files import check_weight_files
 
@@ -89,9 +132,9 @@ def check_deployed_files(target: Path, draft: Path) -> None:
     family = unmodelled_family(draft)
     if family is not None:  # a limit of specparity, never a verdict on the deployment (exit 3)
         raise EnvironmentProblem(
-            f"{draft} is a drafter of a family specparity does not model yet ({family}); the engines serve it through "
-            "another path than the Llama-style EAGLE-3 head, so no answer computed as for one would be true: nothing "
-            "was checked (docs/engines.md, drafter families)")
+            f"{draft} is a drafter of a family specparity does not model yet ({family}); {_UNMODELLED_WHY}, so no "
+            "answer computed as for an EAGLE-3 head or a DFlash drafter would be true: nothing was checked "
+            "(docs/engines.md, drafter families)")
     check_weight_files(target, field="--target", pickles=False)
     check_weight_files(draft, field="--draft")
 
@@ -124,7 +167,7 @@ def config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None
                      keys: list[str] | None) -> list[Finding]:
     """The deepdiff of contract vs deployment, minus what a dedicated rule already reports."""
     covered = ("fc_input", "serving", "drafter.fc_in_features", "drafter.vocab_map", "drafter.norm_before_fc",
-               "drafter.fc_norm", "drafter.norm_output", "target.dtype")
+               "drafter.fc_norm", "drafter.norm_output", "target.dtype", "drafter.family")
     expected = configdiff.contract_view(contract)
     actual = configdiff.view_from_resolved(dep.to_dict(), checkpoint_keys=keys, d2t_sha256=d2t)
     if keys is None or contract.drafter.checkpoint_keys is None:
@@ -132,7 +175,14 @@ def config_findings(contract: Contract, dep: ResolvedDeployment, d2t: str | None
             view.get("drafter", {}).pop("checkpoint_keys", None)
     kept = [m for m in configdiff.diff_views(expected, actual)
             if not any(m.path == p or m.path.startswith(p + ".") for p in covered)]
-    return configdiff.config_findings(kept)
+    family = []
+    if contract.drafter.family != dep.drafter_family:  # another drafter than training wrote, served by another path
+        family.append(Finding(FindingKind.DRAFTER_FAMILY_MISMATCH, Severity.ERROR,
+                              f"the contract is for a {contract.drafter.family} drafter but the deployed draft is a "
+                              f"{dep.drafter_family} drafter",
+                              details={"check": "static", "expected": contract.drafter.family,
+                                       "actual": dep.drafter_family}))
+    return family + configdiff.config_findings(kept)
 
 
 def target_findings(contract: Contract, target: Path | None) -> list[Finding]:

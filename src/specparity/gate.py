@@ -29,7 +29,7 @@ from specparity.compare.attribution import attribute
 from specparity.compare.reduced import RTOL_CHUNKS, Reduction, rtol_table
 from specparity.compare.tolerances import resolve_tolerance, tolerances_from_contract
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
-from specparity.deployed import check_deployed_files
+from specparity.deployed import check_deployed_files, check_family_algorithm, check_family_level
 from specparity.errors import InputError
 from specparity.gate_launch import apply_launch, attach, capture_launched, resolve_launched
 from specparity.gate_verdict import GateRun, pair_tolerances, verdict_of
@@ -156,7 +156,9 @@ def run_gate(
                          field="fc_input.sources")
     if attached is None or attached.local:  # a remote server's files are the server's to read
         check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
+        check_family_level(Path(draft), level)  # a level specparity cannot run for the drafter's family: exit 3
     user = {**(sglang_args or {}), **(engine_args or {})}
+    check_family_algorithm(Path(draft), user)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     args = engine_args_for(eng, contract, user)
     run = GateRun(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,
                recorded_dtype=str(pack.samples[0].fc_input.dtype).removeprefix("torch.") if pack and pack.samples else None)

@@ -43,7 +43,8 @@ _STATIC_KINDS = frozenset({FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.L
                            FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
                            FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
                            FindingKind.CUDA_GRAPH_IDS_HAZARD, FindingKind.TOKENIZER_MISMATCH,
-                           FindingKind.CHAT_TEMPLATE_MISMATCH})
+                           FindingKind.CHAT_TEMPLATE_MISMATCH, FindingKind.SPECULATIVE_ALGORITHM_ASSUMED,
+                           FindingKind.DRAFTER_FAMILY_MISMATCH})
 _OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
                             FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
 

@@ -1,6 +1,7 @@
-"""Drafters of a family specparity does not model yet (deployed.unmodelled_family) are refused by name, exit 3,
-before any engine starts: never explained or gated as a Llama-style EAGLE-3 head (a DFlash drafter reading five layers
-was explained as an EAGLE-3 head on SGLang's default three, exit 0)."""
+"""Drafter families (specparity.drafters, deployed.py): DSpark is refused by name, exit 3, before any engine starts;
+an MLA EAGLE-3 head and a DFlash drafter reach the static level, and their capture levels are refused by name, exit 3,
+never attempted. A DFlash drafter is never explained or gated as a Llama-style EAGLE-3 head (it was explained on
+SGLang's default three layers, exit 0)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,24 @@ from pathlib import Path
 
 import pytest
 
-from specparity.deployed import unmodelled_family
+from specparity.deployed import check_family_algorithm, check_family_level, drafter_family, unmodelled_family
+from specparity.drafters import DrafterFamily, family_of
+from specparity.errors import EnvironmentProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "drafter_families"
 DEFAULT = ROOT / "fixtures" / "default"
+# z-lab/Qwen3-4B-DFlash-b16's fields (README.md in DATA)
 DFLASH = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16,
           "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
           "hidden_size": 2560, "num_hidden_layers": 5, "num_target_layers": 36, "vocab_size": 151936}
+# the fields of TorchSpec's kimi_k3_dspark_mla.json that name its family (README.md in DATA)
+DSPARK = {"architectures": ["K3DSparkModel"], "model_type": "k3_dspark", "target_layer_ids": [7, 31, 47, 63, 87]}
+
+
+def _load(name: str) -> dict[str, object]:
+    cfg: dict[str, object] = json.loads((DATA / name).read_text())
+    return cfg
 
 
 def _draft(tmp: Path, cfg: dict[str, object]) -> Path:
@@ -30,24 +41,82 @@ def _draft(tmp: Path, cfg: dict[str, object]) -> Path:
 
 
 @pytest.mark.parametrize(("cfg", "family"), [
-    (json.loads((DATA / "qwen3_8b_eagle3_mla.json").read_text()), "MLA EAGLE-3 head"),
-    (DFLASH, "DFlash"),
-    ({"architectures": ["DSparkDraftModel"], "dflash_config": {"projector_type": "dspark"}}, "DFlash"),
+    (_load("qwen3_8b_eagle3_mla.json"), DrafterFamily.EAGLE3_MLA),
+    (_load("kimi_k25_eagle3_moe.json"), DrafterFamily.EAGLE3_MLA),
+    (_load("qwen3_8b_dflash.json"), DrafterFamily.DFLASH),
+    (DFLASH, DrafterFamily.DFLASH),
+    (DSPARK, DrafterFamily.DSPARK),
+    ({"architectures": ["DSparkDraftModel"], "dflash_config": {"projector_type": "dspark"}}, DrafterFamily.DSPARK),
 ])
-def test_unmodelled_families_are_named(tmp_path: Path, cfg: dict[str, object], family: str) -> None:
-    found = unmodelled_family(_draft(tmp_path, cfg))
-    assert found is not None and found.startswith(family), found
+def test_public_configs_have_their_family(cfg: dict[str, object], family: DrafterFamily) -> None:
+    assert family_of(cfg) is family
 
 
-def test_the_eagle3_heads_specparity_models_are_not_caught() -> None:
+def test_the_eagle3_heads_specparity_models_are_llama_style() -> None:
     for draft in (DEFAULT / "draft", ROOT / "fixtures" / "vllm" / "draft"):
+        assert drafter_family(draft) is DrafterFamily.EAGLE3, draft
         assert unmodelled_family(draft) is None, draft
 
 
-def test_explain_and_gate_refuse_a_dflash_drafter_by_name_exit_3(tmp_path: Path) -> None:
+def test_only_dspark_is_unmodelled(tmp_path: Path) -> None:
+    assert unmodelled_family(_draft(tmp_path / "a", DFLASH)) is None
+    assert unmodelled_family(_draft(tmp_path / "b", _load("kimi_k25_eagle3_moe.json"))) is None
+    found = unmodelled_family(_draft(tmp_path / "c", DSPARK))
+    assert found is not None and found.startswith("DSpark"), found
+
+
+@pytest.mark.parametrize("cfg", [DFLASH, _load("kimi_k25_eagle3_moe.json")], ids=["dflash", "eagle3-mla"])
+def test_capture_levels_are_refused_by_name(tmp_path: Path, cfg: dict[str, object]) -> None:
+    draft = _draft(tmp_path, cfg)
+    check_family_level(draft, "static")  # the static level runs
+    for level in ("capture", "outcome", "all"):
+        with pytest.raises(EnvironmentProblem, match="cannot run for it here"):
+            check_family_level(draft, level)
+
+
+def test_a_dflash_drafter_under_an_eagle_algorithm_is_refused(tmp_path: Path) -> None:
     draft = _draft(tmp_path, DFLASH)
-    for words in (["explain"], ["gate", "--contract", str(ROOT / "contracts" / "tiny-llama-eagle3.json")]):
+    check_family_algorithm(draft, {})
+    check_family_algorithm(draft, {"speculative_algorithm": "DFLASH"})
+    check_family_algorithm(draft, {"speculative_config": {"method": "dflash"}})
+    for args in ({"speculative_algorithm": "EAGLE3"}, {"speculative_config": {"method": "eagle3"}}):
+        with pytest.raises(EnvironmentProblem, match="does not model what the engine makes of that pair"):
+            check_family_algorithm(draft, args)
+    with pytest.raises(EnvironmentProblem):
+        check_family_algorithm(_draft(tmp_path / "e", _load("kimi_k25_eagle3_moe.json")),
+                               {"speculative_algorithm": "DFLASH"})
+
+
+def test_explain_refuses_dspark_and_gate_refuses_a_dflash_capture_by_name_exit_3(tmp_path: Path) -> None:
+    runs = [(["explain"], _draft(tmp_path / "s", DSPARK), "DSpark"),
+            (["gate", "--contract", str(ROOT / "contracts" / "tiny-llama-eagle3.json")], _draft(tmp_path / "d", DFLASH),
+             "DFlash")]
+    for words, draft, named in runs:
         run = subprocess.run([sys.executable, "-m", "specparity.cli", *words, "--target", str(DEFAULT / "target"),
                               "--draft", str(draft)], capture_output=True, text=True, timeout=120)
         assert run.returncode == 3, run.stdout + run.stderr
-        assert "DFlash" in run.stderr and "[1, 9, 17, 25, 33]" in run.stderr and "Traceback" not in run.stderr
+        assert named in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_contract_from_config_records_the_mla_family_and_refuses_dflash(tmp_path: Path) -> None:
+    from specparity.contract.io import load_contract
+    from specparity.training.fromconfig import contract_from_config
+
+    kimi = ROOT / "tests" / "serving" / "configs" / "public" / "targets" / "moonshotai--Kimi-K2.5.json"
+    mla = tmp_path / "mla"
+    mla.mkdir()
+    (mla / "config.json").write_text((DATA / "kimi_k25_eagle3_moe.json").read_text())
+    c, path = contract_from_config(mla, kimi, trainer="specforge", trainer_sglang_version="0.5.23",
+                                   out=tmp_path / "mla.json")
+    assert c.drafter.family == "eagle3-mla" and c.drafter.architecture == "Eagle3DeepseekV2ForCausalLM"
+    assert c.fc_input.sources == ["layer:1", "layer:29", "layer:57"] and c.fc_input.total_width == 3 * 7168
+    assert load_contract(path).drafter.family == "eagle3-mla"
+    # a Llama-style head's contract JSON is as before (no family key: content hashes unchanged)
+    plain, plain_path = contract_from_config(DEFAULT / "draft", DEFAULT / "target", trainer="specforge",
+                                             out=tmp_path / "plain.json")
+    assert plain.drafter.family == "eagle3" and "family" not in json.loads(plain_path.read_text())["drafter"]
+    dflash = tmp_path / "dflash"
+    dflash.mkdir()
+    (dflash / "config.json").write_text((DATA / "qwen3_8b_dflash.json").read_text())
+    with pytest.raises(EnvironmentProblem, match="does not write contracts for it yet"):
+        contract_from_config(dflash, kimi, trainer="specforge", out=tmp_path / "d.json")

@@ -80,6 +80,11 @@ class FindingKind(str, enum.Enum):
     EAGLE3_SERVED_AS_EAGLE = "eagle3_served_as_eagle"
     SERVED_TARGET_UNEXPECTED = "served_target_unexpected"
     TARGET_FROM_DRAFT_CONFIG = "target_from_draft_config"
+    # the deployment names no speculative algorithm and specparity chose the one the drafter's family is served with
+    # (specparity.drafters: a DFlash drafter under DFLASH / method dflash); the drafter's family differs from the one
+    # the contract records
+    SPECULATIVE_ALGORITHM_ASSUMED = "speculative_algorithm_assumed"
+    DRAFTER_FAMILY_MISMATCH = "drafter_family_mismatch"
 
 
 # Separates an engine worker's own exception, put first in a failure's message, from the engine's generic report

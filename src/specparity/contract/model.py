@@ -118,6 +118,11 @@ class DrafterSpec(_Strict):
     draft_vocab_size: int = Field(ge=1)
     vocab_map: VocabMap | None = None
     checkpoint_keys: list[str] | None = Field(default=None, description="weight names training produced")
+    # the drafter's family (specparity.drafters): which engine path serves it; left out of the JSON for the
+    # Llama-style EAGLE-3 head, so contracts written before it existed keep their content hash
+    family: Literal["eagle3", "eagle3-mla", "dflash"] = Field(
+        default="eagle3", exclude_if=lambda v: v == "eagle3",
+        description="eagle3 (Llama-style EAGLE-3 head), eagle3-mla (MLA EAGLE-3 head) or dflash")
 
     @model_validator(mode="after")
     def _norms(self) -> DrafterSpec:

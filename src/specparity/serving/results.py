@@ -204,6 +204,15 @@ class ResolvedDeployment:
     # the engine's load_weights and its file:line, the parameters it never loaded and the checkpoint tensors it
     # skipped; empty where not measured (the static level, a live server, a family that does not measure it)
     target_load: dict[str, Any] = field(default_factory=dict)
+    # the drafter's family (specparity.drafters: eagle3, eagle3-mla, dflash) and the speculative algorithm the engine
+    # resolved it under (SGLang's speculative_algorithm, vLLM's speculative_config.method)
+    drafter_family: str = "eagle3"
+    speculative_algorithm: str = ""
+    # a block-diffusion drafter's block size as the engine resolved it (DFlash); None for an EAGLE-3 head
+    block_size: int | None = None
+    # engine environment switches that choose which residual stream the aux states come from, as the engine read
+    # them in the child: name -> {"value", "default", "applies", "cite"} (serving/aux_env.py)
+    aux_env: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -241,7 +250,7 @@ class ResolvedDeployment:
                 v = tuple(str(x) for x in v)
             elif f.name == "draft_fc_module":
                 v = None if v is None else tuple(v)
-            elif f.name in ("server_args", "timings", "environment", "layout", "target_load"):
+            elif f.name in ("server_args", "timings", "environment", "layout", "target_load", "aux_env"):
                 v = dict(v)
             elif f.name == "adapter_notes":
                 v = tuple((str(a), str(b), str(c), str(d)) for a, b, c, d in v)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,9 +24,26 @@ from specparity.contract.model import (
     VocabMap,
 )
 from specparity.contract.probes import ProbePack, ProbeSample, write_probe_pack
-from specparity.errors import InputError
+from specparity.drafters import DrafterFamily, family_of, family_words
+from specparity.errors import EnvironmentProblem, InputError
 from specparity.training.drafts import DraftInfo
 from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo
+
+
+def draft_family_for_contract(draft: Path) -> DrafterFamily:
+    """The drafter's family, for the contract to record; an :class:`EnvironmentProblem` (exit 3) for a family whose
+    contract specparity cannot write yet: a DFlash or DSpark drafter's trainer ids are read by another path than
+    EAGLE-3's, and its default is the serving engine's own choice (sglang 0.5.23 speculative/dflash_utils.py:348-385),
+    which a contract written without an engine must not guess."""
+    try:
+        cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return DrafterFamily.EAGLE3
+    family = family_of(cfg) if isinstance(cfg, dict) else DrafterFamily.EAGLE3
+    if family in (DrafterFamily.DFLASH, DrafterFamily.DSPARK):
+        raise EnvironmentProblem(f"{draft} is a {family.label} ({family_words(cfg)}): specparity does not write "
+                                 "contracts for it yet; `specparity explain` resolves it on each engine")
+    return family
 
 
 def check_fc_width(draft: DraftInfo, sources: Sequence[str], hidden: int) -> int:
@@ -106,6 +124,7 @@ def write_contract(
             draft_vocab_size=vocab_map.draft_vocab_size if vocab_map else (draft.draft_vocab_size or target.vocab_size),
             vocab_map=vocab_map,
             checkpoint_keys=draft.checkpoint_keys,
+            family=draft_family_for_contract(draft.config_path.parent).value,
         ),
         serving=serving or SpecConfig(),
         training_outcome=training_outcome,

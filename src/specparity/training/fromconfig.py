@@ -41,6 +41,7 @@ from specparity.contract.model import (
 from specparity.errors import InputError
 from specparity.idrules import sglang as sglang_rules
 from specparity.idrules import vllm as vllm_rules
+from specparity.training.builder import draft_family_for_contract
 from specparity.training.drafts import DraftInfo, read_specforge_draft, read_speculators_draft
 from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo, read_target
 
@@ -96,6 +97,7 @@ def contract_from_config(
     """Write a probe-less contract at ``out`` whose layout is derived from the configs; returns it."""
     if trainer not in TRAINERS:
         raise InputError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}", field="--trainer")
+    family = draft_family_for_contract(Path(draft))
     tgt = _read_target(Path(target))
     dft = read_speculators_draft(draft) if trainer == "speculators" else read_specforge_draft(draft)
     version_assumed = trainer == "specforge" and trainer_sglang_version is None
@@ -136,7 +138,7 @@ def contract_from_config(
                             fc_bias=dft.fc_bias_present, norm_before_fc=dft.norm_before_fc, fc_norm=dft.fc_norm,
                             norm_output=dft.norm_output,
                             draft_vocab_size=dft.draft_vocab_size or tgt.vocab_size, vocab_map=dft.vocab_map,
-                            checkpoint_keys=dft.checkpoint_keys),
+                            checkpoint_keys=dft.checkpoint_keys, family=family.value),
         serving=serving or SpecConfig(),
         probes=None,
         layout_assumed=AssumedLayout(reason=reason, trainer=trainer,

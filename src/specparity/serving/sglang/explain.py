@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specparity.drafters import DrafterFamily
 from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS
 from specparity.idrules.sglang import (
     ArchFamily,
@@ -30,10 +31,17 @@ from specparity.idrules.sglang import (
     parse_version,
     sglang_default_boundaries,
 )
+from specparity.serving.explain_families import family_data, family_lines
 from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.setter_source import citation_text
 
 IDS_KEY = "eagle_config.eagle_aux_hidden_state_layer_ids"
+DFLASH_IDS_KEY = "dflash_config.target_layer_ids"
+# the DFlash path's rule (sglang 0.5.23 model_runner_components/spec_aux_hidden_state.py:199-283, then the target's
+# set_dflash_layers_to_capture, e.g. models/qwen3.py:793-805): ids name layer outputs, so the setter stores id + 1;
+# without ids SGLang picks them itself (speculative/dflash_utils.py:348-385)
+_DFLASH_RULE = ("DFlash: boundary = id + 1 (id k = layer:k), default ids build_target_layer_ids(L, draft layers) "
+                "= evenly from 1 to L-3")
 # Where sglang 0.5.23 keeps each setter family's rule (domain.md §3.1). A last resort, quoted only when the child
 # recorded no setter (capture_rule_source empty), and then labelled as 0.5.23's.
 _RULES: dict[ArchFamily, str] = {
@@ -107,7 +115,7 @@ def _rule_words(dep: ResolvedDeployment, family: ArchFamily) -> str:
 
 def _rule(dep: ResolvedDeployment, family: ArchFamily) -> tuple[str, dict[str, Any]]:
     """The rule line and its JSON: the setters that ran on the resolved release, else 0.5.23's lines, labelled."""
-    words = _rule_words(dep, family)
+    words = (_DFLASH_RULE if dep.drafter_family == DrafterFamily.DFLASH.value else _rule_words(dep, family))
     cites = dep.capture_rule_source
     if cites:
         *outer, inner = cites
@@ -128,6 +136,7 @@ def _rule(dep: ResolvedDeployment, family: ArchFamily) -> tuple[str, dict[str, A
 def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | None]:
     """``(ids line, ids_source, draft_ids for the JSON, why the answer is unknown or None)``."""
     v = dep.engine_version
+    key = DFLASH_IDS_KEY if dep.drafter_family == DrafterFamily.DFLASH.value else IDS_KEY
     if not dep.ids_read:  # family A (D1): the release never reads them
         asked = dep.ignored_config_ids
         source = f"draft config.json, ignored by sglang {v} (its setter takes no ids)"
@@ -137,8 +146,8 @@ def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | Non
         return (f"ids      {list(asked)} in the draft config, ignored: sglang {v} reads no draft ids (its setter "
                 "takes none), so the target captures its default", source, list(asked), None)
     if dep.draft_config_ids is not None:
-        return (f"ids      {list(dep.draft_config_ids)} from draft config.json: {IDS_KEY}",
-                f"draft config.json: {IDS_KEY}", list(dep.draft_config_ids), None)
+        return (f"ids      {list(dep.draft_config_ids)} from draft config.json: {key}",
+                f"draft config.json: {key}", list(dep.draft_config_ids), None)
     if dep.ids_fallback_reason is None:
         unknown = (f"sglang {v} took its default ids, and specparity recorded no reason why (the adapter could not "
                    "read what its id reader saw)")
@@ -172,6 +181,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         f"target   {dep.target_architecture}: {dep.num_layers} layers, hidden {dep.target_hidden_size}, "
         f"{dep.target_dtype} (sglang {dep.engine_version})",
         f"draft    {dep.draft_model_class or dep.draft_architecture}: hidden {dep.draft_hidden_size}",
+        *family_lines(dep),
         ids_line,
         f"rule     {rule}: {_applied(dep)}",
         f"capture  layers_to_capture {list(dep.layers_to_capture)} on {dep.capture_owner or 'model'}",
@@ -198,6 +208,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
         "requested_spec": dep.requested_spec.to_dict(), "server_args": dep.server_args,
         "notes": list(dep.notes), "problems": problems, "unknown": [unknown] if unknown else [],
         "adapter_notes": [{"kind": k, "severity": sev, "message": m, "cite": c} for k, sev, m, c in dep.adapter_notes],
+        **family_data(dep),
     }
     status = _note_status(dep)
     head = f"SGLang {dep.engine_version} feeds fc {served}"

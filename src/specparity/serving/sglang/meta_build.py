@@ -304,15 +304,31 @@ class DraftShape:
     num_aux_hidden_states: int | None
 
 
+def _linear_size(fc: Any, plain: str, parallel: str) -> int | None:
+    """One of fc's sizes: ``torch.nn.Linear``'s ``in_features``/``out_features``, or SGLang's parallel linear layers'
+    ``input_size``/``output_size`` (``layers/linear.py`` ``LinearBase``: the whole width, not one rank's shard), which
+    the MLA EAGLE-3 head builds its fc as (sglang 0.5.23 ``models/kimi_k25_eagle3.py:212-219``, a
+    ``ColumnParallelLinear``)."""
+    value = getattr(fc, plain, None)
+    if value is None:
+        value = getattr(fc, parallel, None)
+    return int(value) if value is not None else None
+
+
 def draft_shape(model: torch.nn.Module) -> DraftShape:
-    """The draft's ``fc`` (``models/llama_eagle3.py:155-167``) as constructed; None where it has none."""
+    """The draft's ``fc`` as constructed; None where it has none. The EAGLE-3 heads keep it on their inner model
+    (``models/llama_eagle3.py:155-167``, ``models/kimi_k25_eagle3.py:208-219``), the DFlash drafter on itself with its
+    feature count as ``num_context_features`` (0.5.23 ``models/dflash.py:750-775``)."""
     inner = getattr(model, "model", None)
-    fc = getattr(inner, "fc", None)
-    k = getattr(inner, "num_aux_hidden_states", None)
+    holder = inner if getattr(inner, "fc", None) is not None else model
+    fc = getattr(holder, "fc", None)
+    k = getattr(holder, "num_aux_hidden_states", None)
+    if k is None:
+        k = getattr(holder, "num_context_features", None)
     return DraftShape(
         architecture=type(model).__name__,
-        fc_in_features=int(fc.in_features) if fc is not None else None,
-        fc_out_features=int(fc.out_features) if fc is not None else None,
-        fc_bias=(fc.bias is not None) if fc is not None else None,
+        fc_in_features=_linear_size(fc, "in_features", "input_size") if fc is not None else None,
+        fc_out_features=_linear_size(fc, "out_features", "output_size") if fc is not None else None,
+        fc_bias=(getattr(fc, "bias", None) is not None) if fc is not None else None,
         num_aux_hidden_states=int(k) if k is not None else None,
     )

@@ -22,6 +22,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 SETTER = "set_eagle3_layers_to_capture"
+# the DFlash path's setters (sglang 0.5.23 attention_backend_setup.py:62-66 calls one of them instead)
+SETTERS = frozenset({SETTER, "set_dflash_layers_to_capture", "set_dspark_layers_to_capture"})
 # (function, file under the sglang package, first line, last line, source text); a first and last line of 0 and
 # an empty text: no source to read (the file is missing or compiled)
 Citation = tuple[str, str, int, int, str]
@@ -62,7 +64,7 @@ def cite(code: CodeType, function: str) -> Citation:
 
 
 def traced(configure: Callable[[Any], None], model: Any) -> tuple[Citation, ...]:
-    """Run ``configure(model)`` and cite every ``set_eagle3_layers_to_capture`` it entered, outermost first.
+    """Run ``configure(model)`` and cite every setter of :data:`SETTERS` it entered, outermost first.
 
     A profile hook, not a trace hook: it sees calls only, and leaves ``sys.settrace`` (coverage, debuggers) alone.
     The previous profile hook is restored even when ``configure`` raises (the exception propagates).
@@ -71,7 +73,7 @@ def traced(configure: Callable[[Any], None], model: Any) -> tuple[Citation, ...]
 
     def profile(frame: FrameType, event: str, arg: object) -> None:
         code = frame.f_code
-        if event == "call" and code.co_name == SETTER and all(code is not c for c, _ in seen):
+        if event == "call" and code.co_name in SETTERS and all(code is not c for c, _ in seen):
             seen.append((code, _owner_name(code, frame.f_locals.get("self"))))
 
     previous = sys.getprofile()

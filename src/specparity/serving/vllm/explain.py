@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS, InputError
+from specparity.serving.explain_families import family_data, family_lines
 from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 
 _ENVIRONMENT = frozenset({"vllm_missing", "unsupported_version", "timeout", "child_crashed", "internal_error",
                           "engine_import", "needs_hardware"})
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+DFLASH_FC = "vllm 0.32 model_executor/models/qwen3_dflash.py:108-117 (_get_dflash_fc_input_size)"
 RULE = ("id k = boundary k = hidden_states[k], no +1 (vllm/model_executor/models/interfaces.py:1601-1611, "
         "models/llama.py:428-441); sorted and deduplicated (interfaces.py:1577-1578)")
 
@@ -35,16 +37,21 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
     problems = []
     if dep.unreachable_boundaries:
         problems.append(f"boundaries {list(dep.unreachable_boundaries)} are outside 0..{dep.num_layers}")
-    k = drafter_aux_count(draft_config)
+    if dep.drafter_family == "dflash":  # fc sized by vLLM's own function in the child (serving/vllm/drafter_static.py)
+        k, why = dep.num_aux_hidden_states, "the dflash ids' count, else the draft's num_hidden_layers; " + DFLASH_FC
+    else:  # llama_eagle3.py:209-216 and deepseek_eagle3.py:189-199 read the same keys
+        k, why = drafter_aux_count(draft_config), "num_aux_hidden_states, else the nested eagle_config ids"
     if len(dep.served_sources) != k:
-        problems.append(f"the target captures {len(dep.served_sources)} states but the drafter's fc takes {k} "
-                        "(num_aux_hidden_states, else the nested eagle_config ids; llama_eagle3.py:209-216)")
+        problems.append(f"the target captures {len(dep.served_sources)} states ({len(dep.served_sources)} x "
+                        f"{dep.target_hidden_size} values) but the drafter's fc takes {k} ({why}): vLLM fails at "
+                        "the first draft step or feeds a wrong width")
     served = ", ".join(dep.served_sources) or "nothing"
     spec = dep.resolved_spec
     lines = (
         f"target   {dep.target_architecture}: {dep.num_layers} layers, hidden {dep.target_hidden_size}, "
         f"{dep.target_dtype} (vllm {dep.engine_version})",
         f"draft    {dep.draft_architecture}: hidden {dep.draft_hidden_size}",
+        *family_lines(dep),
         f"ids      {list(read.ids) if read.ids is not None else 'none'} from {ids_source}",
         f"rule     {rule_line(dep.engine_version)}",
         f"capture  aux_hidden_state_layers {list(dep.layers_to_capture)}",
@@ -59,7 +66,7 @@ def explain_vllm_resolved(dep: ResolvedDeployment, draft_config: Mapping[str, ob
             "ids_source": ids_source, "convention": {"rule": RULE}, "layers_to_capture": list(dep.layers_to_capture),
             "served_sources": list(dep.served_sources), "ids_fallback": dep.ids_fallback_reason,
             "fc_in_features": dep.fc_in_features, "resolved_spec": spec.to_dict(), "problems": problems,
-            "adapter_notes": notes}
+            "adapter_notes": notes, **family_data(dep)}
     code = EXIT_PARITY_FAILURE if problems else EXIT_PASS
     summary = (f"vLLM {dep.engine_version} feeds fc {served}" if not problems
                else f"vLLM {dep.engine_version} would not serve this drafter as built: {problems[0]}")
@@ -85,7 +92,9 @@ def _warnings(dep: ResolvedDeployment, draft_config: Mapping[str, Any], read: An
 
     notes: list[dict[str, Any]] = [{"kind": k, "severity": sev, "message": m, "cite": c}
                                    for k, sev, m, c in dep.adapter_notes]
-    if read.ids is None:
+    if read.ids is None and dep.drafter_family == "dflash":
+        pass  # the DFlash path's own fallback note, from the child (serving/vllm/drafter_static.py)
+    elif read.ids is None:
         shape = fallback_shape(draft_config, reads=READ_PATHS[reader_rule(dep.engine_version).name])
         what = f"{shape.shape}: {shape.message}" if shape else "vLLM's reader returned no ids"
         notes.append({"kind": "default_ids_fallback", "severity": "warning", "shape": shape.shape if shape else None,

@@ -201,7 +201,11 @@ def llm_kwargs(request: WorkerRequest) -> tuple[dict[str, Any], int, int]:
         if request.op != "resolve" and target_quantization(request.target) is None:
             kw["dtype"] = "float32"
     if "speculative_config" not in args:
-        kw["speculative_config"] = {"method": "eagle3", "model": request.draft, "num_speculative_tokens": n_spec}
+        from specparity.serving.vllm.drafter_static import method_for
+
+        # the method the drafter's family is served with (eagle3; dflash for a DFlash drafter)
+        kw["speculative_config"] = {"method": method_for(request.draft), "model": request.draft,
+                                    "num_speculative_tokens": n_spec}
     kw.update(args)
     return kw, n_spec, gen
 
@@ -225,6 +229,7 @@ def resolve(request: WorkerRequest) -> Any:
 
     from vllm.engine.arg_utils import EngineArgs
 
+    from specparity.serving.engine_values import decode_args
     from specparity.serving.vllm.deployment import deployment_from_config
     from specparity.serving.vllm.versions import static_platform_stand_in
 
@@ -235,6 +240,11 @@ def resolve(request: WorkerRequest) -> Any:
         config = EngineArgs(**engine_kw).create_engine_config()
     dep = deployment_from_config(request, config, kw, n_spec, fc_meta=None,
                                  timings={"resolve_s": time.perf_counter() - t0})
+    from specparity.serving.vllm.drafter_static import with_family
+
+    spec = decode_args(request.server_args).get("speculative_config")
+    dep = with_family(dep, config, request=request,
+                      method_assumed=not (isinstance(spec, dict) and spec.get("method")))
     return replace(dep, stand_ins=tuple(dep.stand_ins) + stand_ins) if stand_ins else dep
 
 

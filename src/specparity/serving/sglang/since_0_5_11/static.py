@@ -16,14 +16,17 @@ are 0.5.23-specific. This module imports sglang: use it only inside the serving 
 
 from __future__ import annotations
 
+import json
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules
@@ -42,6 +45,11 @@ from specparity.serving.sglang.meta_build import (
     read_capture,
 )
 from specparity.serving.sglang.setter_source import SetterTrace
+from specparity.serving.sglang.since_0_5_11.static_families import (
+    build_server_args,
+    dflash_facts,
+    family_notes,
+)
 from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
@@ -155,8 +163,19 @@ def static_server_args_kwargs(request: Any) -> dict[str, Any]:
     # the user's values as SGLang's parser made them (serving/engine_values.py)
     kw: dict[str, Any] = {"log_level": "warning", "device": "cuda", **decode_args(request.server_args)}
     kw.update(model_path=request.target, speculative_draft_model_path=request.draft,
-              speculative_algorithm=request.server_args.get("speculative_algorithm", "EAGLE3"))
+              speculative_algorithm=request.server_args.get("speculative_algorithm")
+              or SGLANG_ALGORITHM[draft_family(request.draft)])
     return kw
+
+
+def draft_family(draft: str) -> DrafterFamily:
+    """The drafter family of the draft's config.json (specparity.drafters), which picks the algorithm SGLang serves
+    it with when the deployment names none."""
+    try:
+        cfg = json.loads((Path(draft) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return DrafterFamily.EAGLE3
+    return family_of(cfg) if isinstance(cfg, dict) else DrafterFamily.EAGLE3
 
 
 def _server_args(kw: dict[str, Any]) -> tuple[Any, list[str]]:
@@ -231,7 +250,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             view = resolved_view(sa)
             build_kw.update(device="cpu", attention_backend=view.attention_backend)
         if wide or build_kw.get("device") != kw.get("device"):
-            build_sa, _ = _server_args(build_kw)
+            build_sa = build_server_args(sa, build_kw, _server_args, notes)
         deployed_config = ModelConfig.from_server_args(sa)
         model_config = deployed_config if build_sa is sa else ModelConfig.from_server_args(build_sa)
         init_single_rank(build_sa, model_config=model_config)
@@ -247,9 +266,9 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             model=m,
             eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
             eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
-            dflash_use_aux_hidden_state=False,
-            dflash_target_layer_ids=None,
-            is_dspark=False,
+            dflash_use_aux_hidden_state=spec.dflash_use_aux_hidden_state,
+            dflash_target_layer_ids=spec.dflash_target_layer_ids,
+            is_dspark=spec.is_dspark,
         )))
         draft_mc = spec.draft_model_config
         draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
@@ -264,14 +283,22 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     k = draft.num_aux_hidden_states or 3
     ckpt = fc_shape_from_checkpoint(Path(request.draft))
     fc = fc_as_built(ckpt, draft, draft_hf, k)
+    family = draft_family(request.draft)
+    block = dflash_facts(spec, draft_hf, sa) if spec.dflash_use_aux_hidden_state else None
     dep = adapter._deployment(
         request, sa, warnings, model_config=deployed_config, draft_hf_config=draft_hf,
-        ids=spec.eagle_aux_hidden_state_layer_ids, layers_to_capture=list(setting.layers_to_capture),
+        ids=(block.config_ids if block is not None else spec.eagle_aux_hidden_state_layer_ids),
+        layers_to_capture=list(setting.layers_to_capture),
         fc=fc, k=k, model_class=type(target).__name__,
         timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
                  "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                  "registry_limited": float(model_modules.subset_in_use())},
     )
+    if block is not None:  # the DFlash path's own reading of the ids (its fallback, its offset), not EAGLE-3's
+        dep = replace(dep, ids_fallback_reason=block.fallback_reason, block_size=block.block_size,
+                      num_aux_hidden_states=k, fc_applied=True)
+    dep = replace(dep, drafter_family=family.value, speculative_algorithm=str(sa.speculative_algorithm))
+    dep = replace(dep, adapter_notes=(*dep.adapter_notes, *family_notes(request, family, dep, block)))
     # the norms the drafter SGLang built applies, read from its modules (issue 11 item 2), not the config
     return with_applied_norms(
         dep, getattr(draft_model, "model", None),
