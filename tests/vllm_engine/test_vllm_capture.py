@@ -91,7 +91,11 @@ def test_tp1_every_verify_step_reaches_fc(tp1) -> None:  # type: ignore[no-untyp
     assert len(counters["spec_decode_num_accepted_tokens_per_pos"]) == loop["num_speculative_tokens"]
 
 
+# the topology tier (make test-topology): in the default CI, TP=2 runs through the gate (test_vllm_gate.py
+# test_tp2_gives_the_tp1_verdict, in-process), the live server (the seed's wiring at TP=2) and the MoE class at TP=2;
+# this direct rank-by-rank comparison adds ~104 s of a second in-process TP=2 start on the CI's longest lane
 @needs_cpu_capture
+@pytest.mark.topology
 def test_tp2_ranks_agree_with_each_other_and_with_tp1(tp1, pack, vllm_python) -> None:  # type: ignore[no-untyped-def]
     tp2 = _capture(pack, vllm_python, tensor_parallel_size=2)
     assert tp2.ok, tp2.failures
