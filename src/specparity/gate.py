@@ -55,8 +55,11 @@ def reduction_for(contract: Contract, pack: ProbePack) -> Reduction:
         chunks = [*sources, *[None] * (RTOL_CHUNKS - len(sources))]
         return [resolve_tolerance(base, overrides, chunk=c, source=src).rtol for c, src in enumerate(chunks)]
 
+    d = contract.drafter
     return Reduction(recorded=tuple(s.fc_input for s in pack.samples), expected=tuple(sources),
-                     rtol=rtol_table(rtol_for))
+                     rtol=rtol_table(rtol_for), served="aux" if d.norm_before_fc or d.fc_norm else "fc")
+
+
 def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
     """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
     return engine_args_for(get_engine("sglang"), contract, user)

@@ -104,19 +104,21 @@ class Target(torch.nn.Module):
 
 
 class DraftInner(torch.nn.Module):
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, norm_before_fc: bool = False) -> None:
         super().__init__()
         self.fc = torch.nn.Linear(k * H, H)
+        self.norm_before_fc = norm_before_fc
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: Any) -> torch.Tensor:
-        out: torch.Tensor = self.fc(batch.spec_info.hidden_states)
+        h = batch.spec_info.hidden_states
+        out: torch.Tensor = self.fc(_rms(h) if self.norm_before_fc else h)  # llama_eagle3.py:236-247's order
         return out
 
 
 class Draft(torch.nn.Module):
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, norm_before_fc: bool = False) -> None:
         super().__init__()
-        self.model = DraftInner(k)
+        self.model = DraftInner(k, norm_before_fc)
 
 
 def _register(model: torch.nn.Module, evidence: Path) -> None:
@@ -146,7 +148,7 @@ def _serve(target: Target, draft: Draft, ids: list[int], pool: int, stream: dict
 
 def _run(root: Path, monkeypatch: pytest.MonkeyPatch, sources: list[str], reduction: Reduction | None, *,
          ranks: int = 2, nodes: int = 1, read_nodes: int | None = None, skew_rank: int | None = None,
-         ) -> CaptureResult:
+         norm_before_fc: bool = False) -> CaptureResult:
     """Every rank's hooks through the contract's probes (rank r on node ``r * nodes // ranks``), then the gate's
     reading of the first ``read_nodes`` nodes' evidence directories."""
     pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
@@ -156,11 +158,11 @@ def _run(root: Path, monkeypatch: pytest.MonkeyPatch, sources: list[str], reduct
         d.mkdir(mode=0o700)
         if reduction is not None:
             live_hooks.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
-                                          rtol=reduction.rtol, lead=0)
+                                          rtol=reduction.rtol, lead=0, served=reduction.served)
     for rank in range(ranks):
         d = dirs[rank * nodes // ranks]
         monkeypatch.setattr(live_hooks, "_rank", lambda rank=rank: (rank, ranks))
-        target, draft = Target(), Draft(len(sources))
+        target, draft = Target(), Draft(len(sources), norm_before_fc)
         _register(target, d)
         _register(draft, d)
         one = {k: v[:1] for k, v in _stream(pack.samples[0].fc_input, 0).items()}
@@ -300,3 +302,24 @@ def test_node_evidence_is_refused_where_it_cannot_be_used(tmp_path: Path) -> Non
     with pytest.raises(Exception, match="mode 0o755"):
         node.chmod(0o755)
         gate._node_evidence([node], "sglang", live=True)
+
+
+def test_a_drafter_that_norms_before_fc_is_reduced_on_the_targets_aux_states(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With norm_before_fc the gate compares the target's aux states, not fc's normed input (gate.py _attribute); the
+    hooks then reduce the aux rows, and keep them for the gate, so both forms still judge the same tensor."""
+    import dataclasses
+
+    from specparity.compare.reduced import reduce_sample
+
+    red = dataclasses.replace(_reduction(), served="aux")
+    c = _run(tmp_path, monkeypatch, CLASSES["healthy"], red, ranks=1, norm_before_fc=True)
+    assert c.fc is not None and c.atlas is not None and c.atlas.reduced is not None and not c.failures
+    for i, sample in enumerate(c.atlas.reduced):
+        aux = c.fc.aux_per_sample[i]
+        assert not torch.equal(aux, c.fc.per_sample[i])  # fc saw the normed states
+        stream = _stream(red.recorded[i], seed=i)
+        want = reduce_sample(aux, red.recorded[i].to(aux.dtype), {**stream, FINAL_NORM: stream["layer:7"]},
+                             expected=list(red.expected), rtol=red.rtol["float32/float32"][:3])
+        assert sample.tensors["ev0/served_norm2"].shape == want.tensors["ev0/served_norm2"].shape
+        torch.testing.assert_close(sample.tensors["ev0/served_norm2"], want.tensors["ev0/served_norm2"])

@@ -217,3 +217,6 @@ class Reduction:
     recorded: tuple[torch.Tensor, ...]
     expected: tuple[str, ...]
     rtol: dict[str, list[float]]
+    # what the gate compares with the recording: fc's input ("fc"), or the target's aux states ("aux") for a drafter
+    # that norms them before fc (norm_before_fc / fc_norm: gate.py _attribute)
+    served: str = "fc"

@@ -609,6 +609,7 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     lead = min(by_rank)
     fc_rows: list[Any] = []
     aux_rows: list[Any] = []
+    aux_widths: list[int] = []
     atlas_rows: list[dict[str, Any]] = []
     drafts_used = 0
     graph_notes: set[str] = set()
@@ -649,6 +650,8 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
         aux = _rows(match.target, "aux")
         if aux is not None:
             aux_rows.append(aux)
+        elif match.target[0][0].meta.get(live_hooks.AUX_WIDTH):  # reduced: the states were not kept, their width was
+            aux_widths.append(int(match.target[0][0].meta[live_hooks.AUX_WIDTH]))
         keys = [k for k in match.target[0][0].tensors if k == "embedding" or k == "final_norm" or
                 k.startswith("layer:")]
         atlas_rows.append({k: v for k in keys if (v := _rows(match.target, k)) is not None})
@@ -686,12 +689,14 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     width = int(first.shape[-1])
     rows = sum(int(t.shape[0]) for t in fc_rows)
     aux_count = 0
-    if aux_rows and dep is not None and dep.target_hidden_size:
-        aux_count = int(aux_rows[0].shape[-1]) // dep.target_hidden_size
+    aux_seen = bool(aux_rows) or len(aux_widths) == len(probes)
+    if aux_seen and dep is not None and dep.target_hidden_size:
+        width = int(aux_rows[0].shape[-1]) if aux_rows else aux_widths[0]
+        aux_count = width // dep.target_hidden_size
     expected_width = dep.fc_in_features if dep is not None else width
     judged = judge_fc_capture(hook_calls=drafts_used, rows=rows, width=width, expected_rows=sum(lengths),
-                              expected_width=expected_width, aux_captured=aux_count if aux_rows else 0,
-                              aux_expected=dep.num_aux_hidden_states if dep is not None and aux_rows else 0,
+                              expected_width=expected_width, aux_captured=aux_count if aux_seen else 0,
+                              aux_expected=dep.num_aux_hidden_states if dep is not None and aux_seen else 0,
                               fc_applied=dep.fc_applied if dep is not None else True, target_ran=target_seen)
     failures = [*judged, *failures]
     failures.extend(nonfinite_failures(fc_rows, what="fc input"))
@@ -899,7 +904,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
         if reduction is not None:
             for d in dirs:
                 live_hooks.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
-                                              rtol=reduction.rtol, lead=0)
+                                              rtol=reduction.rtol, lead=0, served=reduction.served)
         with contextlib.ExitStack() as stack:
             for d in dirs:
                 stack.enter_context(armed(d, lease_s=LEASE_S * (len(probes) + 1)))

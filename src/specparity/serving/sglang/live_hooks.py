@@ -82,6 +82,8 @@ REDUCED_META = "specparity_reduced/"  # + probe index: compare/reduced.py META_K
 REDUCED_PREFIX = "reduced"  # tensors "reduced<i>/<stat>" of probe i
 DIGEST_META = "specparity_fc_digest/"  # + probe index: a non-lead rank's SHA-256 of its fc rows
 REDUCE_ERROR = "reduce_error"
+AUX_HELD = "\0aux"  # the held aux rows, beside the boundaries (never a source name)
+AUX_WIDTH = "aux_width"  # a reduced target record's meta: the aux states' width (the states themselves not kept)
 LEASE = "lease"  # notes of the hooks disarming themselves: lease/<pid>.json
 FACTORY_CALLS = "factory_calls"
 READY = "ready"
@@ -281,16 +283,23 @@ class _Process:
                 continue
             atlas = {k: v[start:start + n] for k, v in tensors.items() if _atlas_key(k) or k == "final_norm"}
             lead = rank == exp["lead"]
-            if lead and not _fits(exp, atlas, n):
+            if lead and (not _fits(exp, atlas, n) or (exp["served"] == "aux" and "aux" not in tensors)):
                 continue  # a shape the reduction cannot take: this forward's record stays the full atlas
+            if lead and exp["served"] == "aux":
+                atlas = {**atlas, AUX_HELD: tensors["aux"][start:start + n]}
             self.held[pool] = (exp, atlas if lead else None)
             held[pool] = exp["index"]
         if not held:
             return {}
         lead = rank == next(e["lead"] for e in self.expect)
-        for k in [k for k in tensors if _atlas_key(k) or (not lead and k in ("final_norm", "aux"))]:
+        keep_aux = lead and any(e["served"] == "aux" for e in self.expect)
+        meta = {"held": json.dumps({str(p): i for p, i in held.items()})}
+        if "aux" in tensors:  # its width says how many aux states the target captured (the gate's count check)
+            meta[AUX_WIDTH] = str(int(tensors["aux"].shape[-1]))
+        for k in [k for k in tensors if _atlas_key(k) or (not lead and k == "final_norm")
+                  or (k == "aux" and not keep_aux)]:
             del tensors[k]
-        return {"held": json.dumps({str(p): i for p, i in held.items()})}
+        return meta
 
     def _reduce(self, batch: Any, tensors: dict[str, Any], rank: int) -> dict[str, str]:
         """A draft extend after held target rows: per probe, the lead rank's statistics of its fc rows against the
@@ -310,6 +319,9 @@ class _Process:
                 continue
             del self.held[pool]
             x = fc[start:start + n]
+            if atlas is not None and AUX_HELD in atlas:  # the gate compares the target's aux states (normed before fc)
+                atlas = dict(atlas)
+                x = atlas.pop(AUX_HELD)
             index = exp["index"]
             if rank != exp["lead"]:
                 meta[f"{DIGEST_META}{index}"] = fc_digest(x)
@@ -428,21 +440,22 @@ def _expectations(evidence: Path) -> list[dict[str, Any]]:
                 spec = json.loads(meta["spec"])
                 out.append({"index": int(spec["index"]), "ids": [int(t) for t in f.get_tensor("input_ids").tolist()],
                             "recorded": f.get_tensor("recorded"), "expected": list(spec["expected"]),
-                            "rtol": dict(spec["rtol"]), "lead": int(spec["lead"])})
+                            "rtol": dict(spec["rtol"]), "lead": int(spec["lead"]),
+                            "served": str(spec.get("served") or "fc")})
         except Exception as exc:  # a torn or foreign file: no reduction from it (its probe's record stays full)
             sys.stderr.write(f"specparity live hook: expectation {path.name} not read: {type(exc).__name__}: {exc}\n")
     return out
 
 
 def write_expectations(evidence: Path, probes: Any, recorded: Any, *, expected: list[str],
-                       rtol: dict[str, list[float]], lead: int = 0) -> None:
+                       rtol: dict[str, list[float]], lead: int = 0, served: str = "fc") -> None:
     """The gate's side: one expectation file per probe (written before arming; removed after the probe run)."""
     import torch
 
     folder = evidence / EXPECT
     folder.mkdir(mode=0o700, exist_ok=True)
     for i, (probe, rec) in enumerate(zip(probes, recorded, strict=True)):
-        spec = {"index": i, "expected": list(expected), "rtol": rtol, "lead": lead}
+        spec = {"index": i, "expected": list(expected), "rtol": rtol, "lead": lead, "served": served}
         _save_atomic({"input_ids": torch.tensor([int(t) for t in probe], dtype=torch.int64),
                       "recorded": rec.detach().to("cpu").contiguous()},
                      {"format": EXPECT_FORMAT, "spec": json.dumps(spec)}, folder / f"p{i:05d}.safetensors")
