@@ -148,8 +148,6 @@ def gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     import base64
     import dataclasses
 
-    from specparity.compare.attribution import attribute
-    from specparity.compare.tolerances import tolerances_from_contract
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.vllm.evidence import assemble_capture
     from specparity.serving.vllm.ranks import RankEvidence
@@ -184,10 +182,17 @@ def gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     dep = dataclasses.replace(dep, layout={"ranks_expected": list(range(ranks)), "tensor_parallel_size": ranks,
                                            "pipeline_parallel_size": 1})
     capture = assemble_capture(dep, evidence, [list(range(int(meta["tokens"])))], atlas=True, loop={})
-    decode_s = time.perf_counter() - t0
-    assert capture.fc is not None and capture.atlas is not None, capture.failures
+    return _attributed(work, capture, ranks, decode_s=time.perf_counter() - t0)
+
+
+def _attributed(work: Path, capture: Any, ranks: int, *, decode_s: float) -> dict[str, Any]:
+    """The gate's attribution of an assembled capture against the probe's recording, timed."""
     from safetensors.torch import load_file
 
+    from specparity.compare.attribution import attribute
+    from specparity.compare.tolerances import tolerances_from_contract
+
+    assert capture.fc is not None and capture.atlas is not None, capture.failures
     recorded = load_file(str(work / "probe.safetensors"))["recorded"]
     base, over = tolerances_from_contract(None, dtype="bfloat16", other="bfloat16")
     t1 = time.perf_counter()
@@ -286,10 +291,6 @@ def sglang_gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     """The gate: every rank's records read (serving/sglang/live.py), the capture assembled, every chunk attributed."""
     import dataclasses
 
-    from safetensors.torch import load_file
-
-    from specparity.compare.attribution import attribute
-    from specparity.compare.tolerances import tolerances_from_contract
     from specparity.serving.sglang.live import evidence_to_capture
 
     meta = json.loads((work / "geometry.json").read_text())
@@ -299,17 +300,7 @@ def sglang_gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
                                                                     "tensor_parallel_size": ranks,
                                                                     "pipeline_parallel_size": 1})
     capture = evidence_to_capture(work / mode / "evidence", [list(range(int(meta["tokens"])))], deployment=dep)
-    decode_s = time.perf_counter() - t0
-    assert capture.fc is not None and capture.atlas is not None, capture.failures
-    recorded = load_file(str(work / "probe.safetensors"))["recorded"]
-    base, over = tolerances_from_contract(None, dtype="bfloat16", other="bfloat16")
-    t1 = time.perf_counter()
-    table = attribute(capture.fc.per_sample, [recorded.to(capture.fc.per_sample[0].dtype)], capture.atlas.per_sample,
-                      expected=SOURCES, tolerance=base, overrides=over, reduced=capture.atlas.reduced)
-    attribution_s = time.perf_counter() - t1
-    return {"ranks": ranks, "decode_s": decode_s, "attribution_s": attribution_s, "rss_mb": _peak_mb(),
-            "served": table.served_sources(), "rank_diff": None,
-            "failures": [f.kind for f in capture.failures]}
+    return _attributed(work, capture, ranks, decode_s=time.perf_counter() - t0)
 
 
 def _deployment(meta: dict[str, Any], version: str) -> Any:

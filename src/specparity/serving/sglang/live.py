@@ -364,19 +364,10 @@ class Record:
 
     def segments(self) -> list[tuple[int, int, int, int]]:
         """``(row start, rows, prefix length, req_pool_index)`` per request of the batch."""
-        lens = self.tensors.get("extend_seq_lens")
         ids = self.tensors.get("input_ids")
-        if lens is None:
-            n = int(ids.shape[0]) if ids is not None else 0
-            return [(0, n, 0, -1)]
-        prefix = self.tensors.get("extend_prefix_lens")
-        pool = self.tensors.get("req_pool_indices")
-        out, start = [], 0
-        for j, n in enumerate(int(x) for x in lens.tolist()):
-            out.append((start, n, int(prefix[j]) if prefix is not None else 0,
-                        int(pool[j]) if pool is not None and j < len(pool) else -1))
-            start += n
-        return out
+        t = self.tensors
+        return live_hooks.segments(t.get("extend_seq_lens"), t.get("extend_prefix_lens"), t.get("req_pool_indices"),
+                                   int(ids.shape[0]) if ids is not None else 0)
 
 
 def read_records(evidence_dir: str | Path | Sequence[str | Path]) -> list[Record]:

@@ -410,11 +410,15 @@ def _fits(exp: dict[str, Any], atlas: dict[str, Any], rows: int) -> bool:
 
 def _segments(batch: Any, rows: int) -> list[tuple[int, int, int, int]]:
     """``(row start, rows, prefix length, req_pool_index)`` per request of a ForwardBatch-like ``batch``."""
-    lens = getattr(batch, "extend_seq_lens", None)
+    return segments(getattr(batch, "extend_seq_lens", None), getattr(batch, "extend_prefix_lens", None),
+                    getattr(batch, "req_pool_indices", None), rows)
+
+
+def segments(lens: Any, prefix: Any, pool: Any, rows: int) -> list[tuple[int, int, int, int]]:
+    """``(row start, rows, prefix length, req_pool_index)`` per request, from a batch's ``extend_seq_lens``,
+    ``extend_prefix_lens`` and ``req_pool_indices`` (one segment of ``rows`` rows where the batch has no lengths)."""
     if lens is None:
         return [(0, rows, 0, -1)]
-    prefix = getattr(batch, "extend_prefix_lens", None)
-    pool = getattr(batch, "req_pool_indices", None)
     out, start = [], 0
     for j, n in enumerate(int(x) for x in lens.tolist()):
         out.append((start, n, int(prefix[j]) if prefix is not None else 0,
