@@ -129,10 +129,16 @@ class _TappedEngine(VllmEngine):
 
 
 def _verdict(monkeypatch: pytest.MonkeyPatch, sources: list[str], evidence: str) -> tuple[dict[str, Any], Any]:
-    eng = _TappedEngine(sources)
+    return gate_with(monkeypatch, _TappedEngine(sources), "vllm", evidence)
+
+
+def gate_with(monkeypatch: pytest.MonkeyPatch, eng: Any, engine: str, evidence: str) -> tuple[dict[str, Any], Any]:
+    """``run_gate`` at the capture level with ``eng`` standing for the engine (its ``capture`` records the reduction
+    it was given in ``eng.seen``): the report as a dict without timings, and the verdict (also used by
+    test_sglang_reduced_evidence.py)."""
     monkeypatch.setattr(gate, "get_engine", lambda name: eng)
     monkeypatch.setattr(gate_verdict, "get_engine", lambda name: eng)
-    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="capture", engine="vllm",
+    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="capture", engine=engine,
                       evidence=evidence)
     [red] = eng.seen
     assert (red is None) == (evidence == "full")

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import torch
 from tests.resolved_deployments import tiny_deployment
+from tests.unit.test_reduced_evidence import CLASSES, gate_with
 
-from specparity import gate, gate_verdict
+from specparity import gate
 from specparity.compare.reduced import Reduction
 from specparity.contract import load_contract, read_contract_probes
 from specparity.serving.results import NODE_MISSING, CaptureResult
@@ -37,14 +38,6 @@ CONTRACT = ROOT / "fixtures" / "vllm" / "contract" / "tiny-llama-eagle3-hd32.jso
 BUNDLE = ROOT / "fixtures" / "vllm"
 L, H = 8, 64
 
-CLASSES: dict[str, list[str]] = {
-    "healthy": ["layer:1", "layer:3", "layer:5"],
-    "embedding_first": [EMBEDDING, "layer:1", "layer:3"],
-    "off_by_one": ["layer:2", "layer:4", "layer:6"],
-    "norm_applied": ["rms:layer:1", "rms:layer:3", "rms:layer:5"],
-    "fewer_chunks": ["layer:1", "layer:3"],
-    "another_layer_set": ["layer:0", "layer:3", "layer:6"],
-}
 
 
 def _stream(fc: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
@@ -197,16 +190,7 @@ class _HookedEngine(SglangEngine):
 
 def _verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sources: list[str], evidence: str,
              **kw: Any) -> tuple[dict[str, Any], Any]:
-    eng = _HookedEngine(tmp_path, monkeypatch, sources, **kw)
-    monkeypatch.setattr(gate, "get_engine", lambda name: eng)
-    monkeypatch.setattr(gate_verdict, "get_engine", lambda name: eng)
-    v = gate.run_gate(CONTRACT, BUNDLE / "target", BUNDLE / "draft", level="capture", engine="sglang",
-                      evidence=evidence)
-    [red] = eng.seen
-    assert (red is None) == (evidence == "full")
-    d = v.to_dict()
-    d.pop("timings", None)
-    return d, v
+    return gate_with(monkeypatch, _HookedEngine(tmp_path, monkeypatch, sources, **kw), "sglang", evidence)
 
 
 @pytest.mark.parametrize("name", list(CLASSES))
