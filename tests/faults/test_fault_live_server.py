@@ -58,3 +58,54 @@ def test_sigkill_while_the_launched_server_is_up_leaves_nothing(tmp_path: Path) 
     assert code == expected_code(signal.SIGKILL)
     run.check_clean()
     run.check_reports(code)
+
+
+def test_sigkill_while_an_attached_server_is_armed_leaves_it_disarmed(tmp_path: Path) -> None:
+    """``specparity gate --server URL`` on a running SGLang server (started here with launch-flags' switches), killed
+    with SIGKILL while the hooks are armed: the server keeps serving, ARMED and the run's records are gone (the
+    watchdog removes them; the hooks' lease would end with the gate too), and a later request records nothing."""
+    import json
+    import os
+    import subprocess
+    import time
+
+    from specparity.launch_command import read_launch
+    from specparity.serving.server import LaunchedServer, ServerClient, free_port
+    from specparity.serving.sglang import live, live_hooks
+
+    evidence = tmp_path / "evidence"
+    printed = json.loads(subprocess.run(
+        [sys.executable, "-m", "specparity.cli", "launch-flags", "--engine", "sglang", "--evidence-dir", str(evidence),
+         "--cpu", "--json"], capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+    text = COMMAND.read_text()
+    for old, new in PUBLISHED.items():
+        text = text.replace(old, new)
+    command = read_launch(text, source="--launch", cwd=ROOT)
+    port = free_port()
+    argv = [sys.executable, *command.program[1:], *command.args, *printed["flags"], "--host", "127.0.0.1",
+            "--port", str(port)]
+    with LaunchedServer(argv, {**command.env, **printed["env"]}, f"http://127.0.0.1:{port}", cwd=str(ROOT),
+                        log=tmp_path / "server.log") as server:
+        server.wait_healthy(600)
+        run = Run(tmp_path / "run", ["-m", "specparity.cli", "gate", "--contract", str(CONTRACT), "--level",
+                                     "capture", "--server", server.url, "--timeout", "600"],
+                  name="attached-armed-killed", pause_at="armed", inputs=[*contract_files(CONTRACT)],
+                  env={"XDG_STATE_HOME": os.environ.get("XDG_STATE_HOME")}).start()
+        took = run.wait_point(within_s=300)
+        assert (evidence / live_hooks.ARMED).exists()
+        run.signal(signal.SIGKILL)
+        code = run.wait()
+        end = time.monotonic() + 30
+        while (evidence / live_hooks.ARMED).exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        print(f"attached gate armed after {took:.1f} s; SIGKILL: exit {code}; ARMED gone "
+              f"{not (evidence / live_hooks.ARMED).exists()}")
+        assert code == expected_code(signal.SIGKILL)
+        assert not (evidence / live_hooks.ARMED).exists()
+        assert not (evidence / live_hooks.RECORDS).exists() or not any((evidence / live_hooks.RECORDS).iterdir())
+        with ServerClient(server.url, timeout_s=120) as client:
+            assert client.healthy("/health")
+            client.post_json("/generate", {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 1,
+                                                                                         "temperature": 0}})
+        assert live.read_records(evidence) == []  # disarmed: nothing of later traffic is recorded
+        run.check_clean()

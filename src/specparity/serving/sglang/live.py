@@ -56,6 +56,7 @@ from specparity.serving.results import (
 )
 from specparity.serving.sglang import live_hooks
 from specparity.serving.sglang.live_stand_ins import ENV_STAND_INS, SITE_DIR, STAND_INS_DIR
+from specparity.testpoints import pause
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import Reduction
@@ -899,6 +900,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
         with contextlib.ExitStack() as stack:
             for d in dirs:
                 stack.enter_context(armed(d, lease_s=LEASE_S * (len(probes) + 1)))
+            pause("armed")  # test-only (specparity/testpoints.py): inert unless its variable names it
             # each runner's first forward only adopts its model (live_hooks): one token through both runners first
             client.post_json("/generate", {"input_ids": [int(probes[0][0]) if probes and probes[0] else 0],
                                            "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
