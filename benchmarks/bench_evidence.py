@@ -146,9 +146,7 @@ def worker(work: Path, mode: str, rank: int) -> dict[str, Any]:
 def gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     """The gate: every rank's reply decoded, the capture assembled, every chunk attributed."""
     import base64
-    import dataclasses
 
-    from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.vllm.evidence import assemble_capture
     from specparity.serving.vllm.ranks import RankEvidence
 
@@ -168,19 +166,7 @@ def gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     evidence = RankEvidence(_Llm())
     evidence.end_probe()
     replies.clear()  # the evidence holds the blobs now
-    spec = SpecSettings(3, 1, 4)
-    h, layers = int(meta["hidden"]), int(meta["layers"])
-    dep = ResolvedDeployment(
-        engine_version="0.32.0", adapter="vllm", target_path="t", draft_path="d", device="cuda",
-        target_architecture="DeepseekV3ForCausalLM", num_layers=layers, target_hidden_size=h, target_vocab_size=1,
-        target_dtype="bfloat16", draft_architecture="LlamaForCausalLMEagle3", draft_hidden_size=h,
-        draft_vocab_size=1, requested_spec=spec, resolved_spec=spec, spec_warnings=(), draft_config_ids=(2, 30, 58),
-        ids_fallback_reason=None, layers_to_capture=(2, 30, 58), served_sources=tuple(SOURCES),
-        fc_in_features=3 * h, fc_out_features=h, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
-        norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={},
-        timings={})
-    dep = dataclasses.replace(dep, layout={"ranks_expected": list(range(ranks)), "tensor_parallel_size": ranks,
-                                           "pipeline_parallel_size": 1})
+    dep = _deployment(meta, "0.32.0", ranks)
     capture = assemble_capture(dep, evidence, [list(range(int(meta["tokens"])))], atlas=True, loop={})
     return _attributed(work, capture, ranks, decode_s=time.perf_counter() - t0)
 
@@ -289,21 +275,20 @@ def sglang_worker(work: Path, mode: str, rank: int) -> dict[str, Any]:
 
 def sglang_gate(work: Path, mode: str, ranks: int) -> dict[str, Any]:
     """The gate: every rank's records read (serving/sglang/live.py), the capture assembled, every chunk attributed."""
-    import dataclasses
 
     from specparity.serving.sglang.live import evidence_to_capture
 
     meta = json.loads((work / "geometry.json").read_text())
     _warm_scan(reduce=False)
     t0 = time.perf_counter()
-    dep = dataclasses.replace(_deployment(meta, "0.5.23"), layout={"ranks_expected": list(range(ranks)),
-                                                                    "tensor_parallel_size": ranks,
-                                                                    "pipeline_parallel_size": 1})
+    dep = _deployment(meta, "0.5.23", ranks)
     capture = evidence_to_capture(work / mode / "evidence", [list(range(int(meta["tokens"])))], deployment=dep)
     return _attributed(work, capture, ranks, decode_s=time.perf_counter() - t0)
 
 
-def _deployment(meta: dict[str, Any], version: str) -> Any:
+def _deployment(meta: dict[str, Any], version: str, ranks: int) -> Any:
+    """The deployment both gates judge: the probe's geometry, ids 2, 30, 58 (layer:1, 29, 57 served), ``ranks`` TP
+    ranks."""
     from specparity.serving.results import ResolvedDeployment, SpecSettings
 
     spec = SpecSettings(3, 1, 4)
@@ -316,7 +301,8 @@ def _deployment(meta: dict[str, Any], version: str) -> Any:
         ids_fallback_reason=None, layers_to_capture=(2, 30, 58), served_sources=tuple(SOURCES),
         fc_in_features=3 * h, fc_out_features=h, fc_bias=False, num_aux_hidden_states=3, fc_applied=True,
         norm_before_fc=False, fc_norm=False, norm_output=False, fc_bias_in_config=False, server_args={},
-        timings={})
+        timings={}, layout={"ranks_expected": list(range(ranks)), "tensor_parallel_size": ranks,
+                            "pipeline_parallel_size": 1})
 
 
 def _child(*args: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 from tests.resolved_deployments import tiny_deployment
-from tests.unit.test_reduced_evidence import CLASSES, gate_with
+from tests.unit.test_reduced_evidence import CLASSES, _atlas, _rms, gate_with
 
 from specparity import gate
 from specparity.compare.reduced import Reduction
@@ -41,22 +41,12 @@ L, H = 8, 64
 
 
 def _stream(fc: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
-    """The residual stream at every boundary: layer:1, 3, 5 are the recorded chunks, the others lie between."""
-    g = torch.Generator().manual_seed(seed)
-    c1, c3, c5 = fc.chunk(3, dim=-1)
-    scale = c1.norm(dim=-1, keepdim=True) / 8
-
-    def noise() -> torch.Tensor:
-        out: torch.Tensor = torch.randn(c1.shape, generator=g) * scale
-        return out
-
-    return {EMBEDDING: noise() * 4, "layer:0": c1 + noise(), "layer:1": c1, "layer:2": (c1 + c3) / 2 + noise(),
-            "layer:3": c3, "layer:4": (c3 + c5) / 2 + noise(), "layer:5": c5, "layer:6": c5 + noise(),
-            "layer:7": c5 + 2 * noise()}
-
-
-def _rms(t: torch.Tensor) -> torch.Tensor:
-    return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+    """The residual stream at every boundary (test_reduced_evidence.py's: layer:1, 3, 5 are the recorded chunks, the
+    others lie between), with the last layer's boundary the scripted target's final norm reads."""
+    stream = _atlas(fc, fc[:, :H], seed)
+    del stream[FINAL_NORM]
+    stream["layer:7"] = 1.5 * stream["layer:6"]
+    return stream
 
 
 class Norm(torch.nn.Module):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specparity.serving.results import (
+    HOOKS_MISSING,
     CaptureResult,
     ServingFailure,
 )
@@ -90,7 +91,6 @@ from specparity.serving.sglang.live_static import (  # noqa: E402
     sglang_config_ids,
 )
 
-HOOKS_MISSING = "hooks_missing"  # the same kind the engine-neutral layer gives a server without the hook switches
 __all__ = ["ADAPTER", "CPU_REFUSALS", "EXTEND_MODES", "FIRST_RELEASE_WITH_FORWARD_HOOKS",
            "FIRST_RELEASE_WITH_LAUNCH_COMMAND", "GENERATE_TOKENS", "HISTOGRAM", "REPORTED_ARGS", "REWRITE_RULE",
            "SERVER_INFO_PATHS", "Record", "Refusal", "acceptance_from_meta", "cpu_refusals", "deployment_from_server_info",
