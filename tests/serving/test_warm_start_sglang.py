@@ -60,3 +60,31 @@ def test_a_warm_resolve_equals_a_cold_one(base_models: Path, monkeypatch: pytest
         d.pop("timings")  # the warm one skips SGLang's import: that is the point
         results.append(d)
     assert results[0] == results[1]
+
+
+def test_a_warm_launch_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deploy command's parse forked from a zygote that has imported SGLang's parser (serving/launch.py) gives the
+    cold parse's spec, its environment variables and abbreviations included, and the same named rejection (exit 2).
+    The suites parse every published command in every SGLang env through this path."""
+    from specparity.errors import EXIT_BAD_INPUT, InputError
+    from specparity.launch_command import read_launch
+    from specparity.serving.launch import parse_launch
+
+    repo = Path(__file__).resolve().parents[2]
+    good = ("HF_HUB_OFFLINE=1 python -m sglang.launch_server --model-path fixtures/default/target "
+            "--speculative-algo EAGLE3 --speculative-draft-model-path fixtures/default/draft "
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16 --device cpu")
+    bad = good + " --no-such-flag 1"
+    specs, errors = [], []
+    for flag in ("0", "1", "1"):  # cold, then two jobs of the same zygote
+        monkeypatch.setenv(warm.WARM_START_ENV, flag)
+        d = parse_launch(read_launch(good, source="--launch", cwd=repo, environ={}), timeout_s=600).to_dict()
+        d.pop("timings")  # the warm ones skip SGLang's import: that is the point
+        specs.append(d)
+        with pytest.raises(InputError) as e:
+            parse_launch(read_launch(bad, source="--launch", cwd=repo, environ={}), timeout_s=600)
+        assert e.value.exit_code == EXIT_BAD_INPUT and "--no-such-flag" in str(e.value)
+        errors.append(str(e.value).replace(str(repo), "REPO"))
+    assert specs[0] == specs[1] == specs[2]
+    assert specs[0]["speculative"]["algorithm"] == "EAGLE3"
+    assert errors[0] == errors[1] == errors[2]

@@ -176,6 +176,27 @@ def test_bad_input_is_exit_2(text: str, words: list[str]) -> None:
         assert w in str(e.value)
 
 
+def test_a_warm_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parse forked from a zygote that has imported vLLM's parser (serving/launch.py) gives the cold parse's spec
+    and the same named rejection (exit 2): the suite's parses take this path (SPECPARITY_WARM_START=1)."""
+    from specparity.serving import warm
+
+    good = _text("speculators_blog.sh")
+    bad = f"vllm serve {TARGET} --tensor-parallel-size two"
+    specs, errors = [], []
+    for flag in ("0", "1", "1"):  # cold, then two jobs of the same zygote
+        monkeypatch.setenv(warm.WARM_START_ENV, flag)
+        d = parse_launch(read_launch(good, source="--launch", cwd=REPO, environ={}), timeout_s=600).to_dict()
+        d.pop("timings")  # the warm ones skip vLLM's import: that is the point
+        specs.append(d)
+        with pytest.raises(InputError) as e:
+            parse_launch(read_launch(bad, source="--launch", cwd=REPO, environ={}), timeout_s=600)
+        assert e.value.exit_code == EXIT_BAD_INPUT
+        errors.append(str(e.value))
+    assert specs[0] == specs[1] == specs[2]
+    assert errors[0] == errors[1] == errors[2] and "--tensor-parallel-size" in errors[0]
+
+
 def test_the_positional_model_is_ignored_by_the_api_server_entry(tmp_path: Path) -> None:
     """Only `vllm serve` copies the positional model to --model (cli/serve.py:54-56): the api_server entry serves
     --model (its default when absent), and the parse says so."""

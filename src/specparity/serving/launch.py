@@ -28,14 +28,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specparity.errors import EnvironmentProblem, InputError
 from specparity.launch_command import LaunchCommand
-from specparity.serving import engine_values, reaper
+from specparity.serving import engine_values, reaper, warm
 from specparity.serving.launch_child import RESULT_PREFIX
 
 ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
@@ -191,14 +191,53 @@ def parse_launch(command: LaunchCommand, *, python: str | None = None, timeout_s
                "resolve": resolve,
                "module": next((m for m in _PYTHON_MODULE_ENTRIES if m in command.program[:-1]), None)}
     t0 = time.perf_counter()
-    with reaper.temp_dir("specparity-launch-") as work:
+    label = ENGINE_LABELS[command.engine]
+
+    def env_for(work: Path) -> dict[str, str]:
         env = child_env(work, python=interpreter, base={**os.environ, **command.env})
         if command.env.get("PYTHONPATH"):
             env["PYTHONPATH"] = os.pathsep.join((env["PYTHONPATH"], command.env["PYTHONPATH"]))
-        answer, stderr = _run_child(interpreter, module, request, env=env, cwd=command.cwd, timeout_s=timeout_s,
-                                    label=ENGINE_LABELS[command.engine])
+        return env
+
+    with reaper.temp_dir("specparity-launch-") as work:
+        got = _run_warm(interpreter, module, request, env_for=env_for, work=work, command=command,
+                        device=device, timeout_s=timeout_s, label=label) if warm.enabled() else None
+        answer, stderr = got or _run_child(interpreter, module, request, env=env_for(work), cwd=command.cwd,
+                                           timeout_s=timeout_s, label=label)
     elapsed = time.perf_counter() - t0
     return _spec(command, answer, stderr=stderr, interpreter=interpreter, elapsed=elapsed)
+
+
+def _run_warm(interpreter: str, module: str, request: dict[str, Any], *, env_for: Callable[[Path], dict[str, str]],
+              work: Path, command: LaunchCommand, device: str, timeout_s: float,
+              label: str) -> tuple[dict[str, Any], str] | None:
+    """The parse as a job forked from a zygote that has imported the engine's parser (``SPECPARITY_WARM_START=1``,
+    :mod:`specparity.serving.warm`): the same module's same ``parse``, in a fresh process of its own session, with
+    the environment and working directory a cold child gets; a command's own variables get a zygote of their own.
+    About 2 s instead of ~9 CPU-s of imports per parse on this CPU (the test suites parse each published command in
+    every SGLang env). None: no zygote can serve; the caller parses cold."""
+    request_file = work / "request.json"
+    request_file.write_text(json.dumps(request))
+    deadline = time.monotonic() + timeout_s
+    child = warm.start_job(interpreter, module, device, [str(request_file)], work, env_for=env_for,
+                           on_stdout=lambda _line: None, deadline=deadline, cwd=command.cwd,
+                           key_extra=json.dumps(sorted(command.env.items())))
+    if child is None:
+        return None
+    try:
+        while (code := child.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise EnvironmentProblem(f"{label}'s parse of the launch command did not finish within "
+                                         f"{timeout_s:g} s in {interpreter}")
+            time.sleep(0.05)
+    finally:  # also on Ctrl-C: never leave the job behind
+        child.kill()
+    try:
+        out = child.stdout.read_text(errors="replace")
+    except OSError:
+        out = ""
+    return _answer(out, "\n".join(child.stderr_lines()), code, label=label, interpreter=interpreter), \
+        "\n".join(child.stderr_lines())
 
 
 def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: dict[str, str], cwd: str,
@@ -223,12 +262,17 @@ def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: d
         if proc.poll() is None:
             _kill(proc)
         reaper.release_group(proc.pid)
+    return _answer(out, err, proc.returncode, label=label, interpreter=interpreter), err
+
+
+def _answer(out: str, err: str, code: int | None, *, label: str, interpreter: str) -> dict[str, Any]:
     line = next((x for x in reversed(out.splitlines()) if x.startswith(RESULT_PREFIX)), None)
     if line is None:
         tail = "\n".join(err.strip().splitlines()[-15:])
-        raise EnvironmentProblem(f"{label}'s parse of the launch command ended (exit {proc.returncode}) without an "
+        raise EnvironmentProblem(f"{label}'s parse of the launch command ended (exit {code}) without an "
                                  f"answer in {interpreter}; stderr tail:\n{tail}")
-    return json.loads(line[len(RESULT_PREFIX):]), err
+    answer: dict[str, Any] = json.loads(line[len(RESULT_PREFIX):])
+    return answer
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:

@@ -3,7 +3,8 @@
 modules are imported.
 
 Protocol: one JSON request on stdin (``entry``, ``args``, ``cwd``, ``device``, ``resolve``), one JSON line on
-stdout, prefixed :data:`RESULT_PREFIX`. Everything the engine prints while it imports and parses goes to stderr
+stdout, prefixed :data:`RESULT_PREFIX`. A job forked by a warm zygote (:mod:`specparity.serving.zygote`: each engine's
+``launch_parse`` module has the zygote's ``warm``/``run`` pair) reads the same request from a file instead. Everything the engine prints while it imports and parses goes to stderr
 (stdout is moved there for the duration), so its logging never mixes with the answer.
 
 A rejection of the user's input (the engine's argparse exits 2; its ``--config`` merger or its own checks raise)
@@ -245,13 +246,15 @@ def installed_version(engine: str) -> str | None:
     return None
 
 
-def run(parse: Callable[[dict[str, Any]], dict[str, Any]], *, engine: str) -> None:
-    """Read the request, run ``parse`` with stdout moved to stderr, write the answer on the real stdout."""
+def answer_request(parse: Callable[[dict[str, Any]], dict[str, Any]], *, engine: str, request_file: str | None = None) -> None:
+    """Read the request (stdin, or ``request_file`` in a job forked by a warm zygote), run ``parse`` with stdout moved
+    to stderr, write the answer on the real stdout."""
     real = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
-        request = json.loads(sys.stdin.read() or "{}")
+        text = Path(request_file).read_text() if request_file else sys.stdin.read()
+        request = json.loads(text or "{}")
         os.chdir(request.get("cwd") or ".")
         try:
             answer = {"ok": True, **parse(request)}

@@ -48,7 +48,7 @@ class Zygote:
     """A running zygote and what it has told us: which pid each job got, and each pid's exit status."""
 
     def __init__(self, interpreter: str, module: str, device: str,
-                 env_for: Callable[[Path], dict[str, str]]) -> None:
+                 env_for: Callable[[Path], dict[str, str]], cwd: str | None = None) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="specparity-zygote-"))
         self.stderr_path = self.work / "zygote.stderr"
         self._cond = threading.Condition()
@@ -63,7 +63,7 @@ class Zygote:
         with self.stderr_path.open("w") as err:
             self.proc = subprocess.Popen(
                 [interpreter, "-m", ZYGOTE_MODULE, module, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=err, text=True, env=reaper.marked_env(env_for(self.work)), start_new_session=True,
+                stderr=err, text=True, env=reaper.marked_env(env_for(self.work)), cwd=cwd, start_new_session=True,
                 preexec_fn=reaper.child_preexec())  # a parent-death signal (serving/reaper.py)
         reaper.adopt_group(self.proc.pid)
         reaper.adopt_dir(self.work)
@@ -172,16 +172,19 @@ _LOCK = threading.Lock()
 VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})  # rewritten by pytest for every test; read by no engine
 
 
-def _key(interpreter: str, module: str, device: str) -> str:
+def _key(interpreter: str, module: str, device: str, cwd: str | None, extra: str) -> str:
     env = json.dumps(sorted((k, v) for k, v in os.environ.items() if k not in VOLATILE_ENV))
-    where = f"{os.path.realpath(interpreter)}\0{module}\0{device}\0{os.getcwd()}\0{env}"
+    where = f"{os.path.realpath(interpreter)}\0{module}\0{device}\0{cwd or os.getcwd()}\0{env}\0{extra}"
     return hashlib.sha256(where.encode()).hexdigest()
 
 
-def zygote_for(interpreter: str, module: str, device: str,
-               env_for: Callable[[Path], dict[str, str]]) -> Zygote | None:
-    """The live zygote for this key, started on first use; None if it cannot start."""
-    key = _key(interpreter, module, device)
+def zygote_for(interpreter: str, module: str, device: str, env_for: Callable[[Path], dict[str, str]], *,
+               cwd: str | None = None, key_extra: str = "") -> Zygote | None:
+    """The live zygote for this key, started on first use; None if it cannot start. ``cwd`` is where the zygote
+    starts (``python -m`` puts it first on ``sys.path``, as for a cold child started there); ``key_extra`` is what
+    else the jobs' environment depends on beyond this process's (e.g. a deploy command's own variables, which
+    ``env_for`` adds): a different value gets its own zygote."""
+    key = _key(interpreter, module, device, cwd, key_extra)
     with _LOCK:
         z = _ZYGOTES.pop(key, None)
         if z is not None and z.why_cold is not None:  # it said it cannot fork faithfully here: remember that
@@ -194,7 +197,7 @@ def zygote_for(interpreter: str, module: str, device: str,
             while len(_ZYGOTES) >= MAX_ZYGOTES:
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
             try:
-                z = Zygote(interpreter, module, device, env_for)
+                z = Zygote(interpreter, module, device, env_for, cwd)
             except OSError:
                 return None
         _ZYGOTES[key] = z
@@ -246,9 +249,9 @@ class WarmChild:
 
 def start_job(interpreter: str, module: str, device: str, argv: list[str], work: Path, *,
               env_for: Callable[[Path], dict[str, str]], on_stdout: Callable[[str], None],
-              deadline: float) -> WarmChild | None:
+              deadline: float, cwd: str | None = None, key_extra: str = "") -> WarmChild | None:
     """Fork ``argv`` from the zygote for this key; None means: start it cold."""
-    z = zygote_for(interpreter, module, device, env_for)
+    z = zygote_for(interpreter, module, device, env_for, cwd=cwd, key_extra=key_extra)
     if z is None:
         return None
     stdout, stderr = work / "child.stdout", work / "child.stderr"

@@ -26,6 +26,7 @@ RedHatAI/...-speculator.eagle3``) is resolved by vLLM's own ``maybe_override_wit
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -37,13 +38,13 @@ from specparity.serving.engine_values import encode
 from specparity.serving.launch_child import (
     SECRET_DEST,
     Rejected,
+    answer_request,
     argparse_errors,
     given,
     json_safe,
     local_model,
     module_runs,
     package_dir,
-    run,
     secret_args,
     with_defaults_not_given,
 )
@@ -269,5 +270,19 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def warm(device: str) -> None:
+    """A warm zygote's set-up (:mod:`specparity.serving.zygote`): the parser modules and the engine-argument class
+    :func:`parse` imports, so that a job forked from it does not pay vLLM's imports again. No command is read here."""
+    _imports()
+    for name in ("vllm.engine.arg_utils", "vllm.transformers_utils.config"):
+        importlib.import_module(name)
+
+
+def run(argv: list[str], state: object = None) -> int:
+    """A job forked from the warm zygote: the request from the file ``argv[0]``, the answer on stdout."""
+    answer_request(parse, engine="vllm", request_file=argv[0])
+    return 0
+
+
 if __name__ == "__main__":
-    run(parse, engine="vllm")
+    answer_request(parse, engine="vllm")
