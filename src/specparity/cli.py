@@ -133,7 +133,7 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
             target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
             _check_model_dirs(target, draft)
         elif not cli_launch.engine_given():
-            from specparity.serving.live import detect_engine
+            from specparity.serving.live.capture import detect_engine
 
             engine = detect_engine(server, api_key=api_key) or engine
         with Progress(3, "gate") as progress:

@@ -34,9 +34,9 @@ from specparity.errors import InputError
 from specparity.gate_launch import apply_launch, attach, capture_launched, resolve_launched
 from specparity.gate_verdict import GateRun, pair_tolerances, verdict_of
 from specparity.replay.outcome import check_outcome
+from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import engine_args_for, get_engine, outcome_request
-from specparity.serving.launch import LaunchSpec
-from specparity.serving.live import StartedServer, capture_attached
+from specparity.serving.live.capture import StartedServer, capture_attached
 from specparity.serving.results import CaptureResult, ResolvedDeployment
 from specparity.verdict import Level, Verdict
 
@@ -111,10 +111,10 @@ def run_gate(
 
     ``engine`` is ``sglang`` or ``vllm`` (:mod:`specparity.serving.engine`); ``engine_args`` are its
     arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. ``launch`` is the deploy
-    command as its engine parsed it (serving/launch.py): its engine, target, draft and arguments are the deployment's
+    command as its engine parsed it (serving/command/parse.py): its engine, target, draft and arguments are the deployment's
     (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
     that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
-    gate starts that server itself, with the engine's hook switches added (serving/live.py). ``server`` is the URL of
+    gate starts that server itself, with the engine's hook switches added (serving/live/capture.py). ``server`` is the URL of
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
     its hooks; ``started``, that server already started from the command while it was parsed (cli.py).
     ``evidence``: ``reduced`` (default) lets an engine that can (vLLM's tap) reduce the layer atlas where it is, to
@@ -184,7 +184,7 @@ def run_gate(
         red = ({"reduction": reduction_for(contract, pack)}
                if evidence == "reduced" and getattr(eng, "reduces_evidence", False) else {})
         live_kw: dict[str, Any] = {**red, **({"node_evidence": nodes} if nodes else {})}
-        if attached is not None:  # the running server's own hooks and counters (serving/live.py)
+        if attached is not None:  # the running server's own hooks and counters (serving/live/capture.py)
             capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
                                        timeout_s=timeout_s, progress=progress, **live_kw)
         elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)

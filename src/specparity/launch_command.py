@@ -3,7 +3,7 @@
 ``specparity gate --launch -- <command>``, ``--launch-file FILE`` and a ``launch = "..."`` key in a
 ``[tool.specparity.deployments.<name>]`` table all come here first. This module reads the text the way a POSIX
 shell would, far enough to know what the engine is given, and nothing more; what the engine makes of the
-arguments is its own parser's answer (:mod:`specparity.serving.launch`, in the engine's interpreter).
+arguments is its own parser's answer (:mod:`specparity.serving.command.parse`, in the engine's interpreter).
 
 What is read:
 

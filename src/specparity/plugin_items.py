@@ -122,7 +122,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
     try:
         if deployment.launch is not None:  # the deploy command as written, parsed by its engine (docs/launch.md)
             from specparity.launch_command import read_launch
-            from specparity.serving.launch import parse_launch
+            from specparity.serving.command.parse import parse_launch
 
             command = read_launch(deployment.launch, source=f"tool.specparity.deployments.{deployment.name}.launch",
                                   path=deployment.source, cwd=deployment.launch_cwd)
@@ -130,7 +130,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
         if deployment.server is not None:  # a running server (docs/live-server.md); its key from the environment
             import os
 
-            from specparity.serving.live import detect_engine
+            from specparity.serving.live.capture import detect_engine
 
             key = os.environ.get("SPECPARITY_API_KEY")
             kwargs.update(server=deployment.server, api_key=key)

@@ -186,7 +186,7 @@ def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
 
 
 def test_timeout_is_an_environment_error(catalog: dict[str, Any]) -> None:
-    # A deadline no run can meet on any machine (1 ms: past before the job's first poll, serving/process.py):
+    # A deadline no run can meet on any machine (1 ms: past before the job's first poll, serving/child/process.py):
     # a warm child finishes the tiny capture within 1 s (seen on 0.4.10), so a looser deadline would be a race.
     # Family A answers a capture with its refusal at once, so there it is the static level that times out.
     v = (gate(catalog, "healthy", level="static", timeout_s=0.001) if STATIC_ONLY

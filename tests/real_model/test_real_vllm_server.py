@@ -21,8 +21,8 @@ from specparity.launch_command import read_launch
 from specparity.realmodel.demo_server import command
 from specparity.realmodel.fetch import RealModel
 from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for
-from specparity.serving.launch import parse_launch
-from specparity.serving.reaper import MARKER_ENV
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import parse_launch
 from specparity.verdict import Verdict
 
 pytestmark = [pytest.mark.real_model, pytest.mark.vllm, pytest.mark.slow]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import specparity.serving.process as process
+import specparity.serving.child.process as process
 from specparity.serving.sglang.families import ENVS
 
 REPO = Path(__file__).resolve().parents[2]

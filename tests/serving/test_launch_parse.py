@@ -25,7 +25,7 @@ from version_facts import installed_facts
 
 from specparity.errors import EXIT_BAD_INPUT, InputError
 from specparity.launch_command import LaunchCommand, read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
+from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.sglang
 

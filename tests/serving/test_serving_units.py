@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from specparity.serving.cache import cache_key
-from specparity.serving.process import run_child
+from specparity.serving.child.process import run_child
+from specparity.serving.child.transport import read_result, running_engine_version, write_result
+from specparity.serving.child.warm import WARM_START_ENV
 from specparity.serving.results import (
     CaptureResult,
     FcCapture,
@@ -36,8 +38,6 @@ from specparity.serving.sglang.common import (
     split_rows,
     unknown_architecture_failure,
 )
-from specparity.serving.transport import read_result, running_engine_version, write_result
-from specparity.serving.warm import WARM_START_ENV
 from specparity.sources import boundary_to_source, order_key
 
 STUB = (

@@ -42,9 +42,9 @@ from specparity.contract import load_contract, read_contract_probes
 from specparity.gate import run_gate
 from specparity.launch_command import read_launch
 from specparity.serving import stand_ins
-from specparity.serving.launch import LaunchSpec, parse_launch
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, ServerClient, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import LaunchSpec, parse_launch
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.sglang import live
 from specparity.sources import EMBEDDING
 from specparity.verdict import Verdict
@@ -165,7 +165,7 @@ def test_the_live_block_lists_what_the_gate_added(launched_healthy: dict[str, An
     assert flags[3:-2] in ([], ["--host", "127.0.0.1"]), flags
     env = run["added_env"]
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SPECPARITY_SGLANG_LIVE_STAND_INS"] == evidence
-    # the server's temp files (SGLang's IPC placeholders) go with the evidence directory (serving/live.py scratch_env)
+    # the server's temp files (SGLang's IPC placeholders) go with the evidence directory (serving/live/capture.py scratch_env)
     assert env["TMPDIR"] == str(Path(evidence) / "tmp")
     assert str(Path(live.__file__).parent / "live_site") in env["PYTHONPATH"].split(os.pathsep)
     # the user's words all ran, in their order, with what was added after them

@@ -33,7 +33,7 @@ import specparity.gate
 from specparity.cli import main
 from specparity.contract import load_contract, parse_contract, read_contract_probes
 from specparity.errors import InputError
-from specparity.serving.worker_common import checkpoint_shapes
+from specparity.serving.child.worker_common import checkpoint_shapes
 
 
 class _NoStart:

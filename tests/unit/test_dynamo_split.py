@@ -91,7 +91,7 @@ def test_the_capture_levels_refuse_a_dynamo_worker() -> None:
 
     from specparity.errors import EXIT_ENVIRONMENT, EnvironmentProblem
     from specparity.launch_command import read_launch
-    from specparity.serving.live import start_server
+    from specparity.serving.live.capture import start_server
 
     cmd = read_launch("python -m dynamo.vllm --model /m &", source="--launch", environ={})
     with pytest.raises(EnvironmentProblem, match=r"NVIDIA Dynamo.*--level static") as e:

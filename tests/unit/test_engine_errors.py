@@ -14,7 +14,7 @@ from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.compare.recorded import room_text, separation_text
 from specparity.compare.tolerances import pair_tolerance
 from specparity.report import render_text
-from specparity.serving.exception_text import LINE_LIMIT, TOTAL_LIMIT, exception_text
+from specparity.serving.child.exception_text import LINE_LIMIT, TOTAL_LIMIT, exception_text
 from specparity.serving.results import ServingFailure
 from specparity.verdict import ChunkReport, Verdict
 

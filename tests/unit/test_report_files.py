@@ -222,9 +222,9 @@ def test_junit_suite_time_is_the_run_not_its_parts_added_twice() -> None:
 
 def test_an_interrupt_while_writing_leaves_no_face_of_the_run(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM unwinds as a BaseException (serving/reaper.py Interrupted): the faces already renamed into place go
+    """SIGTERM unwinds as a BaseException (serving/child/reaper.py Interrupted): the faces already renamed into place go
     too, so an interrupted run leaves nothing that reads as its verdict."""
-    from specparity.serving.reaper import Interrupted
+    from specparity.serving.child.reaper import Interrupted
 
     real, calls = os.replace, []
 

@@ -17,6 +17,7 @@ import torch
 
 from specparity.compare.findings import FindingKind
 from specparity.replay.server_acceptance import judge
+from specparity.serving.live.server import ServerError
 from specparity.serving.results import (
     NEEDS_HARDWARE,
     UNSUPPORTED_VERSION,
@@ -24,7 +25,6 @@ from specparity.serving.results import (
     FcCapture,
     OutcomeRequest,
 )
-from specparity.serving.server import ServerError
 from specparity.serving.sglang import engine as sglang_engine
 from specparity.serving.sglang.live import acceptance_from_meta
 

@@ -92,7 +92,7 @@ def deployment(root: Path, pair: Pair) -> tuple[Path, Path]:
 def fresh_environment() -> Iterator[None]:
     """os.environ as it was, after: a child starts from the gate's environment, but in one interpreter what one
     resolution writes stays for the next (the worker's SPECPARITY_VLLM_TAP, vLLM's VLLM_USE_V1 choice of engine:
-    0.11.0 envs.set_vllm_use_v1; the child's own TMPDIR, serving/scratch.py, with tempfile's cached choice of it)."""
+    0.11.0 envs.set_vllm_use_v1; the child's own TMPDIR, serving/child/scratch.py, with tempfile's cached choice of it)."""
     import os
 
     saved, saved_tempdir = dict(os.environ), tempfile.tempdir
@@ -106,9 +106,9 @@ def fresh_environment() -> Iterator[None]:
 
 def explain_in_process(target: Path, draft: Path, *, engine_args: dict[str, object] | None = None) -> Any:
     """``specparity explain --engine vllm``'s answer, with the worker's ``main`` run in this interpreter."""
-    from specparity.serving.child_run import make_request
+    from specparity.serving.child.run import make_request
+    from specparity.serving.child.transport import read_result
     from specparity.serving.results import ResolvedDeployment, ServingFailure
-    from specparity.serving.transport import read_result
     from specparity.serving.vllm import worker
     from specparity.serving.vllm.explain import explain_vllm_failure, explain_vllm_resolved
 

@@ -30,10 +30,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specparity.serving.launch_child import SECRET_DEST
+from specparity.serving.child.worker_common import WorkerRequest
+from specparity.serving.command.parse_child import SECRET_DEST
 from specparity.serving.vllm.launch_parse import transported_args
 from specparity.serving.vllm.worker import llm_kwargs
-from specparity.serving.worker_common import WorkerRequest
 
 pytestmark = pytest.mark.vllm
 
@@ -65,7 +65,7 @@ def _plain(tp: Any) -> bool:
 
 NON_PLAIN = sorted(n for n, f in FIELDS.items() if not _plain(f.type))
 NO_FLAG = sorted(n for n in NON_PLAIN if n not in ACTIONS)  # no command can set them: nothing crosses
-SECRET = sorted(n for n in FIELDS if SECRET_DEST.search(n))  # never leave the parse child (launch_child.py)
+SECRET = sorted(n for n in FIELDS if SECRET_DEST.search(n))  # never leave the parse child (serving/command/parse_child.py)
 CROSSING = [n for n in NON_PLAIN if n not in NO_FLAG and n not in SECRET and n != "model"]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from specparity.errors import EXIT_BAD_INPUT, InputError
 from specparity.launch_command import LaunchCommand, read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
+from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.vllm
 
@@ -177,9 +177,9 @@ def test_bad_input_is_exit_2(text: str, words: list[str]) -> None:
 
 
 def test_a_warm_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parse forked from a zygote that has imported vLLM's parser (serving/launch.py) gives the cold parse's spec
+    """The parse forked from a zygote that has imported vLLM's parser (serving/command/parse.py) gives the cold parse's spec
     and the same named rejection (exit 2): the suite's parses take this path (SPECPARITY_WARM_START=1)."""
-    from specparity.serving import warm
+    from specparity.serving.child import warm
 
     good = _text("speculators_blog.sh")
     bad = f"vllm serve {TARGET} --tensor-parallel-size two"

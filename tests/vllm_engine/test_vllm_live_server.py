@@ -26,9 +26,9 @@ from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 from specparity.compare.findings import FindingKind
 from specparity.gate import run_gate
 from specparity.launch_command import read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import LaunchSpec, parse_launch
+from specparity.serving.live.server import LaunchedServer, free_port
 from specparity.verdict import Verdict
 
 pytestmark = pytest.mark.vllm

@@ -25,7 +25,7 @@ import pytest
 from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 
 from specparity.gate import run_gate
-from specparity.serving.server import LaunchedServer, ServerClient, free_port
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.live import HttpRpc
 from specparity.serving.vllm.ranks import RPC

@@ -27,8 +27,8 @@ from tests.process_marks import describe, gone, marked_alive
 
 from specparity.realmodel.fetch import cached
 from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, ServerClient, ServerError, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.live.server import LaunchedServer, ServerClient, ServerError, free_port
 from specparity.watch.band import baseline_path
 
 pytestmark = [pytest.mark.watch_live, pytest.mark.slow]

@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specparity.realmodel.fetch import fetch
     from specparity.report import render_text, write_reports
     from specparity.report.summary import print_summary, verdict_row
-    from specparity.serving.launch import parse_launch
+    from specparity.serving.command.parse import parse_launch
 
     model = fetch()
     healthy, _, seed = VLLM

@@ -2,7 +2,7 @@
 
 The JSON parts (:class:`SpecSettings`, :class:`ResolvedDeployment`, :class:`ServingFailure`) hold no
 torch objects; they travel from the SGLang child process as JSON. Tensors (:class:`FcCapture`,
-:class:`LayerAtlas`) travel separately as safetensors files (see ``serving/process.py``).
+:class:`LayerAtlas`) travel separately as safetensors files (see ``serving/child/process.py``).
 
 Sources are always named in the canonical vocabulary (``embedding``, ``layer:<i>``, ``final_norm``;
 domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
@@ -41,7 +41,7 @@ NEEDS_HARDWARE = "needs_hardware"
 # a rank of the served world that should have reported evidence (vLLM collective_rpc) and did not: never a pass
 # on partial evidence
 RANK_MISSING = "rank_missing"
-# a live check (serving/live.py): the user's server exited or never answered /health (its log tail says why, where
+# a live check (serving/live/capture.py): the user's server exited or never answered /health (its log tail says why, where
 # no engine exception in it decides otherwise); a running server that could not be read; a running server started
 # without the engine's hook switches, so its fc input cannot be captured (the finding names the flags to add)
 SERVER_FAILED = "server_failed"

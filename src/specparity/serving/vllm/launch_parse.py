@@ -1,5 +1,5 @@
 """vLLM's own parse of a launch command: ``python -m specparity.serving.vllm.launch_parse`` (a child in the engine's
-interpreter; protocol in :mod:`specparity.serving.launch_child`).
+interpreter; protocol in :mod:`specparity.serving.command.parse_child`).
 
 What runs is the installed release's own parser, built as its launchers build it (vLLM 0.32 paths):
 
@@ -34,8 +34,7 @@ from importlib import metadata
 from typing import Any
 
 from specparity.serving import dynamo
-from specparity.serving.engine_values import encode
-from specparity.serving.launch_child import (
+from specparity.serving.command.parse_child import (
     SECRET_DEST,
     Rejected,
     answer_request,
@@ -48,6 +47,7 @@ from specparity.serving.launch_child import (
     secret_args,
     with_defaults_not_given,
 )
+from specparity.serving.engine_values import encode
 
 # AsyncEngineArgs fields that are not engine arguments of the in-process resolve/capture: the target (its own
 # field) and secrets
@@ -271,7 +271,7 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm(device: str) -> None:
-    """A warm zygote's set-up (:mod:`specparity.serving.zygote`): the parser modules and the engine-argument class
+    """A warm zygote's set-up (:mod:`specparity.serving.child.zygote`): the parser modules and the engine-argument class
     :func:`parse` imports, so that a job forked from it does not pay vLLM's imports again. No command is read here."""
     _imports()
     for name in ("vllm.engine.arg_utils", "vllm.transformers_utils.config"):

@@ -131,7 +131,7 @@ def with_worker_root_cause(outcome: Any, stderr: Sequence[str]) -> Any:
 
     if isinstance(outcome, ServingFailure):
         return fix(outcome)
-    from specparity.serving.transport import ChildOutcome
+    from specparity.serving.child.transport import ChildOutcome
 
     if isinstance(outcome, ChildOutcome):
         return dataclasses.replace(outcome, failures=tuple(fix(f) for f in outcome.failures))

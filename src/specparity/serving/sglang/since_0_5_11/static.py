@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
+from specparity.serving.child.worker_common import fc_shape_from_checkpoint
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules
@@ -50,7 +51,6 @@ from specparity.serving.sglang.since_0_5_11.static_families import (
     dflash_facts,
     family_notes,
 )
-from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
 # sglang 0.5.23 models/gpt_oss.py:730-737 and models/minimax_m3.py:1955-1963 capture when end_layer is

@@ -2,7 +2,7 @@
 they were handed or produced (the draft checkpoint's ``fc``, non-finite tensors).
 
 Engine-neutral: no engine is imported here, and neither engine's room imports the other's; each worker
-(``serving/sglang/worker.py``, ``serving/vllm/worker.py``) and the parent side (``process.py``, ``child_run.py``)
+(``serving/sglang/worker.py``, ``serving/vllm/worker.py``) and the parent side (``process.py``, ``run.py``)
 take these from here.
 """
 

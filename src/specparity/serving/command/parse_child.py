@@ -3,7 +3,7 @@
 modules are imported.
 
 Protocol: one JSON request on stdin (``entry``, ``args``, ``cwd``, ``device``, ``resolve``), one JSON line on
-stdout, prefixed :data:`RESULT_PREFIX`. A job forked by a warm zygote (:mod:`specparity.serving.zygote`: each engine's
+stdout, prefixed :data:`RESULT_PREFIX`. A job forked by a warm zygote (:mod:`specparity.serving.child.zygote`: each engine's
 ``launch_parse`` module has the zygote's ``warm``/``run`` pair) reads the same request from a file instead. Everything the engine prints while it imports and parses goes to stderr
 (stdout is moved there for the duration), so its logging never mixes with the answer.
 
