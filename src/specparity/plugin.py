@@ -282,7 +282,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for name, verdict in verdicts.items():  # one deployment: DIR/report.*; several: DIR/<name>/report.*
         try:
             paths += write_reports(verdict, Path(report) / name if several else Path(report))
-        except (SpecparityError, OSError) as e:  # never a raw traceback at session end (issue 35)
+        except (SpecparityError, OSError) as e:  # never a raw traceback at session end
             failed.append(f"specparity: report of {name} not written: {e}")
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:

@@ -56,11 +56,11 @@ GRAPH_IDS_HAZARD = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "B"
 # scenario -> (status, finding kinds that must be among the errors)
 CASES: dict[str, tuple[str, set[str]]] = {
     "healthy": ("pass", set()),
-    # the deployed target is not the one training recorded (issue 10): each its own named finding, exit 1
+    # the deployed target is not the one training recorded: each its own named finding, exit 1
     "other_weights": ("fail", {"target_mismatch"}),
     "other_tokenizer": ("fail", {"tokenizer_mismatch"}),
     "other_chat_template": ("fail", {"chat_template_mismatch"}),
-    # a config SGLang crashes on is the deployment's fault: exit 1, with SGLang's own message (issue 10)
+    # a config SGLang crashes on is the deployment's fault: exit 1, with SGLang's own message
     "embedding_plus_layers": ("fail", {"extra_embedding", "missing_source"}) if _serves([-1, 1, 3])
     else ("fail", {"engine_error"}),
     "no_eagle_config": ("fail", {"default_ids_fallback", "off_by_one"}),
@@ -246,7 +246,7 @@ def test_a_static_only_version_still_fails_every_scenario_at_the_static_level(ca
     assert len(ignored) == 1 and ignored[0].severity.value == ("warning" if name == "no_eagle_config" else "error")
 
 
-# --- one decision, every face (issue 10): the CLI, the reports and every pytest item are views of one verdict
+# --- one decision, every face: the CLI, the reports and every pytest item are views of one verdict
 
 
 def _failing_items(v: Verdict, probes: int, name: str) -> dict[str, bool]:

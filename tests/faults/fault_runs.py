@@ -1,4 +1,4 @@
-"""One gate run of the fault tier, and what is checked after it (issue 35 item 5).
+"""One gate run of the fault tier, and what is checked after it.
 
 A :class:`Run` is a real ``specparity gate`` (or ``pytest -m parity``) in a process of its own, started in a session
 of its own, with its own ``TMPDIR`` (so the temp-directory check is exact), its own run marker

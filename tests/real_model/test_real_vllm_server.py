@@ -1,4 +1,4 @@
-"""The gate on vLLM's own server (issue 33), on the real target: SmolLM2-135M-Instruct and its trained drafter.
+"""The gate on vLLM's own server, on the real target: SmolLM2-135M-Instruct and its trained drafter.
 
 ``make demo-server``'s two launches as tests: each deploy command is parsed by vLLM's own parser, its server started by
 the gate with vLLM's hook switches, the probes sent, the fc input read back through ``/collective_rpc`` and the

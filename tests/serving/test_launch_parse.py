@@ -1,4 +1,4 @@
-"""SGLang's own parse of real launch commands (issue 33 item 1): ``parse_launch`` against the installed release's
+"""SGLang's own parse of real launch commands: ``parse_launch`` against the installed release's
 ``prepare_server_args`` on the same words.
 
 The commands are published ones, copied verbatim into tests/launch_commands/ (sources in its README.md); only their

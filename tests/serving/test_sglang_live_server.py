@@ -1,4 +1,4 @@
-"""The gate on SGLang's own server (issue 33): a deploy command launched as given, and a running server attached to.
+"""The gate on SGLang's own server: a deploy command launched as given, and a running server attached to.
 
 The command is SGLang's published EAGLE-3 command made to run on this CPU (tests/launch_commands/sglang/
 cpu_docs_eagle3.sh, provenance in its README): ``python3 -m sglang.launch_server ...``. The tests put the bundled
@@ -285,7 +285,7 @@ def test_attached_server_gives_the_launched_verdict(attached_server: Attached,
     assert v.live is not None and v.live["mode"] == "attached" and v.live["url"] == attached_server.url
     assert v.live["added_flags"] == [] and v.live["added_env"] == {}  # nothing of a running server is changed
     # the hooks reduced the atlas in the server's scheduler process (the default); --evidence full ships every
-    # boundary: the same verdict, every number of the report included, from fewer bytes (issue 41)
+    # boundary: the same verdict, every number of the report included, from fewer bytes
     t1 = time.monotonic()
     full = run_gate(CONTRACT, server=attached_server.url, level="capture", timeout_s=TIMEOUT_S, evidence="full")
     print(f"attached --level capture --evidence full: {time.monotonic() - t1:.1f} s; evidence bytes reduced "

@@ -1,4 +1,4 @@
-"""docs/architecture.md stays true (issue 25 item 5): its floors block places every room of src/specparity, and
+"""docs/architecture.md stays true: its floors block places every room of src/specparity, and
 no import runs from a lower floor to a higher one.
 
 A room is a top-level module or subpackage of specparity (``gate``, ``serving``, ``compare``; ``__init__`` is the

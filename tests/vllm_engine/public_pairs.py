@@ -1,4 +1,4 @@
-"""Real public drafter/target config pairs under ``explain --engine vllm`` (issue 37 items 3-5).
+"""Real public drafter/target config pairs under ``explain --engine vllm``.
 
 The pairs (provenance: tests/serving/configs/public/README.md, section "The vLLM sweep"):
 

@@ -1,4 +1,4 @@
-"""vLLM's own parse of real launch commands (issue 33 item 1): ``parse_launch`` against the installed release's serve
+"""vLLM's own parse of real launch commands: ``parse_launch`` against the installed release's serve
 parser on the same words.
 
 The commands are published ones, copied verbatim into tests/launch_commands/vllm (sources in its README.md); only

@@ -1,4 +1,4 @@
-"""The gate on vLLM's own server (issue 33): a deploy command launched as given, and a running server attached to.
+"""The gate on vLLM's own server: a deploy command launched as given, and a running server attached to.
 
 The command is a published vLLM command made to run on this CPU (tests/launch_commands/vllm/cpu_api_server_eagle3.sh,
 provenance in its README): ``python -m vllm.entrypoints.openai.api_server ... --speculative_config '{...}'``. The gate

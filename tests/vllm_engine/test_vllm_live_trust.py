@@ -1,5 +1,5 @@
 """An attached vLLM server is left as it was found, other clients' requests are never blamed on it, and what
-``--api-key`` guards is measured (issue 42). One real server for the module (vLLM 0.32, the bundled healthy pair,
+``--api-key`` guards is measured. One real server for the module (vLLM 0.32, the bundled healthy pair,
 ``specparity launch-flags --engine vllm``'s switches, ``--api-key``), started by the test on loopback:
 
 - ``--api-key`` guards ``/v1/...`` but not the dev routes the gate uses (docs/live-server.md "Security");

@@ -1,4 +1,4 @@
-"""Real public drafter/target pairs under ``explain --engine vllm`` (issue 37 item 5; the pairs and their provenance:
+"""Real public drafter/target pairs under ``explain --engine vllm`` (the pairs and their provenance:
 public_pairs.py and tests/serving/configs/public/README.md): no pair exits 1 for a reason that is not the deployment's
 own, every answer equals vLLM's own reader in this env, the silent default fallback is a warning naming its shape, and
 SpecForge-style ids get the cross-engine shift hint. A pair the release itself refuses (vLLM's own EngineArgs raises:

@@ -48,13 +48,13 @@ SERVER_FAILED = "server_failed"
 SERVER_UNREACHABLE = "server_unreachable"
 HOOKS_MISSING = "hooks_missing"
 # a node of a multi-node server (SGLang --nnodes) whose hook evidence the gate could not read: its ranks are
-# unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3; issue 41)
+# unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3)
 NODE_MISSING = "node_missing"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
-# writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
+# writes a cache into, a broken install): the machine's, never the deployment's
 ENGINE_IMPORT = "engine_import"
 # specparity's own code raised (an adapter that does not fit what it read): exit 3 naming specparity's file:line, never
-# the engine's fault nor the deployment's (issue 37 item 4)
+# the engine's fault nor the deployment's
 INTERNAL_ERROR = "internal_error"
 # vLLM's tap in a server disarmed itself (serving/vllm/tap.py): it held more than its bound between two drains
 # (``tap_overflow``), or the gate did not drain within the lease it set at arming (``tap_lease_expired``); the

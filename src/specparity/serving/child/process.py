@@ -38,7 +38,7 @@ def _package_dir() -> Path:
 
 def child_env(work: Path, *, python: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: only the specparity package comes from the gate, everything else from the
-    child interpreter's own environment (issue 11 item 3).
+    child interpreter's own environment.
 
     The gate's package directory's parent is site-packages for a regular install, so putting it on the
     child's PYTHONPATH (as before) made a deploy interpreter (``python=``) import the gate's torch,

@@ -1,4 +1,4 @@
-"""Findings from the deploy command itself (issue 33 item 1), shown by ``specparity explain`` and the gate.
+"""Findings from the deploy command itself, shown by ``specparity explain`` and the gate.
 
 - ``eagle3_served_as_eagle`` (error): an EAGLE-3 drafter (its config's ``architectures`` name Eagle3, or a
   speculators eagle3 config) served under SGLang's ``--speculative-algorithm EAGLE``/``NEXTN`` or vLLM's

@@ -1,4 +1,4 @@
-"""Which of SGLang's model modules a static resolution imports (issue 12 item 3: time on 2 cores).
+"""Which of SGLang's model modules a static resolution imports (time on 2 cores).
 
 SGLang's model registry imports every module of ``sglang.srt.models`` when it is first imported (sglang
 0.5.23 ``models/registry.py:153-159`` -> ``import_model_classes`` ``:117-150``, about 250 modules; 3.9 s of

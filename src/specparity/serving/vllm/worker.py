@@ -109,7 +109,7 @@ def _setup_env(workers: int, atlas: bool, work: Path | None = None, *, reduced: 
     os.environ[ENV_ON] = "1"
     if atlas:
         os.environ[ENV_ATLAS] = REDUCED if reduced else "1"
-    # measured on CPU (issue 14): the default KV space gets a worker killed for memory
+    # measured on CPU: the default KV space gets a worker killed for memory
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if workers == 1:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
@@ -197,7 +197,7 @@ def llm_kwargs(request: WorkerRequest) -> tuple[dict[str, Any], int, int]:
     if request.device == "cpu":
         kw["gpu_memory_utilization"] = 0.3
         # the static level resolves the target as deployed (a quantized one in its own dtype); only a capture runs the
-        # model here, in float32 where vLLM's CPU kernels have it (issue 37 item 4)
+        # model here, in float32 where vLLM's CPU kernels have it
         if request.op != "resolve" and target_quantization(request.target) is None:
             kw["dtype"] = "float32"
     if "speculative_config" not in args:
