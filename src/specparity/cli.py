@@ -51,13 +51,13 @@ def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-def _deployment_options(*, target: str, draft: str, sglang_arg: str) -> Callable[[F], F]:
+def _deployment_options(*, target: str, draft: str, deployed_arg: str) -> Callable[[F], F]:
     """The deployment ``gate`` and ``explain`` read: ``--target``, ``--draft`` (help texts given), the engine and
     its arguments."""
     return _options(
         click.option("--target", type=click.Path(path_type=Path), help=target + " Default: the launch command's."),
         click.option("--draft", type=click.Path(path_type=Path), help=draft + " Default: the launch command's."),
-        click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE", help=sglang_arg),
+        click.option("--sglang-arg", "deployed_args", multiple=True, metavar="KEY=VALUE", help=deployed_arg),
         click.option("--engine", type=click.Choice(list(ENGINES)), default="sglang", show_default=True,
                      help="Serving engine of the deployment."),
         click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
@@ -79,7 +79,7 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
 @main.command("gate")
 @click.option("--contract", "contract_path", required=True, type=click.Path(path_type=Path), help="Contract JSON.")
 @_deployment_options(target="Target model dir as deployed.", draft="Draft model dir as deployed.",
-                     sglang_arg="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
+                     deployed_arg="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
 @click.option("--level", type=click.Choice(["static", "capture", "outcome", "all"]), default="all", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a production capture.")
 @_child_options(python="Interpreter whose engine (SGLang or vLLM) serves (default: this one).", timeout_s=900.0,
@@ -96,7 +96,7 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
                    "is exit 3, never a pass on half the ranks.")
 @launch_options
 @server_options
-def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
+def gate(contract_path: Path, target: Path | None, draft: Path | None, deployed_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
          json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
          launch_file: Path | None, command: tuple[str, ...], server: str | None, api_key: str | None,
@@ -116,7 +116,7 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
          finding names the call), a dead engine. A vLLM worker's own exception decides it.
     """
     from specparity import cli_launch
-    from specparity.engine_args import parse_sglang_args
+    from specparity.engine_args import parse_engine_args
     from specparity.gate import run_gate
     from specparity.progress import Progress
     from specparity.report import check_report_paths, render_text, use_color, write_reports
@@ -137,9 +137,9 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
 
             engine = detect_engine(server, api_key=api_key) or engine
         with Progress(3, "gate") as progress:
-            verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args),
+            verdict = run_gate(contract_path, target, draft, deployed_args=parse_engine_args(deployed_args),
                                level=level, device=device, python=python, timeout_s=timeout_s, progress=progress,
-                               engine=engine, engine_args=parse_sglang_args(engine_args, field="--engine-arg"),
+                               engine=engine, engine_args=parse_engine_args(engine_args, field="--engine-arg"),
                                launch=spec, server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints,
                                started=started, evidence=evidence, node_evidence=node_evidence)
     finally:
@@ -152,13 +152,13 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
 
 @main.command("explain")
 @_deployment_options(target="Target model dir (config.json).", draft="Draft model dir (config.json).",
-                     sglang_arg="SGLang server argument as deployed (repeatable); device defaults to cuda.")
+                     deployed_arg="SGLang server argument as deployed (repeatable); device defaults to cuda.")
 @_child_options(python="Interpreter whose engine resolves (default: this one).", timeout_s=600.0,
                 json="Write the answer as JSON.")
 @click.option("--strict", is_flag=True, default=False, help="Exit 1 on any warning (e.g. a setting the engine "
               "rewrites).")
 @launch_options
-def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
+def explain_cmd(target: Path | None, draft: Path | None, deployed_args: tuple[str, ...], engine: str,
                 engine_args: tuple[str, ...], python: str | None, timeout_s: float, json_path: Path | None,
                 strict: bool, launch: bool, launch_file: Path | None, command: tuple[str, ...]) -> None:
     """Which target layers the engine (SGLang or vLLM) will feed the drafter's fc, and why. No contract needed.
@@ -171,7 +171,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
 
     from specparity import cli_launch
     from specparity.deployed import check_deployed_files, check_family_algorithm
-    from specparity.engine_args import parse_sglang_args
+    from specparity.engine_args import parse_engine_args
     from specparity.gate_launch import launch_env
     from specparity.report.writing import ReportFile, check_report_path, write_files
     from specparity.serving.engine import get_engine
@@ -182,7 +182,7 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
     check_deployed_files(target, draft)  # swapped dirs, a broken weight file: exit 2 before the engine
-    args = {**launched, **parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
+    args = {**launched, **parse_engine_args(deployed_args), **parse_engine_args(engine_args, field="--engine-arg")}
     check_family_algorithm(draft, args)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     python = cli_launch.interpreter(spec, python)
     with launch_env(spec):  # the command's own environment reaches the engine's child

@@ -60,11 +60,6 @@ def reduction_for(contract: Contract, pack: ProbePack) -> Reduction:
                      rtol=rtol_table(rtol_for), served="aux" if d.norm_before_fc or d.fc_norm else "fc")
 
 
-def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
-    """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
-    return engine_args_for(get_engine("sglang"), contract, user)
-
-
 def _node_evidence(dirs: Sequence[str | Path], engine: str, *, live: bool) -> tuple[Path, ...]:
     """``--node-evidence`` as the gate may use it: SGLang's live path only, each a directory of this user, 0700 (the
     hooks' own rule, serving/sglang/live_hooks.py ``evidence_dir_problem``); else :class:`InputError`."""
@@ -91,7 +86,7 @@ def run_gate(
     target: str | Path | None = None,
     draft: str | Path | None = None,
     *,
-    sglang_args: Mapping[str, object] | None = None,
+    deployed_args: Mapping[str, object] | None = None,
     level: str = "all",
     device: str = "cpu",
     python: str | None = None,
@@ -110,7 +105,8 @@ def run_gate(
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
     ``engine`` is ``sglang`` or ``vllm`` (:mod:`specparity.serving.engine`); ``engine_args`` are its
-    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. ``launch`` is the deploy
+    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``deployed_args`` (the arguments as deployed:
+    ``--sglang-arg``, the plugin's; a deploy command's own override them, ``engine_args`` override both). ``launch`` is the deploy
     command as its engine parsed it (serving/command/parse.py): its engine, target, draft and arguments are the deployment's
     (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
     that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
@@ -160,7 +156,7 @@ def run_gate(
     if attached is None or attached.local:  # a remote server's files are the server's to read
         check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
         check_family_level(Path(draft), level)  # a level specparity cannot run for the drafter's family: exit 3
-    user = {**(sglang_args or {}), **(engine_args or {})}
+    user = {**(deployed_args or {}), **(engine_args or {})}
     check_family_algorithm(Path(draft), user)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     args = engine_args_for(eng, contract, user)
     run = GateRun(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,

@@ -109,7 +109,7 @@ class _ConfigItem(pytest.Item):
 def _run_gate(deployment: Deployment) -> Verdict:
     import inspect
 
-    from specparity.engine_args import parse_sglang_args
+    from specparity.engine_args import parse_engine_args
     from specparity.errors import SpecparityError
     from specparity.gate import run_gate
 
@@ -138,7 +138,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
                 kwargs["engine"] = detect_engine(deployment.server, api_key=key) or DEFAULT_ENGINE
         return run_gate(
             deployment.contract, deployment.target or None, deployment.draft or None,
-            sglang_args=deployment.gate_args(parse_sglang_args), level=deployment.level, python=deployment.python,
+            deployed_args=deployment.gate_args(parse_engine_args), level=deployment.level, python=deployment.python,
             **kwargs,
         )
     except SpecparityError as e:

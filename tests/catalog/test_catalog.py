@@ -136,7 +136,7 @@ def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, A
 
 
 def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
-    v = gate(catalog, "healthy", level="static", sglang_args={
+    v = gate(catalog, "healthy", level="static", engine_args={
         "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16})
     assert v.status == "fail" and "spec_config_rewritten" in kinds(v)
     assert v.resolved_spec_config is not None
@@ -173,7 +173,7 @@ def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
             f.to_dict() for f in v.errors]
         assert kinds(v) == {"cuda_graph_ids_hazard"}, kinds(v)
         # served without CUDA graphs (the finding's own fix), the same deployment passes
-        v = gate(catalog, "healthy", level="static", sglang_args={"disable_cuda_graph": True})
+        v = gate(catalog, "healthy", level="static", engine_args={"disable_cuda_graph": True})
     if not STATIC_ONLY:
         assert (v.status, v.exit_code) == ("pass", 0), [f.to_dict() for f in v.errors]
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"]

@@ -36,7 +36,7 @@ def gate_bf16(catalog_bf16: dict[str, Any], name: str, served: str, *, level: st
     key = (name, served, level)
     if key not in _verdicts:
         contract, target, draft = catalog_bf16[name]
-        _verdicts[key] = run_gate(contract, target, draft, level=level, sglang_args=SERVED[served])
+        _verdicts[key] = run_gate(contract, target, draft, level=level, engine_args=SERVED[served])
     return _verdicts[key]
 
 

@@ -196,7 +196,7 @@ def spec_config_line(resolved: Mapping[str, Any]) -> str:
             if changed:
                 line += f" (requested {_spec_settings(changed)})"
         return line
-    return f"Spec config: SGLang serves {_spec_settings(resolved)}"
+    return f"Spec config: {label} serves {_spec_settings(resolved)}"
 
 
 def _acc_row(label: str, values: Sequence[float]) -> str:
