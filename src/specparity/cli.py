@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 
 from specparity import __version__
+from specparity.cli_command import launch_options, server_options
 from specparity.cli_contract import _Group, contract
-from specparity.cli_launch import launch_options, server_options
 from specparity.cli_watch import alert_rules, watch
 from specparity.errors import InputError
 from specparity.serving.results import ENGINES
@@ -115,24 +115,24 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, deployed_
          this machine's limits (e.g. no Ray, a CPU attention backend that cannot run MLA: the
          finding names the call), a dead engine. A vLLM worker's own exception decides it.
     """
-    from specparity import cli_launch
+    from specparity import cli_command
     from specparity.engine_args import parse_engine_args
     from specparity.gate import run_gate
     from specparity.progress import Progress
     from specparity.report import check_report_paths, render_text, use_color, write_reports
 
     check_report_paths(json_path=json_path, html_path=html_path, junit_path=junit_path)  # before any engine starts
-    cmd = cli_launch.read_command(launch, command, launch_file)
+    cmd = cli_command.read_command(launch, command, launch_file)
     if server is not None and cmd is not None:
         raise InputError("give the deploy command (--launch) or a running server (--server), not both",
                          field="--server")
-    started = cli_launch.start_early(cmd, level=level, python=python, allow_dev_endpoints=allow_dev_endpoints)
+    started = cli_command.start_early(cmd, level=level, python=python, allow_dev_endpoints=allow_dev_endpoints)
     try:  # the server started from the command is stopped whatever happens next (bad input included)
-        spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s, cmd=cmd)
-        if server is None:  # a running server says itself what it serves (gate_launch.attach)
-            target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
+        spec = cli_command.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s, cmd=cmd)
+        if server is None:  # a running server says itself what it serves (gate_live.attach)
+            target, draft, engine, _ = cli_command.deployment(spec, target, draft, engine)
             _check_model_dirs(target, draft)
-        elif not cli_launch.engine_given():
+        elif not cli_command.engine_given():
             from specparity.serving.live.capture import detect_engine
 
             engine = detect_engine(server, api_key=api_key) or engine
@@ -169,26 +169,26 @@ def explain_cmd(target: Path | None, draft: Path | None, deployed_args: tuple[st
     """
     import json
 
-    from specparity import cli_launch
+    from specparity import cli_command
     from specparity.deployed import check_deployed_files, check_family_algorithm
     from specparity.engine_args import parse_engine_args
-    from specparity.gate_launch import launch_env
+    from specparity.gate_live import launch_env
     from specparity.report.writing import ReportFile, check_report_path, write_files
     from specparity.serving.engine import get_engine
 
     if json_path is not None:
         check_report_path(json_path, option="--json")  # before any engine starts
-    spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
-    target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
+    spec = cli_command.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
+    target, draft, engine, launched = cli_command.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
     check_deployed_files(target, draft)  # swapped dirs, a broken weight file: exit 2 before the engine
     args = {**launched, **parse_engine_args(deployed_args), **parse_engine_args(engine_args, field="--engine-arg")}
     check_family_algorithm(draft, args)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
-    python = cli_launch.interpreter(spec, python)
+    python = cli_command.interpreter(spec, python)
     with launch_env(spec):  # the command's own environment reaches the engine's child
         result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)
-    found = cli_launch.explain_findings(spec, result.data, engine=engine, draft=draft, python=python)
-    code, summary = cli_launch.explain_exit(result.exit_code, result.summary, found, result.data, strict=strict)
+    found = cli_command.explain_findings(spec, result.data, engine=engine, draft=draft, python=python)
+    code, summary = cli_command.explain_exit(result.exit_code, result.summary, found, result.data, strict=strict)
     click.echo(summary)
     for line in [*result.lines, *(spec.lines() if spec else []),
                  *(f"{f.severity.value:<8} {f.kind.value}: {f.message}" for f in found)]:

@@ -136,7 +136,7 @@ def check_engine(engine: object, *, where: str | None, field: str) -> str:
     it was written, at collection, never as ``--engine`` when the gate runs."""
     from typing import get_args
 
-    from specparity.launch_command import Engine
+    from specparity.deploy_command import Engine
 
     names = get_args(Engine)
     if not isinstance(engine, str) or engine not in names:
@@ -230,7 +230,7 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
 def _launch_engine(launch: object, engine: object, *, base: Path, where: str, field: str) -> str:
     """The engine a ``launch`` key's command starts, read by the shell layer alone (no engine is imported at
     collection); an ``engine`` key given as well must agree."""
-    from specparity.launch_command import read_launch
+    from specparity.deploy_command import read_launch
 
     if not isinstance(launch, str) or not launch.strip():
         raise InputError(f"expected the deploy command as a string, got {launch!r}", path=where, field=field)

@@ -31,7 +31,7 @@ from specparity.compare.tolerances import resolve_tolerance, tolerances_from_con
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import check_deployed_files, check_family_algorithm, check_family_level
 from specparity.errors import InputError
-from specparity.gate_launch import apply_launch, attach, capture_launched, resolve_launched
+from specparity.gate_live import apply_launch, attach, capture_launched, resolve_launched
 from specparity.gate_verdict import GateRun, pair_tolerances, verdict_of
 from specparity.replay.outcome import check_outcome
 from specparity.serving.command.parse import LaunchSpec
@@ -109,7 +109,7 @@ def run_gate(
     ``--sglang-arg``, the plugin's; a deploy command's own override them, ``engine_args`` override both). ``launch`` is the deploy
     command as its engine parsed it (serving/command/parse.py): its engine, target, draft and arguments are the deployment's
     (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
-    that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
+    that parsed it unless ``python`` says otherwise (gate_live.py); at the capture, outcome and ``all`` levels the
     gate starts that server itself, with the engine's hook switches added (serving/live/capture.py). ``server`` is the URL of
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
     its hooks; ``started``, that server already started from the command while it was parsed (cli.py).
@@ -183,7 +183,7 @@ def run_gate(
         if attached is not None:  # the running server's own hooks and counters (serving/live/capture.py)
             capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
                                        timeout_s=timeout_s, progress=progress, **live_kw)
-        elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
+        elif launch is not None:  # the user's own server, launched from their command (gate_live.capture_launched)
             capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
                                        progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints,
                                        started=started, **live_kw)

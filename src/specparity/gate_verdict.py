@@ -29,7 +29,7 @@ from specparity.contract import Contract
 from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
-from specparity.gate_launch import launch_findings
+from specparity.gate_live import launch_findings
 from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import convention_findings, get_engine
 from specparity.serving.layout import served_layout as layout_of

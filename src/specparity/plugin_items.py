@@ -121,7 +121,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
         kwargs["engine"] = deployment.engine
     try:
         if deployment.launch is not None:  # the deploy command as written, parsed by its engine (docs/launch.md)
-            from specparity.launch_command import read_launch
+            from specparity.deploy_command import read_launch
             from specparity.serving.command.parse import parse_launch
 
             command = read_launch(deployment.launch, source=f"tool.specparity.deployments.{deployment.name}.launch",

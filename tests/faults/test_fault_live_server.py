@@ -69,7 +69,7 @@ def test_sigkill_while_an_attached_server_is_armed_leaves_it_disarmed(tmp_path: 
     import subprocess
     import time
 
-    from specparity.launch_command import read_launch
+    from specparity.deploy_command import read_launch
     from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
     from specparity.serving.sglang import live, live_hooks
 

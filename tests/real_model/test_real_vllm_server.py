@@ -16,8 +16,8 @@ import pytest
 from tests.process_marks import describe, gone, marked_alive
 
 from specparity.compare.findings import FindingKind
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
 from specparity.realmodel.demo_server import command
 from specparity.realmodel.fetch import RealModel
 from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for

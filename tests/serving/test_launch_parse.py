@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from version_facts import installed_facts
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import LaunchCommand, read_launch
 from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.sglang

@@ -39,8 +39,8 @@ from version_facts import SGLANG_VERSION
 
 from specparity.compare.findings import FindingKind, Severity, is_environmental
 from specparity.contract import load_contract, read_contract_probes
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
 from specparity.serving import stand_ins
 from specparity.serving.child.reaper import MARKER_ENV
 from specparity.serving.command.parse import LaunchSpec, parse_launch

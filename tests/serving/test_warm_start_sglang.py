@@ -66,8 +66,8 @@ def test_a_warm_launch_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) 
     """The deploy command's parse forked from a zygote that has imported SGLang's parser (serving/command/parse.py) gives the
     cold parse's spec, its environment variables and abbreviations included, and the same named rejection (exit 2).
     The suites parse every published command in every SGLang env through this path."""
+    from specparity.deploy_command import read_launch
     from specparity.errors import EXIT_BAD_INPUT, InputError
-    from specparity.launch_command import read_launch
     from specparity.serving.command.parse import parse_launch
 
     repo = Path(__file__).resolve().parents[2]

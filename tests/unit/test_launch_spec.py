@@ -1,5 +1,5 @@
 """The deploy command after its engine's parse, without an engine: LaunchSpec records, the command's own findings
-(serving/command/findings.py), explain's exit rule, the gate's static level with a launch (gate_launch.py), the CLI
+(serving/command/findings.py), explain's exit rule, the gate's static level with a launch (gate_live.py), the CLI
 options and a pyproject ``launch`` key. The engines' own parses of real commands are tests/serving/test_launch_parse.py
 and tests/vllm_engine/test_vllm_launch_parse.py."""
 
@@ -18,11 +18,11 @@ from tests.resolved_deployments import tiny_deployment
 
 from specparity import gate
 from specparity.cli import main
-from specparity.cli_launch import explain_exit, read_command
+from specparity.cli_command import explain_exit, read_command
 from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.deploy_command import read_launch
 from specparity.deployments import from_pyproject
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import read_launch
 from specparity.serving.command.findings import command_findings, rewrite_findings
 from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.results import SpecSettings

@@ -400,8 +400,8 @@ def _run_untapped(body: Any, *args: Any) -> Any:
 
 def test_a_commands_own_forward_hooks_are_kept_beside_the_gates(tmp_path: Path) -> None:
     """SGLang keeps the last --forward-hooks; the one the gate appends carries the user's hooks too, never drops them."""
+    from specparity.deploy_command import read_launch
     from specparity.errors import InputError
-    from specparity.launch_command import read_launch
     from specparity.serving.sglang.engine import SglangEngine
 
     mine = [{"name": "mine", "target_modules": ["model.norm"], "hook_factory": "my.hooks:factory", "config": {}}]

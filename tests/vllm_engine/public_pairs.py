@@ -172,7 +172,7 @@ def sweep() -> Iterator[tuple[Pair, Any]]:
 
 
 if __name__ == "__main__":
-    from specparity.cli_launch import explain_exit
+    from specparity.cli_command import explain_exit
 
     for pair, e in sweep():
         strict, _ = explain_exit(e.exit_code, e.summary, [], e.data, strict=True)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import LaunchCommand, read_launch
 from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.vllm
@@ -275,7 +275,7 @@ def test_the_flag_history_holds_this_vllms_own_flags() -> None:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     from specparity.serving.flag_history import _flags_in, load
-    from specparity.serving.vllm.launch_parse import _version
+    from specparity.serving.vllm.command_parse import _version
 
     history = load()["vllm"]
     if _version() not in history["releases"]:

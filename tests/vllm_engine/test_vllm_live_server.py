@@ -24,8 +24,8 @@ from tests.process_marks import describe, gone, marked_alive
 from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 
 from specparity.compare.findings import FindingKind
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
 from specparity.serving.child.reaper import MARKER_ENV
 from specparity.serving.command.parse import LaunchSpec, parse_launch
 from specparity.serving.live.server import LaunchedServer, free_port

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from public_pairs import Pair, deployment, explain_in_process, pairs, vllm_reading
 
-from specparity.cli_launch import explain_exit
+from specparity.cli_command import explain_exit
 from specparity.idrules.vllm import READ_PATHS, read_ids
 from specparity.idrules.vllm_shapes import fallback_shape
 

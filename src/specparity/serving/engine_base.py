@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
     from specparity.serving.live.server import ServerClient
     from specparity.serving.results import (
         CaptureResult,

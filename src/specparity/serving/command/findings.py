@@ -165,7 +165,7 @@ def rule_for(spec: LaunchSpec | None, *, engine: str, python: str | None) -> str
     if engine != "sglang":
         return None
     from specparity.serving.command.parse_child import cite_line
-    from specparity.serving.sglang.launch_parse import REWRITE_FILES, REWRITE_NEEDLE
+    from specparity.serving.sglang.command_parse import REWRITE_FILES, REWRITE_NEEDLE
 
     root = _package_dir(python or "", "sglang")
     return cite_line("sglang", REWRITE_FILES, REWRITE_NEEDLE, root=root) if root else None

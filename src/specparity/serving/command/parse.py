@@ -1,8 +1,8 @@
 """The deploy command as the engine itself parses it: :class:`LaunchSpec` and :func:`parse_launch`.
 
-The shell layer (:mod:`specparity.launch_command`) says which program runs with which words and environment; this
+The shell layer (:mod:`specparity.deploy_command`) says which program runs with which words and environment; this
 module asks the engine which deployment those words are. The parse runs in the engine's own interpreter, with its
-own parser (``python -m specparity.serving.<engine>.launch_parse``: SGLang's ``prepare_server_args``, vLLM's
+own parser (``python -m specparity.serving.<engine>.command_parse``: SGLang's ``prepare_server_args``, vLLM's
 ``make_arg_parser`` on a ``FlexibleArgumentParser``), so abbreviations, ``--config`` YAML, JSON-valued flags, ``-tp``
 and a positional model mean exactly what they mean to that release. Engine-neutral: an engine's name appears here
 only as the child module to run.
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specparity.deploy_command import LaunchCommand
 from specparity.errors import EnvironmentProblem, InputError
-from specparity.launch_command import LaunchCommand
 from specparity.serving import engine_values
 from specparity.serving.child import reaper, warm
 from specparity.serving.command.parse_child import RESULT_PREFIX
@@ -187,7 +187,7 @@ def parse_launch(command: LaunchCommand, *, python: str | None = None, timeout_s
     from specparity.serving.child.process import child_env
 
     interpreter = interpreter_for(command, python)
-    module = f"specparity.serving.{command.engine}.launch_parse"
+    module = f"specparity.serving.{command.engine}.command_parse"
     request = {"entry": command.entry, "args": list(command.args), "cwd": command.cwd, "device": device,
                "resolve": resolve,
                "module": next((m for m in _PYTHON_MODULE_ENTRIES if m in command.program[:-1]), None)}

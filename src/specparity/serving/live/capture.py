@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specparity.deploy_command import flag_values
 from specparity.errors import EnvironmentProblem, InputError
-from specparity.launch_command import flag_values
 from specparity.serving.child import reaper, scratch
 from specparity.serving.live.server import (
     LaunchedServer,
@@ -49,7 +49,7 @@ from specparity.testpoints import pause
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
     from specparity.serving.command.parse import LaunchSpec
     from specparity.serving.engine import Engine
 

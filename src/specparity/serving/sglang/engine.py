@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.launch_command import flag_values
+from specparity.deploy_command import flag_values
 from specparity.serving import results
 from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
     from specparity.serving.live.server import ServerClient
 
 # added to a CPU server's command (reported with the other switches): SGLang's own warm-up request decodes 8 tokens

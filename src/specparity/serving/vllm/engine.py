@@ -13,7 +13,7 @@ from specparity.serving.results import IdReading
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
     from specparity.serving.live.server import ServerClient
     from specparity.serving.results import (
         CaptureResult,

@@ -42,7 +42,7 @@ from specparity.errors import InputError
 Engine = Literal["sglang", "vllm"]
 
 # (module run with ``python -m``, then the words after it that name the entry) -> (engine, entry). The entry names
-# the parser the engine's own launcher builds (serving/<engine>/launch_parse.py reads it).
+# the parser the engine's own launcher builds (serving/<engine>/command_parse.py reads it).
 _PYTHON_MODULES: dict[str, tuple[tuple[str, ...], Engine, str]] = {
     "sglang.launch_server": ((), "sglang", "sglang.launch_server"),
     "sglang.cli.main": (("serve",), "sglang", "sglang serve"),

@@ -1,4 +1,4 @@
-"""vLLM's own parse of a launch command: ``python -m specparity.serving.vllm.launch_parse`` (a child in the engine's
+"""vLLM's own parse of a launch command: ``python -m specparity.serving.vllm.command_parse`` (a child in the engine's
 interpreter; protocol in :mod:`specparity.serving.command.parse_child`).
 
 What runs is the installed release's own parser, built as its launchers build it (vLLM 0.32 paths):

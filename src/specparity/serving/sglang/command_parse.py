@@ -1,4 +1,4 @@
-"""SGLang's own parse of a launch command: ``python -m specparity.serving.sglang.launch_parse`` (a child in the
+"""SGLang's own parse of a launch command: ``python -m specparity.serving.sglang.command_parse`` (a child in the
 engine's interpreter; protocol in :mod:`specparity.serving.command.parse_child`).
 
 What runs is the installed release's own code, as its launcher runs it:

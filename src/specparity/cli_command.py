@@ -3,7 +3,7 @@
 
 ``--launch`` is a flag; the command follows ``--`` as it would be typed, the shell that runs specparity having
 already split it into words (a single word holding spaces is read as the command's text). ``--launch-file`` reads a
-shell script. Either goes through :func:`specparity.launch_command.read_launch` (the shell layer), then the engine's
+shell script. Either goes through :func:`specparity.deploy_command.read_launch` (the shell layer), then the engine's
 own parser (:func:`specparity.serving.command.parse.parse_launch`); ``--target``, ``--draft`` and ``--engine`` then
 become optional, and given as well must agree with the command.
 """
@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import click
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_PARITY_FAILURE, EXIT_PASS, InputError
-from specparity.launch_command import LaunchCommand, read_launch
 from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.live.capture import StartedServer
 
@@ -123,7 +123,7 @@ def deployment(spec: LaunchSpec | None, target: Path | None, draft: Path | None,
                 raise InputError(f"missing {role} (or give the deploy command: --launch -- COMMAND)", field=role)
         assert target is not None and draft is not None
         return target, draft, engine, {}
-    from specparity.gate_launch import apply_launch
+    from specparity.gate_live import apply_launch
 
     t, d, eng, args = apply_launch(spec, target=target, draft=draft, engine=engine if engine_given() else None,
                                    engine_args=None)
