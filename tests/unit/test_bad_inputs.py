@@ -30,10 +30,10 @@ from tests.bad_inputs import (
 )
 
 import specparity.gate
+from specparity.checkpoint_files import checkpoint_shapes
 from specparity.cli import main
 from specparity.contract import load_contract, parse_contract, read_contract_probes
 from specparity.errors import InputError
-from specparity.serving.child.worker_common import checkpoint_shapes
 
 
 class _NoStart:

@@ -1,5 +1,5 @@
-"""What both engines' children share: the job they are given, their progress lines, and two readings of what
-they were handed or produced (the draft checkpoint's ``fc``, non-finite tensors).
+"""What both engines' children share: the job they are given, their progress lines, and a reading of what they
+produced (non-finite tensors); the draft checkpoint's ``fc`` shape is :mod:`specparity.checkpoint_files`'.
 
 Engine-neutral: no engine is imported here, and neither engine's room imports the other's; each worker
 (``serving/sglang/worker.py``, ``serving/vllm/worker.py``) and the parent side (``process.py``, ``run.py``)
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specparity.serving.results import NONFINITE, ServingFailure
@@ -52,68 +51,6 @@ class WorkerRequest:
                    server_args=dict(d.get("server_args") or {}), device=str(d.get("device", "cpu")),
                    probes=tuple(tuple(int(x) for x in p) for p in d.get("probes", [])),
                    atlas=bool(d.get("atlas", True)), replay=d.get("replay"), reduce=d.get("reduce"))
-
-
-@dataclass(frozen=True)
-class FcShape:
-    """``fc`` as stored in the draft checkpoint."""
-
-    in_features: int
-    out_features: int
-    bias: bool
-    weight_key: str
-
-
-def _safetensors_keys(path: Path) -> dict[str, Any]:
-    """The header of a safetensors file (no tensor data read); a broken file is an InputError naming it."""
-    from specparity.checkpoint_files import read_safetensors_header
-
-    return read_safetensors_header(path, field="draft weights")
-
-
-def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only.
-
-    The files are the ones SGLang loads (specparity.checkpoint_files: shards named by an index, no
-    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway). A file that
-    cannot be read that way (empty, truncated, a directory, a symlink loop, a pickle of more than tensors) is an
-    :class:`~specparity.errors.InputError` naming it (the gate refuses those before the engine starts:
-    ``checkpoint_files.check_weight_files``).
-    """
-    from specparity.checkpoint_files import weight_files
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for f in weight_files(draft_dir).files:
-        if f.suffix == ".safetensors":
-            for k, v in _safetensors_keys(f).items():
-                shapes[k] = tuple(int(x) for x in v["shape"])
-            continue
-        import torch
-
-        from specparity.checkpoint_files import check_pickled_weights
-
-        state = check_pickled_weights(f, field="draft weights")
-        for k, t in state.items():
-            if isinstance(t, torch.Tensor):
-                shapes[k] = tuple(int(x) for x in t.shape)
-    return shapes
-
-
-def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
-    """``fc`` in/out features and bias from the checkpoint; ``None`` when there is no ``fc.weight``.
-
-    Name rule as SGLang's loader sees it (sglang 0.5.23 models/llama_eagle3.py:338-353): the key is
-    ``fc.weight`` with an optional module prefix (``model.fc.weight``); ``fc_norm.*`` is a different module.
-    """
-    shapes = checkpoint_shapes(draft_dir)
-    candidates = sorted(k for k in shapes if k == "fc.weight" or k.endswith(".fc.weight"))
-    if not candidates:
-        return None
-    key = min(candidates, key=len)
-    out_f, in_f = shapes[key][0], shapes[key][1]
-    return FcShape(
-        in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes, weight_key=key
-    )
 
 
 def nonfinite_failures(per_sample: Sequence[Any], *, what: str) -> list[ServingFailure]:

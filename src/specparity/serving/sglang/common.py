@@ -16,12 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# both engines' workers read these (checkpoint_files.py, serving/child/worker_common.py); importable from here too
+from specparity.checkpoint_files import FcShape as FcShape
+from specparity.checkpoint_files import checkpoint_shapes as checkpoint_shapes
+from specparity.checkpoint_files import fc_shape_from_checkpoint as fc_shape_from_checkpoint
 from specparity.serving.child.exception_text import exception_text
-
-# both engines' workers read these; they live in serving/child/worker_common.py and stay importable from here
-from specparity.serving.child.worker_common import FcShape as FcShape
-from specparity.serving.child.worker_common import checkpoint_shapes as checkpoint_shapes
-from specparity.serving.child.worker_common import fc_shape_from_checkpoint as fc_shape_from_checkpoint
 from specparity.serving.child.worker_common import nonfinite_failures as nonfinite_failures
 from specparity.serving.results import (
     CAPTURE_COUNT_SHORT,

@@ -52,8 +52,8 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
 
     import vllm
 
+    from specparity.checkpoint_files import fc_shape_from_checkpoint
     from specparity.idrules.vllm import drafter_aux_count
-    from specparity.serving.child.worker_common import fc_shape_from_checkpoint
     from specparity.serving.command.parse_child import json_safe
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.vllm.ranks import layout

@@ -17,7 +17,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from specparity.serving.child.worker_common import WorkerRequest, fc_shape_from_checkpoint
+from specparity.checkpoint_files import fc_shape_from_checkpoint
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.setter_source import Citation, citation_text

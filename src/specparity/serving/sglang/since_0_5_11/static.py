@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
-from specparity.serving.child.worker_common import fc_shape_from_checkpoint
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules

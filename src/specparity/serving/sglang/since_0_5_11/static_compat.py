@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specparity.serving.child.worker_common import fc_shape_from_checkpoint
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
