@@ -8,6 +8,10 @@ Sources are always named in the canonical vocabulary (``embedding``, ``layer:<i>
 domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
 """
 
+# Over the house's ~400 lines on purpose: this file is the whole record format that crosses the process boundary
+# (every failure kind and every record, with its to_dict/from_dict), so that the JSON contract between the parent
+# and both engines' children reads in one place.
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
