@@ -1,7 +1,7 @@
 """Engine arguments as the user typed them (``KEY=VALUE`` text) -> keywords with typed values, in one place.
 
 Text is typed once, here: ``true``/``false`` a bool, ``none``/``null`` None, an int, a float, else the string.
-Values that arrive typed (a pyproject.toml table, deployments.py) are never passed through text. Standard
+Values that arrive typed (a pyproject.toml table, plugin_deployments.py) are never passed through text. Standard
 library only, so that the pytest plugin can type at collection without importing torch.
 """
 

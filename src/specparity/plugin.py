@@ -2,7 +2,7 @@
 
 Thin over :mod:`specparity.gate`. Each configured deployment (``--parity-contract``, the
 ``parity_contract`` ini key, ``[tool.specparity.deployments.<name>]`` tables or ``parity_deployments``
-ini lines; see :mod:`specparity.deployments`) is one group of items, all marked ``parity``, with node ids
+ini lines; see :mod:`specparity.plugin_deployments`) is one group of items, all marked ``parity``, with node ids
 that do not depend on the rootdir or the invocation dir:
 
 - ``parity::<name>::static``            the deployment as the engine resolves it (ids, capture list, fc width)
@@ -35,7 +35,8 @@ from typing import Any
 
 import pytest
 
-from specparity.deployments import (
+from specparity.errors import InputError
+from specparity.plugin_deployments import (
     DEFAULT_ENGINE,
     Deployment,
     check_engine,
@@ -44,7 +45,6 @@ from specparity.deployments import (
     from_pyproject,
     unique,
 )
-from specparity.errors import InputError
 from specparity.plugin_items import VERDICTS_KEY as VERDICTS_KEY
 from specparity.plugin_items import GateSetupError as GateSetupError
 from specparity.plugin_items import ParityDeployment as ParityDeployment
@@ -147,7 +147,7 @@ def _single(config: pytest.Config, s: dict[str, Any]) -> Deployment:
 
 
 def deployments(config: pytest.Config) -> list[Deployment]:
-    """The deployments this session checks (module docstring of :mod:`specparity.deployments`).
+    """The deployments this session checks (module docstring of :mod:`specparity.plugin_deployments`).
 
     Raises InputError for a malformed declaration (the message names the file and field).
     """

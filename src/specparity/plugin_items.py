@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specparity.deployments import DEFAULT_ENGINE, Deployment
+from specparity.plugin_deployments import DEFAULT_ENGINE, Deployment
 from specparity.verdict import Verdict
 
 VERDICTS_KEY = pytest.StashKey[dict[str, Verdict]]()

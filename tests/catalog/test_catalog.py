@@ -301,7 +301,7 @@ def test_cli_reports_and_pytest_items_are_views_of_one_verdict(catalog: dict[str
                               "--parity-draft", str(draft), "--parity-level", "capture", "-p", "no:cacheprovider")
     reports = {r.nodeid: r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"}
     from specparity.contract import load_contract
-    from specparity.deployments import contract_name
+    from specparity.plugin_deployments import contract_name
 
     expected = _failing_items(v, load_contract(contract).probes.num_samples, contract_name(str(contract)))
     assert set(reports) == set(expected), (sorted(reports), sorted(expected))

@@ -12,8 +12,8 @@ import pytest
 from specparity import gate, plugin
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
-from specparity.deployments import Deployment, from_ini_line, from_pyproject
 from specparity.errors import InputError
+from specparity.plugin_deployments import Deployment, from_ini_line, from_pyproject
 from specparity.serving import ResolvedDeployment, SpecSettings
 from specparity.serving.engine import get_engine
 from specparity.serving.results import SPEC_SERVER_ARGS

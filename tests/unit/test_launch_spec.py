@@ -21,8 +21,8 @@ from specparity.cli import main
 from specparity.cli_command import explain_exit, read_command
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.deploy_command import read_launch
-from specparity.deployments import from_pyproject
 from specparity.errors import EXIT_BAD_INPUT, InputError
+from specparity.plugin_deployments import from_pyproject
 from specparity.serving.command.findings import command_findings, rewrite_findings
 from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.results import SpecSettings

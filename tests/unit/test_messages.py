@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from specparity.cli import main
 from specparity.compare.diagnosis import layout_findings
-from specparity.deployments import from_ini_line, from_pyproject
 from specparity.errors import InputError
+from specparity.plugin_deployments import from_ini_line, from_pyproject
 from specparity.replay.acceptance import AcceptanceResult
 from specparity.replay.diagnosis import diagnose
 from specparity.report.layout import layout_line
