@@ -178,15 +178,9 @@ def _effective_method(spec: dict[str, Any] | None) -> str | None:
     return None
 
 
-def parse(request: dict[str, Any]) -> dict[str, Any]:
-    entry, args, cwd = request["entry"], list(request["args"]), request.get("cwd") or os.getcwd()
-    module = request.get("module")
-    if module and not module_runs(module):
-        raise Rejected(f"`python -m {module}` runs nothing in this vLLM (no __main__ block)")
-    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server", "dynamo.vllm"):
-        raise Rejected(f"{entry} is not a vLLM entry point")
-    version = _version()
-    notes: list[str] = []
+def _namespace(entry: str, args: list[str], *, version: str, notes: list[str]) -> tuple[Any, list[str]]:
+    """The command's arguments as vLLM's own parser reads them (Dynamo's own flags set aside first), the destinations
+    the command gave, and vLLM's own pre-load checks; a note joins ``notes`` where vLLM ignores a positional model."""
     words, releases = _dynamo_args(args, notes) if entry == "dynamo.vllm" else (args, ())
     try:
         namespace = _parse(entry, words, not_given=False)
@@ -208,6 +202,19 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
             validate(namespace)
     except Exception as e:  # vLLM's own pre-load checks (chat template, ports): the user's input
         raise Rejected(f"{type(e).__name__}: {e}") from None
+    return namespace, explicit
+
+
+def parse(request: dict[str, Any]) -> dict[str, Any]:
+    entry, args, cwd = request["entry"], list(request["args"]), request.get("cwd") or os.getcwd()
+    module = request.get("module")
+    if module and not module_runs(module):
+        raise Rejected(f"`python -m {module}` runs nothing in this vLLM (no __main__ block)")
+    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server", "dynamo.vllm"):
+        raise Rejected(f"{entry} is not a vLLM entry point")
+    version = _version()
+    notes: list[str] = []
+    namespace, explicit = _namespace(entry, args, version=version, notes=notes)
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     engine_args_obj = AsyncEngineArgs.from_cli_args(namespace)
