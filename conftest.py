@@ -15,7 +15,7 @@ import matplotlib.patches  # noqa: F401
 import pytest
 
 # Real-SGLang children start warm: forked from a zygote that imported SGLang once per interpreter
-# (src/specparity/serving/warm.py), instead of a new interpreter paying ~20 CPU-s of imports per deployment.
+# (src/specparity/serving/child/warm.py), instead of a new interpreter paying ~20 CPU-s of imports per deployment.
 # tests/serving/test_warm_start_sglang.py shows a warm capture equals a cold one; SPECPARITY_WARM_START=0 runs
 # the whole suite cold.
 os.environ.setdefault("SPECPARITY_WARM_START", "1")

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from specparity.serving.server import LaunchedServer, ServerClient, free_port  # noqa: E402
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port  # noqa: E402
 from specparity.serving.vllm.live import LAUNCH_ENV, LAUNCH_FLAGS  # noqa: E402
 
 GOAL_WALL, GOAL_DECODE = 1.2, 0.98

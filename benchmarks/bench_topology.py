@@ -89,7 +89,7 @@ class PeakRss:
 
 def bare(python: str, args: dict[str, Any], probes: list[list[int]]) -> tuple[float, int, str]:
     """Wall time, peak RSS and outcome of the bare run, start to the main process's exit; its process group (engine
-    core, workers) is then killed, as the gate's child runner does (serving/process.py). Its stderr goes to a file:
+    core, workers) is then killed, as the gate's child runner does (serving/child/process.py). Its stderr goes to a file:
     the engine core outlives ``os._exit`` and would hold a pipe open."""
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()

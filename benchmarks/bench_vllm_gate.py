@@ -34,7 +34,7 @@ CONTRACT = BUNDLE / "contract" / "tiny-llama-eagle3-hd32.json"
 
 def baseline(python: str, tp: int, probes: Path) -> float:
     """Wall time of the bare run, start to the main process's exit; its process group (TP workers, engine
-    core) is then killed, as the gate's child runner does (serving/process.py)."""
+    core) is then killed, as the gate's child runner does (serving/child/process.py)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([python, "-c", BARE_GENERATE, str(tp), str(BUNDLE / "target"), str(BUNDLE / "draft"),
                              str(probes)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

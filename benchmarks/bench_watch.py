@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from specparity.serving.server import LaunchedServer, ServerClient, free_port  # noqa: E402
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port  # noqa: E402
 
 GOAL_CPU = 0.01
 CLK = os.sysconf("SC_CLK_TCK")

@@ -36,7 +36,7 @@ PYTEST=(-m pytest -p no:cacheprovider -q)
 # --continue-on-collection-errors: one module that cannot import on a version must not hide the rest
 # (the run still fails).
 # Two workers, one file each at a time (as `make test`): the files' SGLang children are CPU-bound and single
-# files share their runs (serving_cache); each worker keeps its own warm zygote (serving/warm.py).
+# files share their runs (serving_cache); each worker keeps its own warm zygote (serving/child/warm.py).
 # SGLang's own server on this CPU (tests/serving/test_sglang_live_server.py) is made for 0.5.23, the default env's
 # release (make test runs it): its stand-ins and refusals are that release's (docs/live-sglang.md); the other envs leave it
 SGLANG_TESTS=(-m sglang --continue-on-collection-errors -n "${SPECPARITY_MATRIX_WORKERS:-2}" --dist loadfile

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from safetensors.torch import load, save_file
 
 from specparity.contract import load_contract, read_contract_probes
-from specparity.serving.server import LaunchedServer, ServerClient, free_port
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.live import HttpRpc
 

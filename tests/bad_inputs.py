@@ -1,4 +1,4 @@
-"""Bad inputs, each built from the bundled tiny deployment: the cases of issue 35's Why item 4 (and a few beside),
+"""Bad inputs, each built from the bundled tiny deployment: the bad files a user may give (and a few beside),
 and the file systems that refuse a report (a small tmpfs, read-only or full; a path under a regular file).
 
 Each builder writes a copy into a directory the caller owns and returns what a gate run takes (a draft directory, a

@@ -1,5 +1,5 @@
 """Every process of a run, found by the run marker specparity puts in the environment of each process it starts
-(src/specparity/serving/reaper.py MARKER_ENV): what a test asserts is gone after a run, a stop or a signal."""
+(src/specparity/serving/child/reaper.py MARKER_ENV): what a test asserts is gone after a run, a stop or a signal."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from specparity.serving.reaper import MARKER_ENV
+from specparity.serving.child.reaper import MARKER_ENV
 
 
 def marked_alive(marker: str) -> list[int]:

@@ -197,3 +197,60 @@ def check_weight_files(directory: Path, *, field: str, pickles: bool = True) -> 
             if pickles:
                 check_pickled_weights(f, field=field)
     return found
+
+
+# What a draft checkpoint's headers say: read by both engines' children and SGLang's live static level
+@dataclass(frozen=True)
+class FcShape:
+    """``fc`` as stored in the draft checkpoint."""
+
+    in_features: int
+    out_features: int
+    bias: bool
+    weight_key: str
+
+
+def _safetensors_keys(path: Path) -> dict[str, Any]:
+    """The header of a safetensors file (no tensor data read); a broken file is an InputError naming it."""
+    return read_safetensors_header(path, field="draft weights")
+
+
+def checkpoint_shapes(draft_dir: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape for every weight file of a draft checkpoint, reading headers only.
+
+    The files are the ones SGLang loads (:func:`weight_files`: shards named by an index, no
+    ``training_args.bin`` or other trainer state, which ``weights_only`` could not unpickle anyway). A file that
+    cannot be read that way (empty, truncated, a directory, a symlink loop, a pickle of more than tensors) is an
+    :class:`~specparity.errors.InputError` naming it (the gate refuses those before the engine starts:
+    :func:`check_weight_files`).
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in weight_files(draft_dir).files:
+        if f.suffix == ".safetensors":
+            for k, v in _safetensors_keys(f).items():
+                shapes[k] = tuple(int(x) for x in v["shape"])
+            continue
+        import torch
+
+        state = check_pickled_weights(f, field="draft weights")
+        for k, t in state.items():
+            if isinstance(t, torch.Tensor):
+                shapes[k] = tuple(int(x) for x in t.shape)
+    return shapes
+
+
+def fc_shape_from_checkpoint(draft_dir: Path) -> FcShape | None:
+    """``fc`` in/out features and bias from the checkpoint; ``None`` when there is no ``fc.weight``.
+
+    Name rule as SGLang's loader sees it (sglang 0.5.23 models/llama_eagle3.py:338-353): the key is
+    ``fc.weight`` with an optional module prefix (``model.fc.weight``); ``fc_norm.*`` is a different module.
+    """
+    shapes = checkpoint_shapes(draft_dir)
+    candidates = sorted(k for k in shapes if k == "fc.weight" or k.endswith(".fc.weight"))
+    if not candidates:
+        return None
+    key = min(candidates, key=len)
+    out_f, in_f = shapes[key][0], shapes[key][1]
+    return FcShape(
+        in_features=in_f, out_features=out_f, bias=key[: -len("weight")] + "bias" in shapes, weight_key=key
+    )

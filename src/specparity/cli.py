@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import click
 
 from specparity import __version__
+from specparity.cli_command import launch_options, server_options
 from specparity.cli_contract import _Group, contract
-from specparity.cli_launch import launch_options, server_options
 from specparity.cli_watch import alert_rules, watch
 from specparity.errors import InputError
 from specparity.serving.results import ENGINES
@@ -51,13 +51,13 @@ def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-def _deployment_options(*, target: str, draft: str, sglang_arg: str) -> Callable[[F], F]:
+def _deployment_options(*, target: str, draft: str, deployed_arg: str) -> Callable[[F], F]:
     """The deployment ``gate`` and ``explain`` read: ``--target``, ``--draft`` (help texts given), the engine and
     its arguments."""
     return _options(
         click.option("--target", type=click.Path(path_type=Path), help=target + " Default: the launch command's."),
         click.option("--draft", type=click.Path(path_type=Path), help=draft + " Default: the launch command's."),
-        click.option("--sglang-arg", "sglang_args", multiple=True, metavar="KEY=VALUE", help=sglang_arg),
+        click.option("--sglang-arg", "deployed_args", multiple=True, metavar="KEY=VALUE", help=deployed_arg),
         click.option("--engine", type=click.Choice(list(ENGINES)), default="sglang", show_default=True,
                      help="Serving engine of the deployment."),
         click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
@@ -79,7 +79,7 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
 @main.command("gate")
 @click.option("--contract", "contract_path", required=True, type=click.Path(path_type=Path), help="Contract JSON.")
 @_deployment_options(target="Target model dir as deployed.", draft="Draft model dir as deployed.",
-                     sglang_arg="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
+                     deployed_arg="SGLang server argument as deployed (repeatable), e.g. speculative_num_steps=3.")
 @click.option("--level", type=click.Choice(["static", "capture", "outcome", "all"]), default="all", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu, or cuda for a production capture.")
 @_child_options(python="Interpreter whose engine (SGLang or vLLM) serves (default: this one).", timeout_s=900.0,
@@ -96,7 +96,7 @@ def _child_options(*, python: str, timeout_s: float, json: str) -> Callable[[F],
                    "is exit 3, never a pass on half the ranks.")
 @launch_options
 @server_options
-def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
+def gate(contract_path: Path, target: Path | None, draft: Path | None, deployed_args: tuple[str, ...], engine: str,
          engine_args: tuple[str, ...], level: str, device: str, python: str | None, timeout_s: float,
          json_path: Path | None, html_path: Path | None, junit_path: Path | None, launch: bool,
          launch_file: Path | None, command: tuple[str, ...], server: str | None, api_key: str | None,
@@ -115,31 +115,31 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
          this machine's limits (e.g. no Ray, a CPU attention backend that cannot run MLA: the
          finding names the call), a dead engine. A vLLM worker's own exception decides it.
     """
-    from specparity import cli_launch
-    from specparity.engine_args import parse_sglang_args
+    from specparity import cli_command
+    from specparity.engine_args import parse_engine_args
     from specparity.gate import run_gate
     from specparity.progress import Progress
     from specparity.report import check_report_paths, render_text, use_color, write_reports
 
     check_report_paths(json_path=json_path, html_path=html_path, junit_path=junit_path)  # before any engine starts
-    cmd = cli_launch.read_command(launch, command, launch_file)
+    cmd = cli_command.read_command(launch, command, launch_file)
     if server is not None and cmd is not None:
         raise InputError("give the deploy command (--launch) or a running server (--server), not both",
                          field="--server")
-    started = cli_launch.start_early(cmd, level=level, python=python, allow_dev_endpoints=allow_dev_endpoints)
+    started = cli_command.start_early(cmd, level=level, python=python, allow_dev_endpoints=allow_dev_endpoints)
     try:  # the server started from the command is stopped whatever happens next (bad input included)
-        spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s, cmd=cmd)
-        if server is None:  # a running server says itself what it serves (gate_launch.attach)
-            target, draft, engine, _ = cli_launch.deployment(spec, target, draft, engine)
+        spec = cli_command.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s, cmd=cmd)
+        if server is None:  # a running server says itself what it serves (gate_live.attach)
+            target, draft, engine, _ = cli_command.deployment(spec, target, draft, engine)
             _check_model_dirs(target, draft)
-        elif not cli_launch.engine_given():
-            from specparity.serving.live import detect_engine
+        elif not cli_command.engine_given():
+            from specparity.serving.live.capture import detect_engine
 
             engine = detect_engine(server, api_key=api_key) or engine
         with Progress(3, "gate") as progress:
-            verdict = run_gate(contract_path, target, draft, sglang_args=parse_sglang_args(sglang_args),
+            verdict = run_gate(contract_path, target, draft, deployed_args=parse_engine_args(deployed_args),
                                level=level, device=device, python=python, timeout_s=timeout_s, progress=progress,
-                               engine=engine, engine_args=parse_sglang_args(engine_args, field="--engine-arg"),
+                               engine=engine, engine_args=parse_engine_args(engine_args, field="--engine-arg"),
                                launch=spec, server=server, api_key=api_key, allow_dev_endpoints=allow_dev_endpoints,
                                started=started, evidence=evidence, node_evidence=node_evidence)
     finally:
@@ -152,13 +152,13 @@ def gate(contract_path: Path, target: Path | None, draft: Path | None, sglang_ar
 
 @main.command("explain")
 @_deployment_options(target="Target model dir (config.json).", draft="Draft model dir (config.json).",
-                     sglang_arg="SGLang server argument as deployed (repeatable); device defaults to cuda.")
+                     deployed_arg="SGLang server argument as deployed (repeatable); device defaults to cuda.")
 @_child_options(python="Interpreter whose engine resolves (default: this one).", timeout_s=600.0,
                 json="Write the answer as JSON.")
 @click.option("--strict", is_flag=True, default=False, help="Exit 1 on any warning (e.g. a setting the engine "
               "rewrites).")
 @launch_options
-def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str, ...], engine: str,
+def explain_cmd(target: Path | None, draft: Path | None, deployed_args: tuple[str, ...], engine: str,
                 engine_args: tuple[str, ...], python: str | None, timeout_s: float, json_path: Path | None,
                 strict: bool, launch: bool, launch_file: Path | None, command: tuple[str, ...]) -> None:
     """Which target layers the engine (SGLang or vLLM) will feed the drafter's fc, and why. No contract needed.
@@ -169,26 +169,26 @@ def explain_cmd(target: Path | None, draft: Path | None, sglang_args: tuple[str,
     """
     import json
 
-    from specparity import cli_launch
+    from specparity import cli_command
     from specparity.deployed import check_deployed_files, check_family_algorithm
-    from specparity.engine_args import parse_sglang_args
-    from specparity.gate_launch import launch_env
+    from specparity.engine_args import parse_engine_args
+    from specparity.gate_live import launch_env
     from specparity.report.writing import ReportFile, check_report_path, write_files
     from specparity.serving.engine import get_engine
 
     if json_path is not None:
         check_report_path(json_path, option="--json")  # before any engine starts
-    spec = cli_launch.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
-    target, draft, engine, launched = cli_launch.deployment(spec, target, draft, engine)
+    spec = cli_command.launch_spec(launch, command, launch_file, python=python, timeout_s=timeout_s)
+    target, draft, engine, launched = cli_command.deployment(spec, target, draft, engine)
     _check_model_dirs(target, draft)
     check_deployed_files(target, draft)  # swapped dirs, a broken weight file: exit 2 before the engine
-    args = {**launched, **parse_sglang_args(sglang_args), **parse_sglang_args(engine_args, field="--engine-arg")}
+    args = {**launched, **parse_engine_args(deployed_args), **parse_engine_args(engine_args, field="--engine-arg")}
     check_family_algorithm(draft, args)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
-    python = cli_launch.interpreter(spec, python)
+    python = cli_command.interpreter(spec, python)
     with launch_env(spec):  # the command's own environment reaches the engine's child
         result = get_engine(engine).explain(target, draft, args=args, python=python, timeout_s=timeout_s)
-    found = cli_launch.explain_findings(spec, result.data, engine=engine, draft=draft, python=python)
-    code, summary = cli_launch.explain_exit(result.exit_code, result.summary, found, result.data, strict=strict)
+    found = cli_command.explain_findings(spec, result.data, engine=engine, draft=draft, python=python)
+    code, summary = cli_command.explain_exit(result.exit_code, result.summary, found, result.data, strict=strict)
     click.echo(summary)
     for line in [*result.lines, *(spec.lines() if spec else []),
                  *(f"{f.severity.value:<8} {f.kind.value}: {f.message}" for f in found)]:

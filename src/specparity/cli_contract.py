@@ -21,7 +21,7 @@ class _Group(click.Group):
     """Maps our exceptions to exit codes and one-line messages."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from specparity.serving import reaper
+        from specparity.serving.child import reaper
 
         try:
             with reaper.signals_unwind():  # SIGTERM/SIGHUP unwind like Ctrl-C: every finally stops what it started

@@ -79,7 +79,7 @@ def watch(server: str, contract_path: Path, api_key: str | None, engine: str | N
       3  the server cannot be read, its metrics carry no speculative decoding (named, with the flag), or no
          speculative traffic came during --duration (nothing to judge)
     """
-    from specparity.serving.server import ServerClient
+    from specparity.serving.live.server import ServerClient
     from specparity.watch import view
     from specparity.watch.load import PromptLoad, read_prompts
     from specparity.watch.watcher import Watcher
@@ -146,7 +146,7 @@ def watch(server: str, contract_path: Path, api_key: str | None, engine: str | N
 
 
 def _model(client: Any) -> str:
-    from specparity.serving.server import ServerError
+    from specparity.serving.live.server import ServerError
 
     try:
         data = client.get_json("/v1/models").get("data") or []

@@ -55,7 +55,7 @@ _ENVIRONMENT_EXCEPTION = re.compile(
     r"|ray is not installed|install ray|No module named .?ray", re.IGNORECASE)
 
 
-# What this machine's CPU backends cannot run that the deployment's GPU can: named refusals (issue 23). The check
+# What this machine's CPU backends cannot run that the deployment's GPU can: named refusals. The check
 # cannot run here (exit 3, never a pass); the finding says which call refused and why it is the machine's.
 # Each row: a pattern of the refusal (matched ignoring case) and why that refusal is the machine's.
 _MACHINE_LIMIT_ROWS: tuple[tuple[str, str], ...] = (

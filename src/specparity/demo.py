@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 class Scenario:
     title: str
     draft: Path
-    sglang_args: dict[str, object]
+    engine_args: dict[str, object]
     expect_status: str
     expect_kind: str | None
 
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         todo = scenarios(args.bundle, Path(tmp))
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            futures = [pool.submit(run_gate, args.contract, args.bundle / "target", s.draft, sglang_args=s.sglang_args,
+            futures = [pool.submit(run_gate, args.contract, args.bundle / "target", s.draft, engine_args=s.engine_args,
                                    level=args.level) for s in todo]
             verdicts = [f.result() for f in futures]
         wall = time.perf_counter() - t0

@@ -141,7 +141,7 @@ def check_deployed_files(target: Path, draft: Path) -> None:
 
 def draft_facts(draft: Path) -> tuple[dict[str, Any], str | None, bool, list[str] | None, list[Finding]]:
     """The deployed draft as SGLang will load it: config.json, d2t fingerprint, weight names, and a
-    ``check_skipped`` warning for each check that reading it turned off (issue 11 item 7)."""
+    ``check_skipped`` warning for each check that reading it turned off."""
     from specparity.training.drafts import read_specforge_draft, read_speculators_draft
 
     cfg_path = draft / "config.json"

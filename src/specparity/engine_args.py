@@ -1,7 +1,7 @@
 """Engine arguments as the user typed them (``KEY=VALUE`` text) -> keywords with typed values, in one place.
 
 Text is typed once, here: ``true``/``false`` a bool, ``none``/``null`` None, an int, a float, else the string.
-Values that arrive typed (a pyproject.toml table, deployments.py) are never passed through text. Standard
+Values that arrive typed (a pyproject.toml table, plugin_deployments.py) are never passed through text. Standard
 library only, so that the pytest plugin can type at collection without importing torch.
 """
 
@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from specparity.errors import InputError
 
 
-def parse_sglang_args(pairs: Sequence[str], *, field: str = "--sglang-arg") -> dict[str, object]:
-    """``["speculative_num_steps=3", "--dtype=bfloat16"]`` -> ServerArgs keywords with typed values."""
+def parse_engine_args(pairs: Sequence[str], *, field: str = "--sglang-arg") -> dict[str, object]:
+    """``["speculative_num_steps=3", "--dtype=bfloat16"]`` -> the engine's keywords with typed values (SGLang's
+    ServerArgs, vLLM's engine arguments); ``field`` names the option the text came from in an error."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")

@@ -31,12 +31,12 @@ from specparity.compare.tolerances import resolve_tolerance, tolerances_from_con
 from specparity.contract import Contract, ProbePack, load_contract, read_contract_probes
 from specparity.deployed import check_deployed_files, check_family_algorithm, check_family_level
 from specparity.errors import InputError
-from specparity.gate_launch import apply_launch, attach, capture_launched, resolve_launched
+from specparity.gate_live import apply_launch, attach, capture_launched, resolve_launched
 from specparity.gate_verdict import GateRun, pair_tolerances, verdict_of
 from specparity.replay.outcome import check_outcome
+from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import engine_args_for, get_engine, outcome_request
-from specparity.serving.launch import LaunchSpec
-from specparity.serving.live import StartedServer, capture_attached
+from specparity.serving.live.capture import StartedServer, capture_attached
 from specparity.serving.results import CaptureResult, ResolvedDeployment
 from specparity.verdict import Level, Verdict
 
@@ -58,11 +58,6 @@ def reduction_for(contract: Contract, pack: ProbePack) -> Reduction:
     d = contract.drafter
     return Reduction(recorded=tuple(s.fc_input for s in pack.samples), expected=tuple(sources),
                      rtol=rtol_table(rtol_for), served="aux" if d.norm_before_fc or d.fc_norm else "fc")
-
-
-def server_args_for(contract: Contract, user: Mapping[str, object]) -> dict[str, object]:
-    """The contract's speculative settings as SGLang ServerArgs keywords, overridden by the user's arguments."""
-    return engine_args_for(get_engine("sglang"), contract, user)
 
 
 def _node_evidence(dirs: Sequence[str | Path], engine: str, *, live: bool) -> tuple[Path, ...]:
@@ -91,7 +86,7 @@ def run_gate(
     target: str | Path | None = None,
     draft: str | Path | None = None,
     *,
-    sglang_args: Mapping[str, object] | None = None,
+    deployed_args: Mapping[str, object] | None = None,
     level: str = "all",
     device: str = "cpu",
     python: str | None = None,
@@ -110,11 +105,12 @@ def run_gate(
     """Check the deployment (``target``, ``draft``, engine arguments) against the contract.
 
     ``engine`` is ``sglang`` or ``vllm`` (:mod:`specparity.serving.engine`); ``engine_args`` are its
-    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``sglang_args``. ``launch`` is the deploy
-    command as its engine parsed it (serving/launch.py): its engine, target, draft and arguments are the deployment's
+    arguments (ServerArgs keywords / ``vllm.LLM`` keywords), merged over ``deployed_args`` (the arguments as deployed:
+    ``--sglang-arg``, the plugin's; a deploy command's own override them, ``engine_args`` override both). ``launch`` is the deploy
+    command as its engine parsed it (serving/command/parse.py): its engine, target, draft and arguments are the deployment's
     (``target``/``draft`` given too must agree; ``engine_args`` override the command's), served by the interpreter
-    that parsed it unless ``python`` says otherwise (gate_launch.py); at the capture, outcome and ``all`` levels the
-    gate starts that server itself, with the engine's hook switches added (serving/live.py). ``server`` is the URL of
+    that parsed it unless ``python`` says otherwise (gate_live.py); at the capture, outcome and ``all`` levels the
+    gate starts that server itself, with the engine's hook switches added (serving/live/capture.py). ``server`` is the URL of
     a running server (``api_key`` its key): the deployment is what the server reports, and the evidence comes through
     its hooks; ``started``, that server already started from the command while it was parsed (cli.py).
     ``evidence``: ``reduced`` (default) lets an engine that can (vLLM's tap) reduce the layer atlas where it is, to
@@ -160,7 +156,7 @@ def run_gate(
     if attached is None or attached.local:  # a remote server's files are the server's to read
         check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
         check_family_level(Path(draft), level)  # a level specparity cannot run for the drafter's family: exit 3
-    user = {**(sglang_args or {}), **(engine_args or {})}
+    user = {**(deployed_args or {}), **(engine_args or {})}
     check_family_algorithm(Path(draft), user)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     args = engine_args_for(eng, contract, user)
     run = GateRun(contract=contract, draft=Path(draft), target=Path(target), engine=eng.name, launch=launch,
@@ -184,10 +180,10 @@ def run_gate(
         red = ({"reduction": reduction_for(contract, pack)}
                if evidence == "reduced" and getattr(eng, "reduces_evidence", False) else {})
         live_kw: dict[str, Any] = {**red, **({"node_evidence": nodes} if nodes else {})}
-        if attached is not None:  # the running server's own hooks and counters (serving/live.py)
+        if attached is not None:  # the running server's own hooks and counters (serving/live/capture.py)
             capture = capture_attached(eng, attached.url, api_key=api_key, probes=probes, outcome=request,
                                        timeout_s=timeout_s, progress=progress, **live_kw)
-        elif launch is not None:  # the user's own server, launched from their command (gate_launch.capture_launched)
+        elif launch is not None:  # the user's own server, launched from their command (gate_live.capture_launched)
             capture = capture_launched(eng, launch, probes=probes, timeout_s=timeout_s, python=python,
                                        progress=progress, outcome=request, allow_dev_endpoints=allow_dev_endpoints,
                                        started=started, **live_kw)

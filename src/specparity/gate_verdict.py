@@ -29,9 +29,9 @@ from specparity.contract import Contract
 from specparity.deployed import config_findings as _config_findings
 from specparity.deployed import draft_facts as _draft_facts
 from specparity.deployed import target_findings as _target_findings
-from specparity.gate_launch import launch_findings
+from specparity.gate_live import launch_findings
+from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import convention_findings, get_engine
-from specparity.serving.launch import LaunchSpec
 from specparity.serving.layout import served_layout as layout_of
 from specparity.serving.results import ResolvedDeployment, ServingFailure
 from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
@@ -70,7 +70,7 @@ class GateRun:
     target: Path | None = None
     engine: str = "sglang"
     launch: LaunchSpec | None = None  # the deploy command the deployment came from (--launch)
-    live: dict[str, Any] | None = None  # where the evidence came from: a server launched or attached (serving/live.py)
+    live: dict[str, Any] | None = None  # where the evidence came from: a server launched or attached (serving/live/capture.py)
 
 
 def pair_tolerances(run: GateRun) -> tuple[tuple[Tolerance, dict[int | str, Tolerance]], ...]:

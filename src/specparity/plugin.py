@@ -2,7 +2,7 @@
 
 Thin over :mod:`specparity.gate`. Each configured deployment (``--parity-contract``, the
 ``parity_contract`` ini key, ``[tool.specparity.deployments.<name>]`` tables or ``parity_deployments``
-ini lines; see :mod:`specparity.deployments`) is one group of items, all marked ``parity``, with node ids
+ini lines; see :mod:`specparity.plugin_deployments`) is one group of items, all marked ``parity``, with node ids
 that do not depend on the rootdir or the invocation dir:
 
 - ``parity::<name>::static``            the deployment as the engine resolves it (ids, capture list, fc width)
@@ -35,7 +35,8 @@ from typing import Any
 
 import pytest
 
-from specparity.deployments import (
+from specparity.errors import InputError
+from specparity.plugin_deployments import (
     DEFAULT_ENGINE,
     Deployment,
     check_engine,
@@ -44,7 +45,6 @@ from specparity.deployments import (
     from_pyproject,
     unique,
 )
-from specparity.errors import InputError
 from specparity.plugin_items import VERDICTS_KEY as VERDICTS_KEY
 from specparity.plugin_items import GateSetupError as GateSetupError
 from specparity.plugin_items import ParityDeployment as ParityDeployment
@@ -78,14 +78,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(ini, help_text, default=None)
     group.addoption(
         "--parity-sglang-arg", dest="parity_sglang_args", action="append", default=None, metavar="KEY=VALUE",
-        help="SGLang server argument for the deployment, repeatable (ini: parity_sglang_args, one per line)",
+        help="engine argument for the deployment, repeatable: the older name of --parity-engine-arg, read as its alias "
+             "(ini: parity_sglang_args, one per line)",
     )
     group.addoption(
         "--parity-engine-arg", dest="parity_engine_args", action="append", default=None, metavar="KEY=VALUE",
         help="engine argument (vllm.LLM keywords for vllm, ServerArgs for sglang), repeatable "
              "(ini: parity_engine_args, one per line)",
     )
-    parser.addini("parity_sglang_args", "SGLang server arguments KEY=VALUE, one per line", type="linelist", default=[])
+    parser.addini("parity_sglang_args", "engine arguments KEY=VALUE, one per line: the older name of parity_engine_args, "
+                  "read as its alias", type="linelist", default=[])
     parser.addini("parity_engine_args", "engine arguments KEY=VALUE, one per line", type="linelist", default=[])
     parser.addini("parity_deployments", "deployments to check, one per line: NAME contract=PATH target=PATH "
                   "draft=PATH [engine=NAME] [level=L] [python=PATH] [engine_arg=KEY=VALUE ...] "
@@ -127,10 +129,11 @@ def parity_settings(config: pytest.Config) -> dict[str, Any]:
         if value is not None and name in _PATH_OPTIONS and from_ini and not Path(value).is_absolute():
             value = str(Path(config.rootpath) / value)
         out[name] = value
-    args = config.getoption("parity_sglang_args")
-    out["sglang_args"] = list(args) if args is not None else list(config.getini("parity_sglang_args"))
-    extra = config.getoption("parity_engine_args")
-    out["sglang_args"] += list(extra) if extra is not None else list(config.getini("parity_engine_args"))
+    # parity_sglang_args / --parity-sglang-arg: the older names, still read (a user's pyproject.toml may carry them)
+    alias = config.getoption("parity_sglang_args")
+    out["engine_arg_text"] = list(alias) if alias is not None else list(config.getini("parity_sglang_args"))
+    args = config.getoption("parity_engine_args")
+    out["engine_arg_text"] += list(args) if args is not None else list(config.getini("parity_engine_args"))
     out["engine"] = out.get("engine") or DEFAULT_ENGINE
     return out
 
@@ -139,12 +142,12 @@ def _single(config: pytest.Config, s: dict[str, Any]) -> Deployment:
     option = "--parity-engine" if config.getoption("parity_engine") is not None else "parity_engine"
     return Deployment(name=contract_name(s["contract"]), contract=s["contract"], target=s["target"],
                       draft=s["draft"], engine=check_engine(s["engine"], where=None, field=option),
-                      engine_arg_text=tuple(s["sglang_args"]),
+                      engine_arg_text=tuple(s["engine_arg_text"]),
                       level=s["level"] or "all", python=s["python"])
 
 
 def deployments(config: pytest.Config) -> list[Deployment]:
-    """The deployments this session checks (module docstring of :mod:`specparity.deployments`).
+    """The deployments this session checks (module docstring of :mod:`specparity.plugin_deployments`).
 
     Raises InputError for a malformed declaration (the message names the file and field).
     """
@@ -282,7 +285,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for name, verdict in verdicts.items():  # one deployment: DIR/report.*; several: DIR/<name>/report.*
         try:
             paths += write_reports(verdict, Path(report) / name if several else Path(report))
-        except (SpecparityError, OSError) as e:  # never a raw traceback at session end (issue 35)
+        except (SpecparityError, OSError) as e:  # never a raw traceback at session end
             failed.append(f"specparity: report of {name} not written: {e}")
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specparity.deployments import DEFAULT_ENGINE, Deployment
+from specparity.plugin_deployments import DEFAULT_ENGINE, Deployment
 from specparity.verdict import Verdict
 
 VERDICTS_KEY = pytest.StashKey[dict[str, Verdict]]()
@@ -109,7 +109,7 @@ class _ConfigItem(pytest.Item):
 def _run_gate(deployment: Deployment) -> Verdict:
     import inspect
 
-    from specparity.engine_args import parse_sglang_args
+    from specparity.engine_args import parse_engine_args
     from specparity.errors import SpecparityError
     from specparity.gate import run_gate
 
@@ -121,8 +121,8 @@ def _run_gate(deployment: Deployment) -> Verdict:
         kwargs["engine"] = deployment.engine
     try:
         if deployment.launch is not None:  # the deploy command as written, parsed by its engine (docs/launch.md)
-            from specparity.launch_command import read_launch
-            from specparity.serving.launch import parse_launch
+            from specparity.deploy_command import read_launch
+            from specparity.serving.command.parse import parse_launch
 
             command = read_launch(deployment.launch, source=f"tool.specparity.deployments.{deployment.name}.launch",
                                   path=deployment.source, cwd=deployment.launch_cwd)
@@ -130,7 +130,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
         if deployment.server is not None:  # a running server (docs/live-server.md); its key from the environment
             import os
 
-            from specparity.serving.live import detect_engine
+            from specparity.serving.live.capture import detect_engine
 
             key = os.environ.get("SPECPARITY_API_KEY")
             kwargs.update(server=deployment.server, api_key=key)
@@ -138,7 +138,7 @@ def _run_gate(deployment: Deployment) -> Verdict:
                 kwargs["engine"] = detect_engine(deployment.server, api_key=key) or DEFAULT_ENGINE
         return run_gate(
             deployment.contract, deployment.target or None, deployment.draft or None,
-            sglang_args=deployment.gate_args(parse_sglang_args), level=deployment.level, python=deployment.python,
+            deployed_args=deployment.gate_args(parse_engine_args), level=deployment.level, python=deployment.python,
             **kwargs,
         )
     except SpecparityError as e:

@@ -1,7 +1,7 @@
 """Progress bars for long work (an engine start, prefill, atlas, replay), drawn by rich on a terminal.
 
 ``Progress`` is a callback: pass it where a ``progress(done, total)`` callable is expected (the
-serving child reports ``@@specparity-progress DONE TOTAL`` after each phase; serving/process.py). It
+serving child reports ``@@specparity-progress DONE TOTAL`` after each phase; serving/child/process.py). It
 draws a rich progress bar on an interactive terminal, naming the phase under way, and stays silent
 otherwise (CI logs, pipes, files, ``TERM=dumb``), so logs never fill with partial bars. rich is
 imported only when a bar is drawn.

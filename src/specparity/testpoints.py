@@ -16,7 +16,7 @@ The points (each ``pause("name")`` call is the only trace in the code):
 - ``report_write``: every report face is on disk and the first is renamed into place, the others not yet
   (report/writing.py ``write_files``);
 - ``server_up``: the server launched from the user's command answers its health check and the capture through it
-  is about to start (serving/live.py ``capture_launched``).
+  is about to start (serving/live/capture.py ``capture_launched``).
 - ``armed``: the hooks of an SGLang server are armed (``ARMED`` written) and the probes are about to be sent
   (serving/sglang/live.py ``live_capture``).
 """

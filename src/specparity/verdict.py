@@ -136,10 +136,10 @@ class Verdict:
     engine: str = "sglang"  # the serving engine ("sglang" | "vllm")
     # the served layout (ResolvedDeployment.layout): engine, executor, TP/PP/DP/EP sizes, ranks expected and reported
     layout: Mapping[str, Any] = field(default_factory=dict)
-    # the deploy command as given (redacted) and its engine's parse of it (serving/launch.py LaunchSpec.to_dict);
+    # the deploy command as given (redacted) and its engine's parse of it (serving/command/parse.py LaunchSpec.to_dict);
     # None when the deployment was given as --target/--draft/--engine-arg
     launch: Mapping[str, Any] | None = None
-    # where the evidence came from when the gate checked a server (serving/live.py LiveRun.to_dict): "launched" (the
+    # where the evidence came from when the gate checked a server (serving/live/capture.py LiveRun.to_dict): "launched" (the
     # user's command started by the gate, with what it added) or "attached" (--server URL); None: the gate's own child
     live: Mapping[str, Any] | None = None
 

@@ -123,7 +123,7 @@ def build_catalog(root: Path, contract: Path) -> dict[str, Deployment]:
         save_file(w, str(f), metadata={"format": "pt"})
 
     # the deployed target is not the one training recorded: other weights (same config), another tokenizer,
-    # another chat template (issue 10); each a copy of the bundled target with that one change
+    # another chat template; each a copy of the bundled target with that one change
     other_weights = root / "other-weights"
     shutil.copytree(target, other_weights)
     gen = torch.Generator().manual_seed(1234)

@@ -56,11 +56,11 @@ GRAPH_IDS_HAZARD = isinstance(_ENTRY, AdapterEntry) and _ENTRY.family == "B"
 # scenario -> (status, finding kinds that must be among the errors)
 CASES: dict[str, tuple[str, set[str]]] = {
     "healthy": ("pass", set()),
-    # the deployed target is not the one training recorded (issue 10): each its own named finding, exit 1
+    # the deployed target is not the one training recorded: each its own named finding, exit 1
     "other_weights": ("fail", {"target_mismatch"}),
     "other_tokenizer": ("fail", {"tokenizer_mismatch"}),
     "other_chat_template": ("fail", {"chat_template_mismatch"}),
-    # a config SGLang crashes on is the deployment's fault: exit 1, with SGLang's own message (issue 10)
+    # a config SGLang crashes on is the deployment's fault: exit 1, with SGLang's own message
     "embedding_plus_layers": ("fail", {"extra_embedding", "missing_source"}) if _serves([-1, 1, 3])
     else ("fail", {"engine_error"}),
     "no_eagle_config": ("fail", {"default_ids_fallback", "off_by_one"}),
@@ -136,7 +136,7 @@ def test_layout_failures_come_with_a_fix_that_names_the_ids(catalog: dict[str, A
 
 
 def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
-    v = gate(catalog, "healthy", level="static", sglang_args={
+    v = gate(catalog, "healthy", level="static", engine_args={
         "speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16})
     assert v.status == "fail" and "spec_config_rewritten" in kinds(v)
     assert v.resolved_spec_config is not None
@@ -173,7 +173,7 @@ def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
             f.to_dict() for f in v.errors]
         assert kinds(v) == {"cuda_graph_ids_hazard"}, kinds(v)
         # served without CUDA graphs (the finding's own fix), the same deployment passes
-        v = gate(catalog, "healthy", level="static", sglang_args={"disable_cuda_graph": True})
+        v = gate(catalog, "healthy", level="static", engine_args={"disable_cuda_graph": True})
     if not STATIC_ONLY:
         assert (v.status, v.exit_code) == ("pass", 0), [f.to_dict() for f in v.errors]
         assert v.served_layout == ["layer:1", "layer:3", "layer:5"]
@@ -186,7 +186,7 @@ def test_static_level_on_the_bundle_as_trained(catalog: dict[str, Any]) -> None:
 
 
 def test_timeout_is_an_environment_error(catalog: dict[str, Any]) -> None:
-    # A deadline no run can meet on any machine (1 ms: past before the job's first poll, serving/process.py):
+    # A deadline no run can meet on any machine (1 ms: past before the job's first poll, serving/child/process.py):
     # a warm child finishes the tiny capture within 1 s (seen on 0.4.10), so a looser deadline would be a race.
     # Family A answers a capture with its refusal at once, so there it is the static level that times out.
     v = (gate(catalog, "healthy", level="static", timeout_s=0.001) if STATIC_ONLY
@@ -246,7 +246,7 @@ def test_a_static_only_version_still_fails_every_scenario_at_the_static_level(ca
     assert len(ignored) == 1 and ignored[0].severity.value == ("warning" if name == "no_eagle_config" else "error")
 
 
-# --- one decision, every face (issue 10): the CLI, the reports and every pytest item are views of one verdict
+# --- one decision, every face: the CLI, the reports and every pytest item are views of one verdict
 
 
 def _failing_items(v: Verdict, probes: int, name: str) -> dict[str, bool]:
@@ -301,7 +301,7 @@ def test_cli_reports_and_pytest_items_are_views_of_one_verdict(catalog: dict[str
                               "--parity-draft", str(draft), "--parity-level", "capture", "-p", "no:cacheprovider")
     reports = {r.nodeid: r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"}
     from specparity.contract import load_contract
-    from specparity.deployments import contract_name
+    from specparity.plugin_deployments import contract_name
 
     expected = _failing_items(v, load_contract(contract).probes.num_samples, contract_name(str(contract)))
     assert set(reports) == set(expected), (sorted(reports), sorted(expected))

@@ -3,7 +3,7 @@
 Every real SpecForge run records in bf16, and SGLang serves with other kernels (here fp32 by default,
 or ``--sglang-arg dtype=bfloat16``, torch_native on CPU). Healthy must pass at every level, the
 outcome check included; every miswiring must still fail with its kind. All of it runs in every SGLang env
-of the matrix (issue 10 item 5), served in fp32 and in bf16: ~1-2 min per env, which the clean-clone CI run
+of the matrix, served in fp32 and in bf16: ~1-2 min per env, which the clean-clone CI run
 (29.5 min on 2 cores without it) has room for.
 
 Measured with SGLang 0.5.23 on CPU (capture level, 4 probes, 343 tokens; u = 2^-8, the coarser dtype):
@@ -36,7 +36,7 @@ def gate_bf16(catalog_bf16: dict[str, Any], name: str, served: str, *, level: st
     key = (name, served, level)
     if key not in _verdicts:
         contract, target, draft = catalog_bf16[name]
-        _verdicts[key] = run_gate(contract, target, draft, level=level, sglang_args=SERVED[served])
+        _verdicts[key] = run_gate(contract, target, draft, level=level, engine_args=SERVED[served])
     return _verdicts[key]
 
 

@@ -1,4 +1,4 @@
-"""specparity where users deploy (issue 25 item 6): built as a wheel and an sdist by the standard build frontend,
+"""specparity where users deploy: built as a wheel and an sdist by the standard build frontend,
 checked by twine, installed into a fresh venv outside this checkout, and run as ``pytest -m parity`` in a temporary
 deploy repo whose pyproject.toml names two deployments.
 

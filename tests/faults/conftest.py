@@ -1,4 +1,4 @@
-"""The fault tier (issue 35 item 5): real gate runs signalled at named points, bad inputs, reports on file systems
+"""The fault tier: real gate runs signalled at named points, bad inputs, reports on file systems
 that refuse them, a launched server and the pytest plugin, each checked for its exit code, for nothing left running,
 no temporary directory left, inputs unchanged and reports whole or absent (tests/faults/fault_runs.py).
 

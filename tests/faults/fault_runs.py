@@ -1,8 +1,8 @@
-"""One gate run of the fault tier, and what is checked after it (issue 35 item 5).
+"""One gate run of the fault tier, and what is checked after it.
 
 A :class:`Run` is a real ``specparity gate`` (or ``pytest -m parity``) in a process of its own, started in a session
 of its own, with its own ``TMPDIR`` (so the temp-directory check is exact), its own run marker
-(``SPECPARITY_RUN_ID``, serving/reaper.py) and, where a test signals it, ``SPECPARITY_TEST_PAUSE`` naming the point
+(``SPECPARITY_RUN_ID``, serving/child/reaper.py) and, where a test signals it, ``SPECPARITY_TEST_PAUSE`` naming the point
 where it waits (src/specparity/testpoints.py): the test waits for the point's file, sends the signal to the run's
 process group (as a terminal's Ctrl-C or a CI cancel does) and then checks, each within a few seconds:
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tests.process_marks import describe, gone, marked_alive
 
-from specparity.serving.reaper import MARKER_ENV, TERM_GRACE_S
+from specparity.serving.child.reaper import MARKER_ENV, TERM_GRACE_S
 from specparity.testpoints import PAUSE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def left_in(tmp: Path) -> list[str]:
     """Whatever is still in the run's ``tmp``: its own directories, or anything the engine made there. torch's
     inductor cache is not a run's leftover: torch keeps it in the temp directory across runs by design
     (``<tmp>/torchinductor_<user>``, torch/_inductor/runtime/cache_dir_utils.py), and a launched server is pointed
-    at it (serving/live.py scratch_env)."""
+    at it (serving/live/capture.py scratch_env)."""
     return sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
 
 
@@ -158,7 +158,7 @@ class Run:
 
     def __post_init__(self) -> None:
         # short, beside pytest's own tmp: a launched server's scratch TMPDIR below it must fit a socket path
-        # (serving/live.py scratch_env); removed with this object
+        # (serving/live/capture.py scratch_env); removed with this object
         self.tmp = Path(tempfile.mkdtemp(prefix="spf-"))
         weakref.finalize(self, shutil.rmtree, self.tmp, True)
         self.points = self.root / "points"

@@ -2,7 +2,7 @@
 (or option) and field, before any engine starts (the run waits at ``engine_import`` should it ever get there, and the
 test fails at once), nothing left running, no run directory, the inputs unchanged, no report.
 
-The cases are tests/bad_inputs.py's tables (issue 35 Why item 4: a 0-byte, truncated, symlink-loop, directory or
+The cases are tests/bad_inputs.py's tables (a 0-byte, truncated, symlink-loop, directory or
 pickle draft; a probe of 0 tokens, a NaN or Inf recorded fc input, a NaN in the contract's acceptance), a 0-byte
 target, swapped --target/--draft, a --json under a regular file and (as root: CI) an --html on a read-only file
 system. All run at ``--level all``, the level that reads the most, side by side (each is one interpreter start, a

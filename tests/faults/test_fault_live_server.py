@@ -1,4 +1,4 @@
-"""The gate killed while the server it launched is up (``specparity gate --launch-file CMD``, serving/live.py): SGLang's
+"""The gate killed while the server it launched is up (``specparity gate --launch-file CMD``, serving/live/capture.py): SGLang's
 own server from its published EAGLE-3 command made to run on this CPU (tests/launch_commands/sglang/
 cpu_docs_eagle3.sh, as tests/serving/test_sglang_live_server.py runs it), the bundled models in for the published
 ones. The gate waits at ``server_up`` (the server answers its health check, the capture through it is next) and is
@@ -69,8 +69,8 @@ def test_sigkill_while_an_attached_server_is_armed_leaves_it_disarmed(tmp_path: 
     import subprocess
     import time
 
-    from specparity.launch_command import read_launch
-    from specparity.serving.server import LaunchedServer, ServerClient, free_port
+    from specparity.deploy_command import read_launch
+    from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
     from specparity.serving.sglang import live, live_hooks
 
     evidence = tmp_path / "evidence"

@@ -1,4 +1,4 @@
-"""Reports cut short (issue 35 Why item 3, docs/report-format.md "Cut short"): a full disk while a real gate run writes
+"""Reports cut short (docs/report-format.md "Cut short"): a full disk while a real gate run writes
 them (root: a small tmpfs; CI runs as root), a writer killed between two renames, and the pytest plugin: its report
 directory on a read-only disk, and the session interrupted while its gate runs.
 

@@ -27,10 +27,10 @@ from specparity.verdict import ChunkReport, FixSuggestion, OutcomeSummary, Verdi
 
 KIND = os.environ.get("CANNED", "pass")
 
-def fake(contract, target, draft, *, sglang_args=None, level="all", python=None, **kw):
+def fake(contract, target, draft, *, deployed_args=None, level="all", python=None, **kw):
     with open(os.environ["CALLS"], "a") as f:
         f.write(json.dumps({"contract": str(contract), "target": str(target), "draft": str(draft),
-                            "args": sglang_args, "level": level}) + "\\n")
+                            "args": deployed_args, "level": level}) + "\\n")
     if KIND == "bad-input":
         from specparity.errors import InputError
         raise InputError("unknown field (not in contract schema v1)", path=contract, field="drafter.fc_biass")
@@ -149,6 +149,25 @@ def test_command_line_overrides_ini(canned, pytester: pytest.Pytester) -> None: 
     pytester.makeini("[pytest]\nparity_draft = from-ini\n")
     _, calls = canned("pass", "--parity-sglang-arg", "speculative_num_draft_tokens=16")
     assert calls[0]["draft"] == "d" and calls[0]["args"] == {"speculative_num_draft_tokens": 16}
+
+
+def test_older_engine_args_key_in_pyproject_is_read_as_an_alias(pytester: pytest.Pytester, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                canned_calls) -> None:
+    """A user's pyproject.toml written for an older specparity names the engine's arguments parity_sglang_args: they
+    still reach the gate, under parity_engine_args' values of the same key."""
+    monkeypatch.setenv("CANNED", "pass")
+    pytester.makepyprojecttoml("""
+        [tool.pytest.ini_options]
+        parity_contract = "c.json"
+        parity_target = "t"
+        parity_draft = "d"
+        parity_level = "static"
+        parity_sglang_args = ["speculative_num_steps=3", "speculative_eagle_topk=2"]
+        parity_engine_args = ["speculative_eagle_topk=1"]
+    """)
+    result = pytester.runpytest_subprocess("-m", "parity")
+    result.assert_outcomes(passed=1)
+    assert json.loads(canned_calls.read_text())["args"] == {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
 
 
 def test_parity_without_configuration_fails_with_usage(pytester: pytest.Pytester) -> None:

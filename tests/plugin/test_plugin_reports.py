@@ -1,4 +1,4 @@
-"""The plugin's report directory (issue 35 item 2): ``--parity-report`` is checked when the session starts, before
+"""The plugin's report directory: ``--parity-report`` is checked when the session starts, before
 any gate run (a usage error naming the option, pytest's exit 4), and writing it at session end never ends in a
 traceback: the failure is one line naming what was not written, and a session whose checks passed exits 3.
 

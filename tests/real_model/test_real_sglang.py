@@ -36,7 +36,7 @@ def verdicts(real_model: RealModel, tmp_path_factory: pytest.TempPathFactory) ->
         # served in bf16: the bf16 checkpoint, and SGLang told so (its CPU capture defaults to float32)
         args = {"dtype": "bfloat16"} if dtype == "bf16" else {}
         return run_gate(CONTRACT, real_model.dir(dtype), draft_for(s, work), level="all",  # type: ignore[arg-type]
-                        sglang_args=args, timeout_s=900)
+                        engine_args=args, timeout_s=900)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(runs, pool.map(one, runs.values()), strict=True))

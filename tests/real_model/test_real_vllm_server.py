@@ -1,4 +1,4 @@
-"""The gate on vLLM's own server (issue 33), on the real target: SmolLM2-135M-Instruct and its trained drafter.
+"""The gate on vLLM's own server, on the real target: SmolLM2-135M-Instruct and its trained drafter.
 
 ``make demo-server``'s two launches as tests: each deploy command is parsed by vLLM's own parser, its server started by
 the gate with vLLM's hook switches, the probes sent, the fc input read back through ``/collective_rpc`` and the
@@ -16,13 +16,13 @@ import pytest
 from tests.process_marks import describe, gone, marked_alive
 
 from specparity.compare.findings import FindingKind
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
 from specparity.realmodel.demo_server import command
 from specparity.realmodel.fetch import RealModel
 from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for
-from specparity.serving.launch import parse_launch
-from specparity.serving.reaper import MARKER_ENV
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import parse_launch
 from specparity.verdict import Verdict
 
 pytestmark = [pytest.mark.real_model, pytest.mark.vllm, pytest.mark.slow]

@@ -31,7 +31,7 @@ USE_BUNDLED = (BUNDLED / "target" / "config.json").is_file()  # flip to False to
 
 @pytest.fixture(scope="session")
 def sglang_required() -> None:
-    """A real-SGLang test run where sglang cannot be imported fails loudly; it is never skipped (issue 11).
+    """A real-SGLang test run where sglang cannot be imported fails loudly; it is never skipped.
     Envs without SGLang deselect these tests with ``-m "not sglang"`` instead (scripts/matrix.sh)."""
     require_sglang()
 

@@ -1,4 +1,4 @@
-"""Reduced real-class targets (issue 23 item 1): a public config with only depth, width and expert count reduced.
+"""Reduced real-class targets: a public config with only depth, width and expert count reduced.
 
 Each target starts from a verbatim public config.json in configs/public/targets (SOURCES.json names where each
 came from) and changes only the size fields below; every structural field (q/k norms, MoE routing and

@@ -213,7 +213,7 @@ def target_files(architecture: str) -> dict[str, str]:
     return {module: source}
 
 
-# Stand-ins written here (issue 24 item 5). SGLang 0.5.23 ships BailingMoeV2Config but registers no AutoConfig for
+# Stand-ins written here. SGLang 0.5.23 ships BailingMoeV2Config but registers no AutoConfig for
 # it: it is not in _CONFIG_REGISTRY (utils/hf_transformers/common.py:117-190, registered at :282-284), only
 # BailingMM2Config's nested llm_config (configs/bailing_moe_v2.py:158), and transformers has no bailing_moe. So a Ling
 # config.json reaches a config class only through its checkpoint's remote code, of which these tests have no copy:

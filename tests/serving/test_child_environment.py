@@ -1,4 +1,4 @@
-"""Issue 11 item 3: a ``--python`` child imports only specparity from the gate; reports name what it ran on."""
+"""A ``--python`` child imports only specparity from the gate; reports name what it ran on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import specparity.serving.process as process
+import specparity.serving.child.process as process
 from specparity.serving.sglang.families import ENVS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_every_family_has_a_child_env_case() -> None:
 
     covered = {fam.letter for fam in FAMILIES for env in fam.envs if env in CHILD_ENVS}
     assert covered == {fam.letter for fam in FAMILIES} - {"E"}, covered  # E is .venv itself
-    assert "sglang-0.5.3" in CHILD_ENVS  # issue 11 item 3's own case, run by `make test`
+    assert "sglang-0.5.3" in CHILD_ENVS  # the case this test was written for, run by `make test`
 
 
 @pytest.mark.sglang

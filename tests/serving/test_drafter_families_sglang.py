@@ -1,4 +1,4 @@
-"""Public MLA EAGLE-3 and DFlash drafter configs through SGLang 0.5.23's static level and ``explain`` (issue 43):
+"""Public MLA EAGLE-3 and DFlash drafter configs through SGLang 0.5.23's static level and ``explain``:
 the real target and draft classes built on the meta device, SGLang's own id readers and setters
 (tests/unit/data/drafter_families/README.md: the configs and their provenance).
 

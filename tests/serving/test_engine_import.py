@@ -1,4 +1,4 @@
-"""An engine that cannot even be imported is this machine's problem, never the deployment's (issue 35 item 3).
+"""An engine that cannot even be imported is this machine's problem, never the deployment's.
 
 SGLang's import makes ``~/.cache`` (sglang 0.5.23 utils/hf_transformers_patches.py:265); with ``HOME`` where no
 folder can be made (a read-only HOME in a container, here a path under a regular file, which needs no root) the

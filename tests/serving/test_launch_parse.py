@@ -1,4 +1,4 @@
-"""SGLang's own parse of real launch commands (issue 33 item 1): ``parse_launch`` against the installed release's
+"""SGLang's own parse of real launch commands: ``parse_launch`` against the installed release's
 ``prepare_server_args`` on the same words.
 
 The commands are published ones, copied verbatim into tests/launch_commands/ (sources in its README.md); only their
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from version_facts import installed_facts
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import LaunchCommand, read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
+from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.sglang
 

@@ -34,7 +34,7 @@ def _resolve() -> ResolvedDeployment:
 def test_limited_registry_gives_the_full_registrys_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("SGLANG_DISABLED_MODEL_ARCHS", raising=False)
-    # cold children, as the CLI starts them: a warm-start zygote (serving/warm.py) has the whole registry imported
+    # cold children, as the CLI starts them: a warm-start zygote (serving/child/warm.py) has the whole registry imported
     monkeypatch.setenv("SPECPARITY_WARM_START", "0")
     full = _resolve()
     assert full.timings["registry_limited"] == 0.0

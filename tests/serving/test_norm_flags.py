@@ -1,4 +1,4 @@
-"""Issue 11 item 2: the norm flags reported are the ones the drafter SGLang built applies, on every version."""
+"""The norm flags reported are the ones the drafter SGLang built applies, on every version."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_norm_the_version_cannot_apply_is_said_as_such() -> None:
     assert gate_verdict._explain_unsupported_norms([reverse], dep) == [reverse]
 
 
-# --- issue 11 item 10: the atlas includes boundary L (layer:L-1) where the class's loop can capture it --------
+# --- the atlas includes boundary L (layer:L-1) where the class's loop can capture it --------
 def _fake_workers(class_name: str, num_layers: int, h: int):  # type: ignore[no-untyped-def]
     target = type(class_name, (), {})()
     target.model = SimpleNamespace(layers_to_capture=[2, 4], end_layer=num_layers)

@@ -1,4 +1,4 @@
-"""Capture on reduced real-class targets (issue 23 items 1-2): Qwen3-MoE and Qwen3 dense on the installed SGLang.
+"""Capture on reduced real-class targets: Qwen3-MoE and Qwen3 dense on the installed SGLang.
 
 Each target is its public config with only sizes reduced (real_class_targets.py), random weights written by
 transformers' own ``save_pretrained``; its SpecForge records are recomputed on it at ids [1, 3, 5] and the contract
@@ -178,7 +178,7 @@ def test_resolved_statically_and_the_capture_is_this_machines_named_limit(tmp_pa
     assert all(f.details.get("cause") == "environment" for f in v.errors), [str(f) for f in v.errors]
 
 
-# --- a target SGLang loads only partly: named as the engine's partial load, never blamed on the target (issue 35) ----
+# --- a target SGLang loads only partly: named as the engine's partial load, never blamed on the target ----
 PARTLY_MEASURED_ON = "0.5.23"  # models/qwen3_moe.py:877: "Qwen3MoE all layers are sparse"
 DENSE_FIRST = "Qwen3-MoE-dense-first-layer"  # real_class_targets.VARIANTS: mlp_only_layers [0]
 

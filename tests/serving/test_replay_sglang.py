@@ -1,4 +1,4 @@
-"""Outcome level on real SGLang: drafter acceptance on recorded vs served fc inputs (issue 6).
+"""Outcome level on real SGLang: drafter acceptance on recorded vs served fc inputs.
 
 Three deployments of the bundled default (fixtures/default), one SGLang child each (the engine adapter's
 capture with an outcome request: capture + SGLang's own drafter replay in the same run), consumed by
@@ -282,7 +282,7 @@ def test_shuffled_fc_reads_as_model_quality(runs: dict[str, OutcomeRun]) -> None
     healthy, _, _ = _first(runs["healthy"])
     assert rec < healthy - 0.2 and abs(rec - srv) <= 0.02  # the drafter is broken; the wiring is not
     assert report.summary.diagnosis == "model_quality"  # contract states no acceptance: the default floor
-    # below the floor on its own inputs is an error even without a training-time figure (issue 11 item 8)
+    # below the floor on its own inputs is an error even without a training-time figure
     assert [(f.kind, f.severity) for f in report.findings] == [(FindingKind.MODEL_QUALITY, Severity.ERROR)]
     # with the acceptance training measured (draft_training.json: top-1 on the probes) it is an error
     summary, findings = diagnose(report.recorded, report.served, expected=[healthy])

@@ -5,7 +5,7 @@ value, a set, a config object: found by introspecting the record's fields and th
 every float field (``inf`` and ``nan`` are no JSON), a value is built through SGLang's own parser (argv words ->
 ``ServerArgs.add_cli_args`` on an ``argparse.ArgumentParser``, as ``prepare_server_args`` builds it, 0.5.23
 ``srt/server_args.py:679-680``) and taken through the product path: the parse child's encoding
-(``launch_parse.transported_args``) -> JSON text of the worker request -> the worker's request reader and the
+(``command_parse.transported_args``) -> JSON text of the worker request -> the worker's request reader and the
 installed family's keyword builder (``server_args_kwargs``) -> ``ServerArgs(**kw)``. The field must equal what
 ``ServerArgs.from_cli_args`` made from the same parse (0.5.23 :446-451); on a release that resolves in
 ``__post_init__`` (before 0.5.20) the keyword ``ServerArgs`` gets is compared instead. In process: no engine starts.
@@ -35,9 +35,9 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from specparity.serving.launch_child import SECRET_DEST  # noqa: E402
-from specparity.serving.sglang.launch_parse import _field_names, _parser, transported_args  # noqa: E402
-from specparity.serving.worker_common import WorkerRequest  # noqa: E402
+from specparity.serving.child.worker_common import WorkerRequest  # noqa: E402
+from specparity.serving.command.parse_child import SECRET_DEST  # noqa: E402
+from specparity.serving.sglang.command_parse import _field_names, _parser, transported_args  # noqa: E402
 
 sa_mod = pytest.importorskip("sglang.srt.server_args")
 INSTALLED = metadata.version("sglang")
@@ -89,7 +89,7 @@ NON_PLAIN = sorted(n for n in FIELDS if not _plain_scalar(TYPES.get(n)))
 FLOATS = sorted(n for n in FIELDS if _plain_scalar(TYPES.get(n)) and _has_float(TYPES.get(n)) and n in ACTIONS
                 and not SECRET_DEST.search(n))
 NO_FLAG = [n for n in NON_PLAIN if n not in ACTIONS]  # no command can set them: nothing crosses
-# secret-named arguments never leave the parse child (launch_child.SECRET_DEST): their values do not cross at all
+# secret-named arguments never leave the parse child (serving/command/parse_child.py SECRET_DEST): their values do not cross at all
 SECRET = sorted(n for n in FIELDS if SECRET_DEST.search(n))
 CROSSING = [n for n in NON_PLAIN if n not in NO_FLAG and n not in SECRET]
 

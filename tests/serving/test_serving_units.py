@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from specparity.serving.cache import cache_key
-from specparity.serving.process import run_child
+from specparity.serving.child.process import run_child
+from specparity.serving.child.transport import read_result, running_engine_version, write_result
+from specparity.serving.child.warm import WARM_START_ENV
 from specparity.serving.results import (
     CaptureResult,
     FcCapture,
@@ -36,8 +38,6 @@ from specparity.serving.sglang.common import (
     split_rows,
     unknown_architecture_failure,
 )
-from specparity.serving.transport import read_result, running_engine_version, write_result
-from specparity.serving.warm import WARM_START_ENV
 from specparity.sources import boundary_to_source, order_key
 
 STUB = (
@@ -279,7 +279,7 @@ def _model_dirs(root: Path) -> tuple[Path, Path]:
 
 
 def test_session_cache_is_keyed_by_content_not_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 11 item 5: an in-place edit of a config or a weight file must not reuse the stale result."""
+    """An in-place edit of a config or a weight file must not reuse the stale result."""
     import specparity.serving.cache as cache_mod
 
     calls: list[int] = []
@@ -457,7 +457,7 @@ spec = importlib.util.spec_from_file_location("sgl_kernel", {str(STUB)!r})
 k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
 buf = torch.arange(8, dtype=torch.int32)
 k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]), torch.tensor([1]))
-try:  # a real KV move (slot 0 -> slot 1) needs the real kernel: the stand-in refuses it (issue 11 item 4)
+try:  # a real KV move (slot 0 -> slot 1) needs the real kernel: the stand-in refuses it
     k.copy_all_layer_kv_cache_cpu(torch.tensor([buf.data_ptr()]), torch.tensor([4]), torch.tensor([1]),
                                   torch.tensor([0]))
 except NotImplementedError as e:

@@ -1,4 +1,4 @@
-"""Issue 23 item 5: can SGLang serve TP=2 on CPU? Answered by a run of SGLang's own code, pinned as a refusal.
+"""Can SGLang serve TP=2 on CPU? Answered by a run of SGLang's own code, pinned as a refusal.
 
 SGLang 0.5.23's CPU engine builds its TP group with ``use_pynccl=None`` (distributed/parallel_state.py:2686-2695),
 which means PyNccl on every in-tree platform (:2181-2185; only out-of-tree platforms may say they lack it), and its

@@ -1,4 +1,4 @@
-"""The gate on SGLang's own server (issue 33): a deploy command launched as given, and a running server attached to.
+"""The gate on SGLang's own server: a deploy command launched as given, and a running server attached to.
 
 The command is SGLang's published EAGLE-3 command made to run on this CPU (tests/launch_commands/sglang/
 cpu_docs_eagle3.sh, provenance in its README): ``python3 -m sglang.launch_server ...``. The tests put the bundled
@@ -39,12 +39,12 @@ from version_facts import SGLANG_VERSION
 
 from specparity.compare.findings import FindingKind, Severity, is_environmental
 from specparity.contract import load_contract, read_contract_probes
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
 from specparity.serving import stand_ins
-from specparity.serving.launch import LaunchSpec, parse_launch
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, ServerClient, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import LaunchSpec, parse_launch
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.sglang import live
 from specparity.sources import EMBEDDING
 from specparity.verdict import Verdict
@@ -165,7 +165,7 @@ def test_the_live_block_lists_what_the_gate_added(launched_healthy: dict[str, An
     assert flags[3:-2] in ([], ["--host", "127.0.0.1"]), flags
     env = run["added_env"]
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["SPECPARITY_SGLANG_LIVE_STAND_INS"] == evidence
-    # the server's temp files (SGLang's IPC placeholders) go with the evidence directory (serving/live.py scratch_env)
+    # the server's temp files (SGLang's IPC placeholders) go with the evidence directory (serving/live/capture.py scratch_env)
     assert env["TMPDIR"] == str(Path(evidence) / "tmp")
     assert str(Path(live.__file__).parent / "live_site") in env["PYTHONPATH"].split(os.pathsep)
     # the user's words all ran, in their order, with what was added after them
@@ -285,7 +285,7 @@ def test_attached_server_gives_the_launched_verdict(attached_server: Attached,
     assert v.live is not None and v.live["mode"] == "attached" and v.live["url"] == attached_server.url
     assert v.live["added_flags"] == [] and v.live["added_env"] == {}  # nothing of a running server is changed
     # the hooks reduced the atlas in the server's scheduler process (the default); --evidence full ships every
-    # boundary: the same verdict, every number of the report included, from fewer bytes (issue 41)
+    # boundary: the same verdict, every number of the report included, from fewer bytes
     t1 = time.monotonic()
     full = run_gate(CONTRACT, server=attached_server.url, level="capture", timeout_s=TIMEOUT_S, evidence="full")
     print(f"attached --level capture --evidence full: {time.monotonic() - t1:.1f} s; evidence bytes reduced "

@@ -1,4 +1,4 @@
-"""Issue 24 item 6: a speculators-format drafter on SGLang. vLLM serves it (capture and outcome levels:
+"""A speculators-format drafter on SGLang. vLLM serves it (capture and outcome levels:
 tests/vllm_engine/test_vllm_gate.py); SGLang's transformers config reader cannot (no model_type), so the gate
 refuses it on every level with why and what to do, SGLang's own message kept, never a bare start-up traceback."""
 

@@ -1,4 +1,4 @@
-"""Issue 11 item 4: every stand-in is recorded, bounded, and listed in the reports (docs/development.md "Stand-ins")."""
+"""Every stand-in is recorded, bounded, and listed in the reports (docs/development.md "Stand-ins")."""
 
 from __future__ import annotations
 

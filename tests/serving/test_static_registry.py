@@ -92,7 +92,7 @@ def test_real_setter_on_meta_equals_conventions(architecture: str, ids_kind: str
     assert (r.draft_config_ids is None) is (ids is None)
 
 
-# Issue 24 item 5: SGLang 0.5.23's config.json fields that Ling-mini-2.0's published config does not give, so the
+# SGLang 0.5.23's config.json fields that Ling-mini-2.0's published config does not give, so the
 # table takes them from SGLang's class defaults (static_configs.stand_ins)
 BAILING_DEFAULT_FIELDS = [
     "attention_dropout", "embedding_dropout", "initializer_range", "max_window_layers", "norm_head", "output_dropout",

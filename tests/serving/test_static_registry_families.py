@@ -2,7 +2,7 @@
 
 The 0.5.23 counterpart is test_static_registry.py (in-process). Families A-D (0.4.4.post2-0.5.21) build the real
 target and draft on the meta device with SGLang's own functions (serving/sglang/meta_build.py) and run the real
-setter on that object, with no hand-built ``self`` (issue 13). registry_sweep.py runs the product's ``resolve``
+setter on that object, with no hand-built ``self``. registry_sweep.py runs the product's ``resolve``
 on every class in one child process of this env's interpreter; each answer must be a layout equal to the
 conventions module, or the version's pinned refusal (version_facts.VersionFacts.static_refusals), never a crash
 of specparity's own harness.
@@ -98,7 +98,7 @@ def test_wrappers_that_delegate_are_resolved_through_their_own_setter() -> None:
 
 
 def test_stand_ins_written_here_are_named_with_their_fields() -> None:
-    # issue 24 item 5: a result that rests on a file written in place of a checkpoint's (the Ling/Sarvam remote-code
+    # a result that rests on a file written in place of a checkpoint's (the Ling/Sarvam remote-code
     # module, static_configs.stand_ins) names it and the config fields it assumes; a release without SGLang's class
     # says that no stand-in is written and the architecture goes unchecked
     for arch, r in sorted(sweep().items()):

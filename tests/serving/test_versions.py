@@ -1,4 +1,4 @@
-"""Version-specific SGLang behaviour, pinned per adapter family (issue 7: the tox matrix).
+"""Version-specific SGLang behaviour, pinned per adapter family (the tox matrix).
 
 Each ``sglang-*`` matrix env runs this file against its own SGLang (``pytest -m sglang``); the expected
 behaviour is picked through the adapter registry for the installed version, never by skipping. The

@@ -15,7 +15,7 @@ import torch
 from serving_probes import PROBES
 from version_facts import needs_capture_level
 
-from specparity.serving import warm
+from specparity.serving.child import warm
 from specparity.serving.results import CaptureResult, ResolvedDeployment
 from specparity.serving.sglang.client import capture_deployment, resolve_deployment
 
@@ -63,12 +63,12 @@ def test_a_warm_resolve_equals_a_cold_one(base_models: Path, monkeypatch: pytest
 
 
 def test_a_warm_launch_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deploy command's parse forked from a zygote that has imported SGLang's parser (serving/launch.py) gives the
+    """The deploy command's parse forked from a zygote that has imported SGLang's parser (serving/command/parse.py) gives the
     cold parse's spec, its environment variables and abbreviations included, and the same named rejection (exit 2).
     The suites parse every published command in every SGLang env through this path."""
+    from specparity.deploy_command import read_launch
     from specparity.errors import EXIT_BAD_INPUT, InputError
-    from specparity.launch_command import read_launch
-    from specparity.serving.launch import parse_launch
+    from specparity.serving.command.parse import parse_launch
 
     repo = Path(__file__).resolve().parents[2]
     good = ("HF_HUB_OFFLINE=1 python -m sglang.launch_server --model-path fixtures/default/target "

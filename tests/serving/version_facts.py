@@ -188,7 +188,7 @@ def needs_capture_level(refusal_test: str) -> pytest.MarkDecorator:
 
 
 def require_sglang(find_spec: Callable[[str], object | None] = importlib.util.find_spec) -> None:
-    """Fail (never skip) a real-SGLang test where sglang cannot be imported (issue 11: no silent skips)."""
+    """Fail (never skip) a real-SGLang test where sglang cannot be imported (no silent skips)."""
     if find_spec("sglang") is None:
         pytest.fail(f"sglang is not importable by {sys.executable}: run the real-SGLang tests in .venv or a "
                     ".tox/sglang-* env, or deselect them with -m 'not sglang'", pytrace=False)

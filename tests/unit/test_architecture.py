@@ -1,5 +1,5 @@
-"""docs/architecture.md stays true (issue 25 item 5): its floors block places every room of src/specparity, and
-no import runs from a lower floor to a higher one.
+"""docs/architecture.md stays true: its floors block places every room of src/specparity, no import runs from a
+lower floor to a higher one, and every file under src/specparity is named in it.
 
 A room is a top-level module or subpackage of specparity (``gate``, ``serving``, ``compare``; ``__init__`` is the
 package face). Imports are read with ``ast`` from every .py file under src/specparity: module-level and
@@ -110,3 +110,62 @@ def test_no_import_runs_up_a_floor() -> None:
 @pytest.mark.parametrize("room", sorted(code_rooms()))
 def test_each_room_imports(room: str) -> None:
     importlib.import_module("specparity" if room == "__init__" else f"specparity.{room}")
+
+
+_SECTION = re.compile(r"^### (.+)$", re.M)
+_FOLDER = re.compile(r"`([\w./]*?/)(\*\*)?`")
+
+
+def doc_sections() -> list[tuple[set[str], set[str], str]]:
+    """Each ``### `folder/``` section of docs/architecture.md: (folders it is the section of, whole stand-in trees it
+    names with ``**``, its text). ``./`` is the top level of src/specparity."""
+    text = DOC.read_text(encoding="utf-8")
+    heads = list(_SECTION.finditer(text))
+    out = []
+    for i, head in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        body = text[head.end():end].split("\n## ", 1)[0]
+        folders = {m.group(1).removeprefix("./") for m in _FOLDER.finditer(head.group(1)) if not m.group(2)}
+        trees = {m.group(1) for m in _FOLDER.finditer(head.group(1)) if m.group(2)}
+        out.append((folders, trees, body))
+    return out
+
+
+def _names(text: str, name: str) -> bool:
+    return re.search(r"(?<![\w./])" + re.escape(name) + r"(?![\w])", text) is not None
+
+
+def unnamed_files() -> list[str]:
+    """Every .py under src/specparity that docs/architecture.md does not name: by its path from src/specparity
+    anywhere, or by its file name in the section of its folder (a package's ``__init__.py`` by that section alone),
+    or as part of a stand-in tree (``folder/**``)."""
+    text, sections = DOC.read_text(encoding="utf-8"), doc_sections()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        folder = rel.rpartition("/")[0] + "/" if "/" in rel else ""
+        if _names(text, rel) or any(rel.startswith(tree) for _, trees, _ in sections for tree in trees):
+            continue
+        mine = [body for folders, _, body in sections if folder in folders]
+        if mine and (path.name == "__init__.py" or any(_names(body, path.name) for body in mine)):
+            continue
+        missing.append(rel)
+    return missing
+
+
+def test_every_file_is_named_in_the_doc() -> None:
+    missing = unnamed_files()
+    assert not missing, ("files under src/specparity that docs/architecture.md does not name (add each to the "
+                         "section of its folder under 'Every file, folder by folder', saying what it does):\n"
+                         + "\n".join(missing))
+
+
+def test_the_doc_names_no_file_that_is_gone() -> None:
+    stale = []
+    for folders, _, body in doc_sections():
+        for folder in folders:
+            for m in re.finditer(r"^- `([\w.]+\.py)`", body, re.M):
+                if not (PACKAGE / folder / m.group(1)).is_file() and not any(
+                        (PACKAGE / f / m.group(1)).is_file() for f in folders):
+                    stale.append(f"{folder}{m.group(1)}")
+    assert not stale, f"docs/architecture.md names files src/specparity no longer has: {', '.join(sorted(set(stale)))}"

@@ -1,4 +1,4 @@
-"""Attaching to a server that is not on loopback (issue 42 item 3): where its vLLM runs with dev mode on, the gate
+"""Attaching to a server that is not on loopback: where its vLLM runs with dev mode on, the gate
 refuses to drive those endpoints without ``--allow-dev-endpoints`` (exit 2, naming the flag), as launching already
 does, and touches nothing on the server first.
 

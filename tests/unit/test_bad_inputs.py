@@ -1,4 +1,4 @@
-"""Exit codes that tell the truth (issue 35 item 3): every bad file the user gave is exit 2 naming the file and the
+"""Exit codes that tell the truth: every bad file the user gave is exit 2 naming the file and the
 field, found before any engine starts; an engine that cannot even be imported is exit 3; a limit of specparity's own
 replay is named as ours. The cases are tests/bad_inputs.py's tables, which a fault tier walks too.
 
@@ -30,10 +30,10 @@ from tests.bad_inputs import (
 )
 
 import specparity.gate
+from specparity.checkpoint_files import checkpoint_shapes
 from specparity.cli import main
 from specparity.contract import load_contract, parse_contract, read_contract_probes
 from specparity.errors import InputError
-from specparity.serving.worker_common import checkpoint_shapes
 
 
 class _NoStart:

@@ -1,4 +1,4 @@
-"""Issue 11 item 7: sharded draft checkpoints are read whole, trainer state is ignored, and a draft that
+"""Sharded draft checkpoints are read whole, trainer state is ignored, and a draft that
 cannot be read turns its checks into a `check_skipped` warning instead of silently off."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 from specparity import gate_verdict
-from specparity.checkpoint_files import weight_files
+from specparity.checkpoint_files import checkpoint_shapes, fc_shape_from_checkpoint, weight_files
 from specparity.compare.findings import FindingKind, Severity
 from specparity.errors import InputError
-from specparity.serving.sglang.common import checkpoint_shapes, fc_shape_from_checkpoint
 from specparity.training.drafts import read_specforge_draft
 
 H = 8

@@ -1,4 +1,4 @@
-"""The child-run wrapper both engines share (serving/child_run.py) and the session cache over it, without a
+"""The child-run wrapper both engines share (serving/child/run.py) and the session cache over it, without a
 child: ``process.run_child`` is replaced by a recording stand-in."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from test_gate import _deployment
 
 import specparity.serving.cache as cache_mod
-from specparity.serving import process
+from specparity.serving.child import process
+from specparity.serving.child.transport import ChildOutcome
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import client as serving
-from specparity.serving.transport import ChildOutcome
 from specparity.serving.vllm import client as serving_vllm
 
 

@@ -186,7 +186,7 @@ def test_rehash_accepts_an_intended_edit(tmp_path):
     assert load_contract(p).drafter.fc_bias is True
 
 
-# --- issue 11 item 6: the hash covers the stored JSON, so older contracts keep loading ----------------------
+# --- the hash covers the stored JSON, so older contracts keep loading ----------------------
 LEGACY = Path(__file__).resolve().parent / "data" / "contract-0.1.0.json"
 
 

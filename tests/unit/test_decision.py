@@ -1,4 +1,4 @@
-"""One decision for every face (issue 10): status, exit code and pytest item outcomes from the findings alone."""
+"""One decision for every face: status, exit code and pytest item outcomes from the findings alone."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ import pytest
 from specparity import gate, plugin
 from specparity.compare.findings import FindingKind
 from specparity.contract import load_contract
-from specparity.deployments import Deployment, from_ini_line, from_pyproject
 from specparity.errors import InputError
+from specparity.plugin_deployments import Deployment, from_ini_line, from_pyproject
 from specparity.serving import ResolvedDeployment, SpecSettings
 from specparity.serving.engine import get_engine
 from specparity.serving.results import SPEC_SERVER_ARGS
@@ -47,7 +47,7 @@ def _gate_kwargs(d: Deployment, monkeypatch: pytest.MonkeyPatch) -> dict[str, An
 def test_toml_engine_args_reach_the_gate_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = _one(tmp_path, '{ a = "3", b = "True", c = 3, d = true, e = "none", f = [1, "2"], g = { h = 0.5 } }')
     want = {"a": "3", "b": "True", "c": 3, "d": True, "e": "none", "f": [1, "2"], "g": {"h": 0.5}}
-    got = _gate_kwargs(d, monkeypatch)["sglang_args"]
+    got = _gate_kwargs(d, monkeypatch)["deployed_args"]
     assert got == want
     assert [type(v) for v in got.values()] == [type(v) for v in want.values()]  # 3 is not True, "3" is not 3
     assert pickle.loads(pickle.dumps(d)) == d and hash(d) == hash(replace(d))  # lists inside: still hashable
@@ -58,7 +58,7 @@ def test_text_is_typed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
                          base=tmp_path, where="tox.ini")
     listed = _one(tmp_path, '["n=3", "b=True", "e=none"]')  # a TOML list of KEY=VALUE strings is text too
     for d in (line, listed):
-        assert _gate_kwargs(d, monkeypatch)["sglang_args"] == {"n": 3, "b": True, "e": None}
+        assert _gate_kwargs(d, monkeypatch)["deployed_args"] == {"n": 3, "b": True, "e": None}
 
 
 def test_keys_are_spelled_as_for_text_and_a_toml_date_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The README is a front door (issue 34 item 1) and it and every page in docs/ stay true: their relative links resolve
+"""The README is a front door and it and every page in docs/ stay true: their relative links resolve
 (anchors to headings), their shell blocks' commands parse with the parsers that will read them (specparity's CLI,
 pytest's with the plugin loaded), the make targets they name exist, and the versions tables are the generated ones."""
 
@@ -66,7 +66,7 @@ def test_the_readme_is_a_front_door() -> None:
     for form in ("--launch --", "--server ", "--target ", "pytest -m parity", "[tool.specparity.deployments.",
                  "docs/workflows/parity.yml", "docs/README.md"):
         assert form in text, f"README.md: the quick path lost {form!r}"
-    # the launch form is the first way the README gates a deployment (issue 33 item 8)
+    # the launch form is the first way the README gates a deployment
     assert text.index("--launch --") < text.index("--server ") < text.index("--target /")
 
 

@@ -1,4 +1,4 @@
-"""Issue 10: the comparison holds for any pair of dtypes and any scale.
+"""The comparison holds for any pair of dtypes and any scale.
 
 Residual streams whose norm grows with depth and that carry outlier channels are "served" in one of
 fp32/bf16/fp16 (the atlas and the fc input come from the same engine run, as in SGLang) and

@@ -89,9 +89,9 @@ def test_the_capture_levels_refuse_a_dynamo_worker() -> None:
     before anything is started."""
     from types import SimpleNamespace
 
+    from specparity.deploy_command import read_launch
     from specparity.errors import EXIT_ENVIRONMENT, EnvironmentProblem
-    from specparity.launch_command import read_launch
-    from specparity.serving.live import start_server
+    from specparity.serving.live.capture import start_server
 
     cmd = read_launch("python -m dynamo.vllm --model /m &", source="--launch", environ={})
     with pytest.raises(EnvironmentProblem, match=r"NVIDIA Dynamo.*--level static") as e:

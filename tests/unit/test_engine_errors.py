@@ -1,4 +1,4 @@
-"""Issue 24 items 1, 2 and 8: engine errors named for their engine, whole reasons, the machine's failures told from
+"""Engine errors named for their engine, whole reasons, the machine's failures told from
 the deployment's; no chunk diagnosis without captured chunks; margins as numbers a reader can act on."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.compare.recorded import room_text, separation_text
 from specparity.compare.tolerances import pair_tolerance
 from specparity.report import render_text
-from specparity.serving.exception_text import LINE_LIMIT, TOTAL_LIMIT, exception_text
+from specparity.serving.child.exception_text import LINE_LIMIT, TOTAL_LIMIT, exception_text
 from specparity.serving.results import ServingFailure
 from specparity.verdict import ChunkReport, Verdict
 
@@ -73,7 +73,7 @@ def test_vllm_failures_are_the_machines_or_the_deployments(message: str, cause: 
     assert decision.failure_cause("vllm_exception", message) == cause
 
 
-# Measured on reduced DeepSeek-V3 and GPT-OSS targets (issue 23): a CPU backend refuses what a GPU serves
+# Measured on reduced DeepSeek-V3 and GPT-OSS targets: a CPU backend refuses what a GPU serves
 CPU_BACKEND_REFUSALS = [
     ("vllm", "vllm_exception", "ValueError: No common block size for 16 (CPU_MLA: [16]; CPU_ATTN: [MultipleOf(32)]). "
      "at vllm/v1/worker/utils.py:554", "CPU_MLA takes blocks of 16"),
@@ -184,7 +184,7 @@ def test_margins_are_numbers_in_dtype_units_and_n_a_when_undefined() -> None:
 
 
 def test_static_findings_on_vllm_quote_vllm_never_sglang() -> None:
-    """Issue 24 item 1's rule for every message: a vLLM deployment whose fc never ran, whose speculative settings were
+    """The engine-named rule for every message: a vLLM deployment whose fc never ran, whose speculative settings were
     rewritten or whose norm flags differ is told in vLLM's terms and code, not SGLang's."""
     from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose
     from specparity.compare.tolerances import default_tolerance

@@ -95,7 +95,7 @@ def test_a_cuda_query_without_a_gpu_is_needs_hardware_and_other_errors_are_not()
         assert gpu_query_failure(exc, stage="while testing") is None
 
 
-# ------------------------------------------------- issue 24 item 4: exit codes follow what explain prints
+# ------------------------------------------------- exit codes follow what explain prints
 def _family_a(**kw: object) -> ResolvedDeployment:
     """What family A (0.4.8) resolves for the bundled default: ids [1, 3, 5] ignored, defaults served."""
     base = dep(engine_version="0.4.8", adapter="sglang-family-A", target_dtype="float16", draft_vocab_size=512,

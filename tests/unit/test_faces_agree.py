@@ -1,4 +1,4 @@
-"""Issue 24 item 9: every face tells the same story. For any verdict the gate can make (engine, level, finding
+"""Every face tells the same story. For any verdict the gate can make (engine, level, finding
 kinds, checks and causes, evidence present or missing), the terminal, JSON, HTML, JUnit and pytest faces agree on
 the decision, and name the same engine and the same kinds."""
 

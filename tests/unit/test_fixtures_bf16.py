@@ -56,7 +56,7 @@ def test_regenerating_the_records_gives_the_same_records(tmp_path: Path) -> None
     the bf16 states within 16 bf16 unit roundoffs (u = 2^-8) per token: the committed bytes were written on
     another CPU, and bf16 rounding flips cascade with depth (measured against the committed files on a 2-core
     AVX2 machine: layer:1 1.3u, layer:3 2.7u, layer:5 4.4u, final_norm 4.5u), while adjacent layers differ by
-    far more (issue 11 item 1)."""
+    far more."""
     sys.path.insert(0, str(ROOT / "fixtures"))
     try:
         import make_bf16

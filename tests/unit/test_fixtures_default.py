@@ -151,7 +151,7 @@ def test_recordings_are_the_hf_hidden_states_of_the_bundled_target(target: Any) 
 
 def test_recordings_check_holds_on_other_cpu_kernels() -> None:
     """The same check with ATen's baseline kernels instead of this CPU's AVX2/AVX-512 ones: the clean-clone
-    CI failure of issue 11 item 1 (bit-exact comparison), reproduced on one machine."""
+    CI failure of a bit-exact comparison, reproduced on one machine."""
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(FIXTURES / "bundle_recordings.py"), str(BUNDLE)],
                           capture_output=True, text=True, timeout=300, check=False, env=env)

@@ -12,28 +12,29 @@ from specparity import engine_args, gate, gate_verdict
 from specparity.contract import load_contract, read_contract_probes
 from specparity.errors import InputError
 from specparity.serving import ResolvedDeployment
-from specparity.serving.engine import get_engine
+from specparity.serving.engine import engine_args_for, get_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "contracts" / "tiny-llama-eagle3.json"
 BUNDLE = ROOT / "fixtures" / "default"
 
 
-def test_parse_sglang_args_types_values_and_normalises_keys() -> None:
-    assert engine_args.parse_sglang_args(["--speculative-num-steps=3", "dtype=bfloat16", "disable_cuda_graph=true",
+def test_parse_engine_args_types_values_and_normalises_keys() -> None:
+    assert engine_args.parse_engine_args(["--speculative-num-steps=3", "dtype=bfloat16", "disable_cuda_graph=true",
                                    "mem_fraction_static=0.5", "x=none"]) == {
         "speculative_num_steps": 3, "dtype": "bfloat16", "disable_cuda_graph": True, "mem_fraction_static": 0.5,
         "x": None}
     with pytest.raises(InputError) as e:
-        engine_args.parse_sglang_args(["speculative_num_steps"])
+        engine_args.parse_engine_args(["speculative_num_steps"])
     assert e.value.field == "--sglang-arg"
 
 
 def test_contract_serving_settings_are_defaults_the_user_overrides() -> None:
     c = load_contract(CONTRACT)
-    assert gate.server_args_for(c, {}) == {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                                           "speculative_num_draft_tokens": 4}
-    assert gate.server_args_for(c, {"speculative_num_draft_tokens": 16})["speculative_num_draft_tokens"] == 16
+    sglang = get_engine("sglang")
+    assert engine_args_for(sglang, c, {}) == {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                                              "speculative_num_draft_tokens": 4}
+    assert engine_args_for(sglang, c, {"speculative_num_draft_tokens": 16})["speculative_num_draft_tokens"] == 16
 
 
 def test_unknown_level_is_bad_input() -> None:
@@ -114,7 +115,7 @@ def test_one_engine_run_serves_capture_and_outcome(monkeypatch: pytest.MonkeyPat
 
 
 def test_outcome_cannot_pass_on_the_training_side_replay_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 11 item 8: when SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
+    """When SGLang's own drafter replay fails, healthy training-side figures are not a pass."""
     from specparity.compare.findings import FindingKind, Severity
     from specparity.serving.results import ServingFailure
 
@@ -154,7 +155,7 @@ def test_healthy_evidence_with_the_engines_own_replay_passes(monkeypatch: pytest
 
 
 def test_static_and_capture_that_disagree_fail_the_static_item(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 23 item 2: the engine resolved layer:2, 4, 6 but fc really got layer:1, 3, 5 (what the contract wants):
+    """The engine resolved layer:2, 4, 6 but fc really got layer:1, 3, 5 (what the contract wants):
     the capture item passes, and the static answer (what explain and --level static say) fails as its own finding."""
     import dataclasses
 

@@ -1,5 +1,5 @@
 """The shell layer of ``--launch``: a deploy command as written -> program, arguments and environment, as a POSIX
-shell would run it (specparity.launch_command). No engine here: tests/serving and tests/vllm_engine check the
+shell would run it (specparity.deploy_command). No engine here: tests/serving and tests/vllm_engine check the
 engines' own parse of the same commands."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import LaunchCommand, read_launch
 
 
 def _read(text: str, **env: str) -> LaunchCommand:

@@ -1,5 +1,5 @@
 """The deploy command after its engine's parse, without an engine: LaunchSpec records, the command's own findings
-(serving/launch_findings.py), explain's exit rule, the gate's static level with a launch (gate_launch.py), the CLI
+(serving/command/findings.py), explain's exit rule, the gate's static level with a launch (gate_live.py), the CLI
 options and a pyproject ``launch`` key. The engines' own parses of real commands are tests/serving/test_launch_parse.py
 and tests/vllm_engine/test_vllm_launch_parse.py."""
 
@@ -18,13 +18,13 @@ from tests.resolved_deployments import tiny_deployment
 
 from specparity import gate
 from specparity.cli import main
-from specparity.cli_launch import explain_exit, read_command
+from specparity.cli_command import explain_exit, read_command
 from specparity.compare.findings import Finding, FindingKind, Severity
-from specparity.deployments import from_pyproject
+from specparity.deploy_command import read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import read_launch
-from specparity.serving.launch import LaunchSpec
-from specparity.serving.launch_findings import command_findings, rewrite_findings
+from specparity.plugin_deployments import from_pyproject
+from specparity.serving.command.findings import command_findings, rewrite_findings
+from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.results import SpecSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -273,7 +273,7 @@ def test_the_plugin_parses_a_launch_key_when_the_gate_runs(tmp_path: Path, monke
     """A pyproject launch key reaches run_gate as the engine's parse of the command, read in the pyproject's
     directory, with the table's python; nothing is parsed by an engine at collection."""
     from specparity import plugin_items
-    from specparity.serving import launch as launch_mod
+    from specparity.serving.command import parse as launch_mod
 
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.specparity.deployments.srv]\ncontract = "{CONTRACT}"\nlevel = "static"\npython = "/venv/bin/python"\n'

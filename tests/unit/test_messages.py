@@ -1,4 +1,4 @@
-"""Messages that name the right thing (issue 35, Why item 6), each kept fixed by a test here or beside the code it
+"""Messages that name the right thing, each kept fixed by a test here or beside the code it
 names: the engine in an acceptance collapse, the in-process layout, the CLI help, an empty served layout, an unknown
 engine in a deployment table, a corrupt model-module cache. (The JUnit suite time: tests/unit/test_report_files.py;
 swapped --target/--draft and the replay limit: tests/unit/test_bad_inputs.py.)
@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from specparity.cli import main
 from specparity.compare.diagnosis import layout_findings
-from specparity.deployments import from_ini_line, from_pyproject
 from specparity.errors import InputError
+from specparity.plugin_deployments import from_ini_line, from_pyproject
 from specparity.replay.acceptance import AcceptanceResult
 from specparity.replay.diagnosis import diagnose
 from specparity.report.layout import layout_line

@@ -1,4 +1,4 @@
-"""Per-rank evidence and the layout block (serving/vllm/ranks.py, report/layout.py; issue 23 item 6).
+"""Per-rank evidence and the layout block (serving/vllm/ranks.py, report/layout.py).
 
 The judging is engine-neutral, so it is held here for every world and every subset of ranks that answer; the real
 engine's replies (vLLM's collective_rpc at TP=1, TP=2, the Ray executor) are in tests/vllm_engine.

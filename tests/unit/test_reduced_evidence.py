@@ -214,8 +214,8 @@ def test_a_reduced_tap_never_told_its_probe_is_refused_by_name() -> None:
 
 
 def test_the_reduced_evidence_crosses_the_child_boundary_whole(tmp_path: Path) -> None:
-    """The in-process vllm.LLM child writes its capture to files (serving/transport.py); the parent reads it back."""
-    from specparity.serving.transport import read_result, write_result
+    """The in-process vllm.LLM child writes its capture to files (serving/child/transport.py); the parent reads it back."""
+    from specparity.serving.child.transport import read_result, write_result
 
     pack = read_contract_probes(load_contract(CONTRACT), CONTRACT)
     c = _capture(CLASSES["embedding_first"], gate.reduction_for(load_contract(CONTRACT), pack))

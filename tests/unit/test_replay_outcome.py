@@ -205,7 +205,7 @@ def test_the_engines_own_figures_let_the_outcome_stand(bundle_dirs: tuple[Path, 
 def test_without_the_engines_own_figures_the_outcome_never_passes(
         bundle_dirs: tuple[Path, Path, ProbePack], replay: ServingFailure | None, kind: FindingKind,
         words: str) -> None:
-    """Issue 11 item 8: the training-side replay alone is no pass, however healthy its figures."""
+    """The training-side replay alone is no pass, however healthy its figures."""
     from specparity.replay.outcome import check_outcome
 
     draft, target, pack = bundle_dirs

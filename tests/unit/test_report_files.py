@@ -1,4 +1,4 @@
-"""Report files (issue 35 item 2): checked before any engine starts (exit 2 naming the option), written whole or
+"""Report files: checked before any engine starts (exit 2 naming the option), written whole or
 not at all (a temp file beside each, renamed into place once every face is on disk), and a failure while writing
 is exit 3 naming the faces written and not written, with no partial or temporary file left.
 
@@ -222,9 +222,9 @@ def test_junit_suite_time_is_the_run_not_its_parts_added_twice() -> None:
 
 def test_an_interrupt_while_writing_leaves_no_face_of_the_run(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM unwinds as a BaseException (serving/reaper.py Interrupted): the faces already renamed into place go
+    """SIGTERM unwinds as a BaseException (serving/child/reaper.py Interrupted): the faces already renamed into place go
     too, so an interrupted run leaves nothing that reads as its verdict."""
-    from specparity.serving.reaper import Interrupted
+    from specparity.serving.child.reaper import Interrupted
 
     real, calls = os.replace, []
 

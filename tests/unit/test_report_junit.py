@@ -177,7 +177,7 @@ def test_render_json_is_to_dict_and_strict_json() -> None:
 
 
 def test_the_outcome_testcase_fails_iff_an_error_is_on_the_outcome_check() -> None:
-    """Issue 10: JUnit is a view of the verdict; an outcome finding never crashes it."""
+    """JUnit is a view of the verdict; an outcome finding never crashes it."""
     v = verdict(status="fail", served_layout=EXPECTED, findings=(
         Finding(FindingKind.ENGINE_ERROR, Severity.ERROR, "the outcome check could not run: fc_not_called",
                 details={"check": "outcome", "cause": "deployment"}),))

@@ -1,4 +1,4 @@
-"""A server's life as the gate runs it (serving/server.py, serving/reaper.py), on a real HTTP server process: up,
+"""A server's life as the gate runs it (serving/live/server.py, serving/child/reaper.py), on a real HTTP server process: up,
 health, stop with its whole tree; a server that dies or never answers; and nothing left when the gate itself is
 killed (SIGKILL: the watchdog) or interrupted (SIGTERM: the finally blocks)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from tests.process_marks import gone, marked_alive
 
-from specparity.serving import reaper
-from specparity.serving.server import (
+from specparity.serving.child import reaper
+from specparity.serving.live.server import (
     LaunchedServer,
     ServerClient,
     ServerError,
@@ -101,8 +101,8 @@ def test_nothing_is_left_when_the_gate_is_killed_or_interrupted(server_script: P
     holder.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path[:0] = {sys.path!r}
-        from specparity.serving import reaper
-        from specparity.serving.server import LaunchedServer, free_port
+        from specparity.serving.child import reaper
+        from specparity.serving.live.server import LaunchedServer, free_port
         port = free_port()
         with reaper.signals_unwind():
             with LaunchedServer([sys.executable, {str(server_script)!r}, str(port), "0.1", "ok"], {{}},

@@ -1,5 +1,5 @@
-"""One folder per SGLang code family, the same core files in each, and one table mapping releases to them
-(issue 25 item 2): ``serving/sglang/families.py`` is that table; these checks need no SGLang."""
+"""One folder per SGLang code family, the same core files in each, and one table mapping releases to them:
+``serving/sglang/families.py`` is that table; these checks need no SGLang."""
 
 from __future__ import annotations
 

@@ -381,7 +381,7 @@ def test_a_body_replayed_in_a_graph_gives_the_fc_input_from_the_batch_and_names_
     for got, want in zip(replayed.fc.per_sample, eager.fc.per_sample, strict=True):
         assert torch.equal(got, want)
     assert replayed.atlas is None
-    # the hooks could not see the stream: the machine's setting (exit 3), never a width finding (issue 42)
+    # the hooks could not see the stream: the machine's setting (exit 3), never a width finding
     assert [f.kind for f in replayed.failures] == ["hooks_missing"]
     assert "cuda_graph_config.py:119-123" in replayed.failures[0].message
 
@@ -400,8 +400,8 @@ def _run_untapped(body: Any, *args: Any) -> Any:
 
 def test_a_commands_own_forward_hooks_are_kept_beside_the_gates(tmp_path: Path) -> None:
     """SGLang keeps the last --forward-hooks; the one the gate appends carries the user's hooks too, never drops them."""
+    from specparity.deploy_command import read_launch
     from specparity.errors import InputError
-    from specparity.launch_command import read_launch
     from specparity.serving.sglang.engine import SglangEngine
 
     mine = [{"name": "mine", "target_modules": ["model.norm"], "hook_factory": "my.hooks:factory", "config": {}}]
@@ -433,7 +433,7 @@ def test_a_host_with_any_accelerator_is_no_cpu_server(tmp_path: Path, node: str)
 
 def test_the_hooks_disarm_themselves_when_the_gate_is_gone(evidence: Path, served: tuple[Target, Draft]) -> None:
     """ARMED is a lease: a gate killed with SIGKILL (its pid gone) leaves a server that records nothing from its next
-    forward on, removes the file and says why; an expired deadline does the same (issue 42)."""
+    forward on, removes the file and says why; an expired deadline does the same."""
     import subprocess
     import sys
 
@@ -473,7 +473,7 @@ def test_other_requests_in_the_probe_run_are_ignored_and_counted(evidence: Path,
 def test_a_directory_named_by_a_server_is_used_only_with_launch_flags_marker(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The attached gate writes and deletes in the directory the server's /server_info names only if launch-flags
-    made it for this user (0700, its marker, the token kept outside it); else exit 2 and no file touched (issue 42)."""
+    made it for this user (0700, its marker, the token kept outside it); else exit 2 and no file touched."""
     from specparity.errors import InputError
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))

@@ -1,4 +1,4 @@
-"""SGLang's live hooks reduce the atlas in the server's processes, and the verdict is the full atlas's (issue 41).
+"""SGLang's live hooks reduce the atlas in the server's processes, and the verdict is the full atlas's.
 
 The hooks' own code (``serving/sglang/live_hooks.py``, registered as SGLang's ``hook_manager`` registers a
 ``--forward-hooks`` spec) runs on a module tree named and called like SGLang 0.5.23's llama target and EAGLE-3

@@ -1,4 +1,4 @@
-"""SGLang's own acceptance on a live server (issue 41 item 4): each probe request's ``meta_info`` histogram, judged
+"""SGLang's own acceptance on a live server: each probe request's ``meta_info`` histogram, judged
 against the contract's band as vLLM's per-request counts are; where the server cannot decode, the refusal is its own.
 
 The answers are ``/generate`` bodies shaped as sglang 0.5.23 writes them (``managers/tokenizer_manager.py:3148-3201``:
@@ -17,6 +17,7 @@ import torch
 
 from specparity.compare.findings import FindingKind
 from specparity.replay.server_acceptance import judge
+from specparity.serving.live.server import ServerError
 from specparity.serving.results import (
     NEEDS_HARDWARE,
     UNSUPPORTED_VERSION,
@@ -24,7 +25,6 @@ from specparity.serving.results import (
     FcCapture,
     OutcomeRequest,
 )
-from specparity.serving.server import ServerError
 from specparity.serving.sglang import engine as sglang_engine
 from specparity.serving.sglang.live import acceptance_from_meta
 

@@ -158,7 +158,7 @@ def test_cli_writes_contract_that_validates(specforge_run, tmp_path):
     assert json.loads(out.read_text())["fc_input"]["sources"] == ["layer:0", "layer:1", "layer:2"]
 
 
-# --- issue 11 item 9: contract creation reads the probes plus a bounded sample, not the whole dataset --------
+# --- contract creation reads the probes plus a bounded sample, not the whole dataset --------
 def test_contract_creation_loads_a_bounded_number_of_files(specforge_run, tmp_path, monkeypatch):
     import specparity.training.specforge as sf
 

@@ -1,4 +1,4 @@
-"""The probe's own rows in a batch vLLM shares with other clients' requests (issue 42 item 1, other traffic).
+"""The probe's own rows in a batch vLLM shares with other clients' requests (other traffic).
 
 The blobs are the tap's real recordings from a vLLM 0.32 server of the bundled pair (tests/unit/data/vllm_shared_batch,
 recorded by scripts/record_vllm_shared_batch.py; the layer atlas left out): the contract's first probe alone, and the

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from specparity import decision
+from specparity.serving.child.transport import ChildOutcome
 from specparity.serving.results import ServingFailure
-from specparity.serving.transport import ChildOutcome
 from specparity.serving.vllm.root_cause import with_worker_root_cause, worker_root_cause
 
 GENERIC = ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {} "

@@ -1,5 +1,5 @@
 """vLLM's silent default fallback by its exact shape, the cross-engine shift hints (idrules/vllm_shapes.py), and the
-vLLM worker's config readers on generated config shapes (issue 37 items 3 and 4). No vLLM needed."""
+vLLM worker's config readers on generated config shapes. No vLLM needed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM's tap in a server is bounded and leased (issue 42): what it holds between two drains has a ceiling, past which
+"""vLLM's tap in a server is bounded and leased: what it holds between two drains has a ceiling, past which
 it disarms itself and says so, and a tap nobody drains (a gate killed with SIGKILL) disarms itself and drops what it
 held when its lease runs out, with no traffic needed. The gate reads either as exit 3 by name.
 

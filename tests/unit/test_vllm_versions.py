@@ -36,7 +36,7 @@ def test_every_release_is_pinned_wired_and_has_its_id_rules() -> None:
         runs = [ln for ln in (ci + make).splitlines() if "scripts/matrix.sh" in ln and not ln.lstrip().startswith("#")]
         assert any(r.env in ln.split() for ln in runs), r.env
     assert {r.minor for r in RELEASES} <= set(SUPPORTED)
-    # issue 37: CI runs one env per code family (a release beyond them runs by its make target)
+    # CI runs one env per code family (a release beyond them runs by its make target)
     ci_runs = [ln.split() for ln in ci.splitlines() if "scripts/matrix.sh" in ln and not ln.lstrip().startswith("#")]
     for fam in FAMILIES:
         assert any(e.name in words for e in fam.envs for words in ci_runs), f".ci/run runs no env of family {fam.letter}"

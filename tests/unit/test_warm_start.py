@@ -1,4 +1,4 @@
-"""Warm start (serving/zygote.py, serving/warm.py): jobs forked from one zygote behave as cold children.
+"""Warm start (serving/child/zygote.py, serving/child/warm.py): jobs forked from one zygote behave as cold children.
 
 The engine-free protocol is tested here with a probe worker (tests/unit/data/warm/warm_probe_worker.py);
 tests/serving/test_sglang_capture.py checks that a warm SGLang capture equals a cold one.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specparity.serving import warm
-from specparity.serving.process import child_env
+from specparity.serving.child import warm
+from specparity.serving.child.process import child_env
 
 DATA = Path(__file__).parent / "data" / "warm"
 MODULE = "warm_probe_worker"

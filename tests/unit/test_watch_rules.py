@@ -1,4 +1,4 @@
-"""specparity alert-rules (issue 36): every generated file passes ``promtool check rules`` (Debian's prometheus 2.42),
+"""specparity alert-rules: every generated file passes ``promtool check rules`` (Debian's prometheus 2.42),
 and ``promtool test rules`` runs it on synthetic series of each engine release's own metric names: a healthy series
 stays quiet, an idle one too, a collapse and a slow drift each fire, a server without the metrics is named, and a
 band calibrated under out-of-domain prompts keeps the healthy server quiet while the seed's wiring fires.

@@ -1,4 +1,4 @@
-"""The GitHub Actions workflow a user copies (docs/workflows/parity.yml, issue 25 item 6), read as a runner would:
+"""The GitHub Actions workflow a user copies (docs/workflows/parity.yml), read as a runner would:
 every command it runs parses with specparity's own CLI (click) and pytest's own option parser with the plugin
 loaded, the cache holds the engine env it builds, and the reports the gate writes are what it uploads."""
 

@@ -1,4 +1,4 @@
-"""Real public drafter/target config pairs under ``explain --engine vllm`` (issue 37 items 3-5).
+"""Real public drafter/target config pairs under ``explain --engine vllm``.
 
 The pairs (provenance: tests/serving/configs/public/README.md, section "The vLLM sweep"):
 
@@ -92,7 +92,7 @@ def deployment(root: Path, pair: Pair) -> tuple[Path, Path]:
 def fresh_environment() -> Iterator[None]:
     """os.environ as it was, after: a child starts from the gate's environment, but in one interpreter what one
     resolution writes stays for the next (the worker's SPECPARITY_VLLM_TAP, vLLM's VLLM_USE_V1 choice of engine:
-    0.11.0 envs.set_vllm_use_v1; the child's own TMPDIR, serving/scratch.py, with tempfile's cached choice of it)."""
+    0.11.0 envs.set_vllm_use_v1; the child's own TMPDIR, serving/child/scratch.py, with tempfile's cached choice of it)."""
     import os
 
     saved, saved_tempdir = dict(os.environ), tempfile.tempdir
@@ -106,9 +106,9 @@ def fresh_environment() -> Iterator[None]:
 
 def explain_in_process(target: Path, draft: Path, *, engine_args: dict[str, object] | None = None) -> Any:
     """``specparity explain --engine vllm``'s answer, with the worker's ``main`` run in this interpreter."""
-    from specparity.serving.child_run import make_request
+    from specparity.serving.child.run import make_request
+    from specparity.serving.child.transport import read_result
     from specparity.serving.results import ResolvedDeployment, ServingFailure
-    from specparity.serving.transport import read_result
     from specparity.serving.vllm import worker
     from specparity.serving.vllm.explain import explain_vllm_failure, explain_vllm_resolved
 
@@ -172,7 +172,7 @@ def sweep() -> Iterator[tuple[Pair, Any]]:
 
 
 if __name__ == "__main__":
-    from specparity.cli_launch import explain_exit
+    from specparity.cli_command import explain_exit
 
     for pair, e in sweep():
         strict, _ = explain_exit(e.exit_code, e.summary, [], e.data, strict=True)

@@ -1,5 +1,5 @@
-"""Public MLA EAGLE-3 and DFlash drafter configs through vLLM's static level and ``explain --engine vllm`` (issue 43;
-tests/unit/data/drafter_families/README.md: the configs and their provenance): vLLM's own EngineArgs and
+"""Public MLA EAGLE-3 and DFlash drafter configs through vLLM's static level and ``explain --engine vllm`` (the configs
+and their provenance: tests/unit/data/drafter_families/README.md): vLLM's own EngineArgs and
 SpeculativeConfig, its reader and, for DFlash, its own fc-width function, in this interpreter."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ enum, a tuple, a list, a set, a dict: found by introspecting the dataclass field
 ``make_arg_parser`` on a ``FlexibleArgumentParser``, as the api_server entry builds it,
 ``entrypoints/launchers/api_server/entry.py:224-228`` -> ``AsyncEngineArgs.from_cli_args``,
 ``engine/arg_utils.py:1933-1941``) and taken through the product path: the parse child's encoding
-(``launch_parse.transported_args``) -> JSON text of the worker request -> the worker's keyword builder
+(``command_parse.transported_args``) -> JSON text of the worker request -> the worker's keyword builder
 (``worker.llm_kwargs``) -> ``EngineArgs(**kw)``. The field must equal (same type, same value) what vLLM's parser
 made. A config object's JSON sets one of its own fields (found the same way), with hypothesis over the field and its
 value (enum members by name, literals, numbers, booleans); words vLLM's parser refuses are not generated values.
@@ -30,10 +30,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specparity.serving.launch_child import SECRET_DEST
-from specparity.serving.vllm.launch_parse import transported_args
+from specparity.serving.child.worker_common import WorkerRequest
+from specparity.serving.command.parse_child import SECRET_DEST
+from specparity.serving.vllm.command_parse import transported_args
 from specparity.serving.vllm.worker import llm_kwargs
-from specparity.serving.worker_common import WorkerRequest
 
 pytestmark = pytest.mark.vllm
 
@@ -65,7 +65,7 @@ def _plain(tp: Any) -> bool:
 
 NON_PLAIN = sorted(n for n, f in FIELDS.items() if not _plain(f.type))
 NO_FLAG = sorted(n for n in NON_PLAIN if n not in ACTIONS)  # no command can set them: nothing crosses
-SECRET = sorted(n for n in FIELDS if SECRET_DEST.search(n))  # never leave the parse child (launch_child.py)
+SECRET = sorted(n for n in FIELDS if SECRET_DEST.search(n))  # never leave the parse child (serving/command/parse_child.py)
 CROSSING = [n for n in NON_PLAIN if n not in NO_FLAG and n not in SECRET and n != "model"]
 
 

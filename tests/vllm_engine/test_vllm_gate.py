@@ -103,7 +103,7 @@ def test_tp2_gives_the_tp1_verdict(as_is: Verdict, vllm_python: str, monkeypatch
     assert v.served_layout == as_is.served_layout
     assert {f.kind for f in v.errors} >= {FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.OFF_BY_ONE}
     assert v.fix is not None and as_is.fix is not None and v.fix.json_patch == as_is.fix.json_patch
-    # the layout block (issue 23 item 6): vLLM's own ParallelConfig, both ranks reported through its collective_rpc
+    # the layout block: vLLM's own ParallelConfig, both ranks reported through its collective_rpc
     lay = v.layout
     assert (lay["engine"], lay["executor"], lay["tensor_parallel_size"], lay["pipeline_parallel_size"]) == (
         "vllm", "mp", 2, 1), lay
@@ -114,7 +114,7 @@ def test_tp2_gives_the_tp1_verdict(as_is: Verdict, vllm_python: str, monkeypatch
 
 
 def test_speculators_format_drafter_passes_with_a_real_outcome(vllm_python: str) -> None:
-    """Issue 14 item 6: `contract from-speculators` end to end on vLLM, the outcome level included: the
+    """`contract from-speculators` end to end on vLLM, the outcome level included: the
     training-side drafter reads speculators' config and weight names, vLLM's loop gives the real acceptance."""
     v = _gate(BUNDLE / "speculators" / "draft", vllm_python, contract=SPECULATORS_CONTRACT)
     assert v.status == "pass", [str(f) for f in v.errors]
@@ -144,7 +144,7 @@ def test_vllms_real_loop_on_the_speculators_drafter_accepts_as_the_replay_says(v
     v = _gate(BUNDLE / "speculators" / "draft", vllm_python)
     # this contract was written for the SGLang export of the same drafter: the architecture and the checkpoint's
     # weight names (speculators' layers.0.* for SpecForge's midlayer.*) differ, nothing else. The names are read
-    # since the gate reads a speculators draft with its own format's reader (issue 24 item 6; it skipped them)
+    # since the gate reads a speculators draft with its own format's reader (it skipped them)
     assert {(f.kind, f.message.split(":")[0]) for f in v.errors} == {
         (FindingKind.CONFIG_MISMATCH, "#1 drafter.architecture"),
         (FindingKind.CONFIG_MISMATCH, "#2 drafter.checkpoint_keys")}, [str(f) for f in v.errors]
@@ -199,7 +199,7 @@ def test_nan_in_the_target_is_a_failure(vllm_python: str, tmp_path: Path) -> Non
 
 def test_engine_crash_is_a_failure_not_a_pass(vllm_python: str, tmp_path: Path) -> None:
     # d2t in the checkpoint while draft_vocab_size == vocab_size: vLLM 0.32 builds no draft_id_to_target_id
-    # and its loader raises (issue 14, measured) - a real incompatibility, reported as vLLM's exception
+    # and its loader raises (measured) - a real incompatibility, reported as vLLM's exception
     draft = copy_draft(tmp_path, "draft", edit={"draft_vocab_size": 512})
     v = _gate(draft, vllm_python, level="capture")
     assert v.status == "fail" and v.exit_code == 1  # vLLM refusing the draft as deployed is the deployment's fault
@@ -226,7 +226,7 @@ def test_cli_from_the_main_venv_shape(vllm_python: str, tmp_path: Path) -> None:
 
 
 def test_a_tp_the_heads_do_not_divide_is_vllms_refusal_with_its_reason(vllm_python: str) -> None:
-    """Issue 24 item 1: vLLM's pydantic refusal is an ``engine_error`` naming vLLM and its release, the reason kept
+    """vLLM's pydantic refusal is an ``engine_error`` naming vLLM and its release, the reason kept
     (it was cut to "1 validation error for SpeculativeConfig" and reported as ``sglang_error``), exit 1."""
     v = _gate(BUNDLE / "draft", vllm_python, level="static", tensor_parallel_size=3)
     assert v.status == "fail" and v.exit_code == 1, [str(f) for f in v.errors]

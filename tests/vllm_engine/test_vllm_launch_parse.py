@@ -1,4 +1,4 @@
-"""vLLM's own parse of real launch commands (issue 33 item 1): ``parse_launch`` against the installed release's serve
+"""vLLM's own parse of real launch commands: ``parse_launch`` against the installed release's serve
 parser on the same words.
 
 The commands are published ones, copied verbatim into tests/launch_commands/vllm (sources in its README.md); only
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_BAD_INPUT, InputError
-from specparity.launch_command import LaunchCommand, read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
+from specparity.serving.command.parse import LaunchSpec, parse_launch
 
 pytestmark = pytest.mark.vllm
 
@@ -177,9 +177,9 @@ def test_bad_input_is_exit_2(text: str, words: list[str]) -> None:
 
 
 def test_a_warm_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parse forked from a zygote that has imported vLLM's parser (serving/launch.py) gives the cold parse's spec
+    """The parse forked from a zygote that has imported vLLM's parser (serving/command/parse.py) gives the cold parse's spec
     and the same named rejection (exit 2): the suite's parses take this path (SPECPARITY_WARM_START=1)."""
-    from specparity.serving import warm
+    from specparity.serving.child import warm
 
     good = _text("speculators_blog.sh")
     bad = f"vllm serve {TARGET} --tensor-parallel-size two"
@@ -275,7 +275,7 @@ def test_the_flag_history_holds_this_vllms_own_flags() -> None:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     from specparity.serving.flag_history import _flags_in, load
-    from specparity.serving.vllm.launch_parse import _version
+    from specparity.serving.vllm.command_parse import _version
 
     history = load()["vllm"]
     if _version() not in history["releases"]:

@@ -1,4 +1,4 @@
-"""The gate on vLLM's own server (issue 33): a deploy command launched as given, and a running server attached to.
+"""The gate on vLLM's own server: a deploy command launched as given, and a running server attached to.
 
 The command is a published vLLM command made to run on this CPU (tests/launch_commands/vllm/cpu_api_server_eagle3.sh,
 provenance in its README): ``python -m vllm.entrypoints.openai.api_server ... --speculative_config '{...}'``. The gate
@@ -24,11 +24,11 @@ from tests.process_marks import describe, gone, marked_alive
 from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 
 from specparity.compare.findings import FindingKind
+from specparity.deploy_command import read_launch
 from specparity.gate import run_gate
-from specparity.launch_command import read_launch
-from specparity.serving.launch import LaunchSpec, parse_launch
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.command.parse import LaunchSpec, parse_launch
+from specparity.serving.live.server import LaunchedServer, free_port
 from specparity.verdict import Verdict
 
 pytestmark = pytest.mark.vllm

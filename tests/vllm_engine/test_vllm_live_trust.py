@@ -1,5 +1,5 @@
 """An attached vLLM server is left as it was found, other clients' requests are never blamed on it, and what
-``--api-key`` guards is measured (issue 42). One real server for the module (vLLM 0.32, the bundled healthy pair,
+``--api-key`` guards is measured. One real server for the module (vLLM 0.32, the bundled healthy pair,
 ``specparity launch-flags --engine vllm``'s switches, ``--api-key``), started by the test on loopback:
 
 - ``--api-key`` guards ``/v1/...`` but not the dev routes the gate uses (docs/live-server.md "Security");
@@ -25,7 +25,7 @@ import pytest
 from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 
 from specparity.gate import run_gate
-from specparity.serving.server import LaunchedServer, ServerClient, free_port
+from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.live import HttpRpc
 from specparity.serving.vllm.ranks import RPC

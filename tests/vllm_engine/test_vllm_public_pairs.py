@@ -1,4 +1,4 @@
-"""Real public drafter/target pairs under ``explain --engine vllm`` (issue 37 item 5; the pairs and their provenance:
+"""Real public drafter/target pairs under ``explain --engine vllm`` (the pairs and their provenance:
 public_pairs.py and tests/serving/configs/public/README.md): no pair exits 1 for a reason that is not the deployment's
 own, every answer equals vLLM's own reader in this env, the silent default fallback is a warning naming its shape, and
 SpecForge-style ids get the cross-engine shift hint. A pair the release itself refuses (vLLM's own EngineArgs raises:
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from public_pairs import Pair, deployment, explain_in_process, pairs, vllm_reading
 
-from specparity.cli_launch import explain_exit
+from specparity.cli_command import explain_exit
 from specparity.idrules.vllm import READ_PATHS, read_ids
 from specparity.idrules.vllm_shapes import fallback_shape
 

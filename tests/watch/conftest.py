@@ -1,4 +1,4 @@
-"""The watch tier (issue 36): `specparity watch` and the generated Prometheus rules against two real vLLM servers and a
+"""The watch tier: `specparity watch` and the generated Prometheus rules against two real vLLM servers and a
 real Prometheus, on the real model. Selected with ``-m watch_live`` (``make test-watch``); the default ``make test``
 leaves this folder out, the same selection ``-m "not watch_live"`` makes."""
 

@@ -1,4 +1,4 @@
-"""`specparity watch` and `specparity alert-rules` end to end (issue 36): two vLLM servers of SmolLM2-135M-Instruct with
+"""`specparity watch` and `specparity alert-rules` end to end: two vLLM servers of SmolLM2-135M-Instruct with
 its trained drafter, one healthy and one with the seed's wiring (the embedding in fc's first chunk), under the same
 out-of-domain chat prompts; a real Prometheus (Debian's 2.42) started here on loopback in its own directory scrapes
 both and loads the rules `alert-rules` wrote from the baseline `watch --calibrate` took on the healthy server.
@@ -27,8 +27,8 @@ from tests.process_marks import describe, gone, marked_alive
 
 from specparity.realmodel.fetch import cached
 from specparity.realmodel.scenarios import CONTRACT, REPO, VLLM, draft_for
-from specparity.serving.reaper import MARKER_ENV
-from specparity.serving.server import LaunchedServer, ServerClient, ServerError, free_port
+from specparity.serving.child.reaper import MARKER_ENV
+from specparity.serving.live.server import LaunchedServer, ServerClient, ServerError, free_port
 from specparity.watch.band import baseline_path
 
 pytestmark = [pytest.mark.watch_live, pytest.mark.slow]

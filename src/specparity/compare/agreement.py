@@ -5,7 +5,7 @@ At the capture level the engine's own setter resolves the capture list on the li
 setter), and the captured fc input is attributed chunk by chunk to the boundary it equals
 (:mod:`specparity.compare.attribution`). The two must name the same layers. Where they do not, the static answer
 is wrong for this deployment (a layer loop that captures by another rule than its capture list, a release the
-conventions misread), and that is a finding of its own (issue 23): never a silent pass, even when the capture
+conventions misread), and that is a finding of its own: never a silent pass, even when the capture
 matches the contract.
 
 Compared only where both are complete: every served chunk attributed within tolerance and as many chunks as the

@@ -74,7 +74,7 @@ class FindingKind(str, enum.Enum):
     TIMEOUT = "timeout"
     # a check that could not run on this deployment: a warning naming what was not checked and why
     CHECK_SKIPPED = "check_skipped"
-    # the deploy command as given (--launch; serving/launch_findings.py): an EAGLE-3 drafter served under the
+    # the deploy command as given (--launch; serving/command/findings.py): an EAGLE-3 drafter served under the
     # EAGLE-1/2 algorithm (no aux hidden states reach fc); a served target other than the one the drafter or the
     # contract names; vLLM's speculators form, where the target comes from the drafter's config
     EAGLE3_SERVED_AS_EAGLE = "eagle3_served_as_eagle"

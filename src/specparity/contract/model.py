@@ -35,7 +35,7 @@ SourceName = Annotated[str, AfterValidator(_check_source)]
 
 
 # JSON has no NaN or Infinity (RFC 8259), but Python's json module reads and writes the bare tokens; every number
-# of a contract is finite, so a NaN never reaches a comparison that it would silently skip (issue 35)
+# of a contract is finite, so a NaN never reaches a comparison that it would silently skip
 FINITE = "a finite number: NaN and Infinity are refused"
 
 

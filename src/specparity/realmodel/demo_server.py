@@ -44,12 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.vllm_python).is_file():
         print(f"specparity: the vLLM env is absent ({args.vllm_python}): make vllm-env builds it", file=sys.stderr)
         return 3
+    from specparity.deploy_command import read_launch
     from specparity.gate import run_gate
-    from specparity.launch_command import read_launch
     from specparity.realmodel.fetch import fetch
     from specparity.report import render_text, write_reports
     from specparity.report.summary import print_summary, verdict_row
-    from specparity.serving.launch import parse_launch
+    from specparity.serving.command.parse import parse_launch
 
     model = fetch()
     healthy, _, seed = VLLM

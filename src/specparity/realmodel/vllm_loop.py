@@ -38,8 +38,8 @@ def run(req: dict[str, Any]) -> dict[str, Any]:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0-" + str(int(req["threads"]) - 1))
     from vllm import LLM, SamplingParams
 
+    from specparity.serving.child.worker_common import WorkerRequest
     from specparity.serving.vllm.worker import llm_kwargs
-    from specparity.serving.worker_common import WorkerRequest
 
     prompts = [list(map(int, p)) for p in req["prompts"]]
     max_tokens = int(req["max_tokens"])

@@ -10,7 +10,7 @@ A consumer of the engine's evidence, like compare/: :func:`check_outcome` takes 
 - side (b) *served*: the fc rows the engine really fed the drafter, against the greedy tokens from the atlas's
   ``final_norm`` (the pack's when there is no atlas).
 
-The engine's own figures decide whether the outcome may pass (issue 11 item 8: never on the training-side
+The engine's own figures decide whether the outcome may pass (never on the training-side
 replay alone): its drafter's first drafts on both inputs (``CaptureResult.replay``; they then drive the first
 draft position, and ``engine_agreement`` reports how often both implementations drafted the same token, 1.0 in
 fp32) and/or the acceptance its real serving loop counted (``CaptureResult.acceptance``, per position with
@@ -161,7 +161,7 @@ def _error(message: str, kind: FindingKind = FindingKind.ENGINE_ERROR) -> Findin
 
 def _engine_figures(capture: CaptureResult, engine: str) -> tuple[DrafterReplay | None, list[Finding]]:
     """The engine's own drafter replay (when it ran), and an error for every way the engine's own figures are
-    missing: the outcome never passes on the training-side replay alone (issue 11 item 8)."""
+    missing: the outcome never passes on the training-side replay alone."""
     replay = capture.replay
     if isinstance(replay, DrafterReplay):
         return replay, []
@@ -220,7 +220,7 @@ def check_outcome(
     try:
         drafter = Eagle3Drafter.load(draft, target_dir=target)
         lm_head = read_target_lm_head(target)
-    except InputError as e:  # a limit of specparity's own replay, named as ours: never the engine's (issue 35)
+    except InputError as e:  # a limit of specparity's own replay, named as ours: never the engine's
         return OutcomeCheck(None, (*findings, Finding(
             FindingKind.ENGINE_ERROR, Severity.ERROR,
             f"specparity's training-side replay cannot run this drafter, so wiring cannot be told from model quality "

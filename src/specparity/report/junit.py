@@ -154,7 +154,7 @@ def build_junit(verdict: Verdict) -> ET.Element:
                 _fail(case, "failure", message=detail, kind=status, lines=[detail, "the fc-input layout over all probes is in testcase 'capture'"])
 
     if verdict.outcome is not None or by_check["outcome"]:
-        # fails iff the verdict puts an error on the outcome check (issue 10: every face is a view of one decision)
+        # fails iff the verdict puts an error on the outcome check (every face is a view of one decision)
         case = _case(suite, "outcome", verdict=verdict, time=timings.get("outcome", 0.0))
         outcome_errors = [f for f in by_check["outcome"] if f.is_failure]
         if outcome_errors:

@@ -113,7 +113,7 @@ def summary_line(verdict: Verdict) -> str:
     if verdict.status == "error":
         env = [f for f in verdict.errors if f.kind in ENVIRONMENT_KINDS]
         ours = [f for f in env if f.details.get("cause") == "specparity"]
-        if ours and len(ours) == len(env):  # a limit of specparity's own, never blamed on the engine (issue 35)
+        if ours and len(ours) == len(env):  # a limit of specparity's own, never blamed on the engine
             limit = ours[0].details.get("limit") or "its own code"
             return f"ERROR  could not check fc input against {ctx}: a limit of specparity ({limit}), not {label}'s"
         what = f"{label} timed out" if env and env[0].kind is FindingKind.TIMEOUT else f"{label} failed"
@@ -196,7 +196,7 @@ def spec_config_line(resolved: Mapping[str, Any]) -> str:
             if changed:
                 line += f" (requested {_spec_settings(changed)})"
         return line
-    return f"Spec config: SGLang serves {_spec_settings(resolved)}"
+    return f"Spec config: {label} serves {_spec_settings(resolved)}"
 
 
 def _acc_row(label: str, values: Sequence[float]) -> str:
@@ -313,7 +313,7 @@ def launch_lines(verdict: Verdict) -> list[str]:
 
 
 def environment_lines(verdict: Verdict) -> list[str]:
-    """What the SGLang child ran on, and the stand-ins active there (issue 11 items 3, 4)."""
+    """What the SGLang child ran on, and the stand-ins active there."""
     env = verdict.environment
     lines = []
     if env:

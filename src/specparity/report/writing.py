@@ -9,7 +9,7 @@
   rename itself failed) and which were not. A report on disk is therefore always whole, and from the same run.
   An interrupt (Ctrl-C, SIGTERM, SIGHUP) while writing removes the faces this call already put in place: a run cut
   short leaves no report that could be read as its verdict. Until the last rename, every temporary file and every
-  face put in place is registered with the reaper's watchdog (serving/reaper.py), which removes them if the process
+  face put in place is registered with the reaper's watchdog (serving/child/reaper.py), which removes them if the process
   is killed (SIGKILL) before this call ends.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specparity.errors import EnvironmentProblem, InputError
-from specparity.serving import reaper
+from specparity.serving.child import reaper
 from specparity.testpoints import pause
 
 
@@ -134,7 +134,7 @@ def write_files(files: Sequence[ReportFile]) -> list[Path]:
             if i == 0:
                 pause("report_write")  # test-only (specparity/testpoints.py): inert unless its variable names it
     except BaseException as e:
-        if not isinstance(e, Exception):  # Ctrl-C, SIGTERM/SIGHUP (serving/reaper.py Interrupted): a run cut short
+        if not isinstance(e, Exception):  # Ctrl-C, SIGTERM/SIGHUP (serving/child/reaper.py Interrupted): a run cut short
             _unwritten(written)  # leaves none of its faces, so none can be read as its verdict
         raise
     finally:

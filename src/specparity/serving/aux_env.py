@@ -1,4 +1,4 @@
-"""Engine environment switches that choose which residual stream the aux hidden states come from (issue 43 item 4).
+"""Engine environment switches that choose which residual stream the aux hidden states come from.
 
 The environment is part of the deployment: the same draft config and target serve other tensors to fc when one of
 these is set otherwise. Each switch is read in the engine's child through the engine's own environment module (its

@@ -15,7 +15,7 @@ one way. Every method returns typed results (:class:`ResolvedDeployment`, :class
   from a draft config and what they mean there, and the draft-config patch that makes it serve given sources.
 - ``explain``: ``specparity explain``: what the engine will feed fc, and how it got there. No contract.
 - ``versions`` and ``versions_lines``: the releases it supports (``specparity versions``, JSON and terminal).
-- the live check (``serving/live.py``), on the user's own server: ``live_switches`` (what the gate adds to the
+- the live check (``serving/live/capture.py``), on the user's own server: ``live_switches`` (what the gate adds to the
   user's command: the engine's own hook switches), ``live_capture`` (the probes through the running server, the
   evidence through the engine's channel, the outcome from its own counters), ``live_resolve`` (the static level
   from what a running server reports), ``server_failure`` (a server that did not come up, read from its log),
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
+    from specparity.serving.live.server import ServerClient
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
         ResolvedDeployment,
         ServingFailure,
     )
-    from specparity.serving.server import ServerClient
 
 __all__ = ["Engine", "EngineBase"]
 

@@ -1,7 +1,7 @@
 """Engine-argument values across the process boundary: the launch parse child's values, as the engine's own parser made
 them, rebuilt in the resolve or capture child into values equal to them.
 
-The parse runs in one child (``serving/<engine>/launch_parse.py``), the engine's resolve or capture in another
+The parse runs in one child (``serving/<engine>/command_parse.py``), the engine's resolve or capture in another
 (``serving/<engine>/worker.py``), and the parent in between holds the arguments as JSON (the gate merges
 ``--engine-arg`` into them; the request travels as a file). Plain JSON alone loses what the engine's parser made: an
 enum member becomes its value (vLLM 0.32's ``CUDAGraphMode.FULL_AND_PIECEWISE`` is the tuple ``(2, 1)``,

@@ -2,11 +2,15 @@
 
 The JSON parts (:class:`SpecSettings`, :class:`ResolvedDeployment`, :class:`ServingFailure`) hold no
 torch objects; they travel from the SGLang child process as JSON. Tensors (:class:`FcCapture`,
-:class:`LayerAtlas`) travel separately as safetensors files (see ``serving/process.py``).
+:class:`LayerAtlas`) travel separately as safetensors files (see ``serving/child/process.py``).
 
 Sources are always named in the canonical vocabulary (``embedding``, ``layer:<i>``, ``final_norm``;
 domain.md §2); raw SGLang ids and boundary indices are kept only as provenance.
 """
+
+# Over the house's ~400 lines on purpose: this file is the whole record format that crosses the process boundary
+# (every failure kind and every record, with its to_dict/from_dict), so that the JSON contract between the parent
+# and both engines' children reads in one place.
 
 from __future__ import annotations
 
@@ -41,20 +45,20 @@ NEEDS_HARDWARE = "needs_hardware"
 # a rank of the served world that should have reported evidence (vLLM collective_rpc) and did not: never a pass
 # on partial evidence
 RANK_MISSING = "rank_missing"
-# a live check (serving/live.py): the user's server exited or never answered /health (its log tail says why, where
+# a live check (serving/live/capture.py): the user's server exited or never answered /health (its log tail says why, where
 # no engine exception in it decides otherwise); a running server that could not be read; a running server started
 # without the engine's hook switches, so its fc input cannot be captured (the finding names the flags to add)
 SERVER_FAILED = "server_failed"
 SERVER_UNREACHABLE = "server_unreachable"
 HOOKS_MISSING = "hooks_missing"
 # a node of a multi-node server (SGLang --nnodes) whose hook evidence the gate could not read: its ranks are
-# unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3; issue 41)
+# unaccounted for, so the check did not run on the whole deployment (the machine's reach, exit 3)
 NODE_MISSING = "node_missing"
 # the installed engine raised while it was imported, before it saw the deployment (a read-only HOME its import
-# writes a cache into, a broken install): the machine's, never the deployment's (issue 35)
+# writes a cache into, a broken install): the machine's, never the deployment's
 ENGINE_IMPORT = "engine_import"
 # specparity's own code raised (an adapter that does not fit what it read): exit 3 naming specparity's file:line, never
-# the engine's fault nor the deployment's (issue 37 item 4)
+# the engine's fault nor the deployment's
 INTERNAL_ERROR = "internal_error"
 # vLLM's tap in a server disarmed itself (serving/vllm/tap.py): it held more than its bound between two drains
 # (``tap_overflow``), or the gate did not drain within the lease it set at arming (``tap_lease_expired``); the

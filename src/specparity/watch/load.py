@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specparity.errors import InputError
-from specparity.serving.server import ServerClient, ServerError
+from specparity.serving.live.server import ServerClient, ServerError
 
 MAX_REQUESTS_KEPT = 4096  # per-request figures kept for the sliding window (memory stays flat)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specparity.errors import EnvironmentProblem
-from specparity.serving.server import ServerError
+from specparity.serving.live.server import ServerError
 from specparity.watch.band import BELOW, IDLE, Band
 from specparity.watch.engines import MetricSet, detect, engine_of, missing_message
 from specparity.watch.load import PromptLoad

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specparity.intervals import wilson_interval
-from specparity.serving.metrics import Scrape
+from specparity.serving.live.metrics import Scrape
 from specparity.watch.engines import MetricSet
 
 POOLED = "pooled over draft tokens (vLLM's and SGLang's counters)"
@@ -52,7 +52,7 @@ def sample_names(text: str, *, declared: bool = True) -> set[str]:
 
 
 def select(text: str, names: Iterable[str]) -> Scrape:
-    """Only the sample lines of ``names``, parsed with Prometheus' own parser (``serving/metrics.py``): a vLLM
+    """Only the sample lines of ``names``, parsed with Prometheus' own parser (``serving/live/metrics.py``): a vLLM
     ``/metrics`` is ~100 KB of histograms, of which the watcher needs a dozen lines."""
     wanted = set(names)
     kept = [line for line in text.splitlines()

@@ -18,6 +18,8 @@ from typing import Protocol
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+# the job both engines' workers take (serving/child/worker_common.py), importable from here as before
+from specparity.serving.child.worker_common import WorkerRequest as WorkerRequest
 from specparity.serving.results import (
     UNSUPPORTED_VERSION,
     CaptureResult,
@@ -25,9 +27,6 @@ from specparity.serving.results import (
     ServingFailure,
 )
 from specparity.serving.sglang.families import FAMILIES, adapter_name, family_for, release_of
-
-# the job both engines' workers take (serving/worker_common.py), importable from here as before
-from specparity.serving.worker_common import WorkerRequest as WorkerRequest
 
 Progress = Callable[[int, int], None]
 

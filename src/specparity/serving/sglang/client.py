@@ -1,6 +1,6 @@
 """SGLang's parent side: what SGLang really does with a deployment: static resolution, the fc input, the atlas.
 
-Two entry points, both run SGLang's own code in a child process (``serving/process.py``) and never
+Two entry points, both run SGLang's own code in a child process (``serving/child/process.py``) and never
 raise for a deployment problem; every problem is a typed :class:`ServingFailure`:
 
 - :func:`resolve_deployment` - ServerArgs resolution, draft ids, capture list, fc shape; no forward.
@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specparity.serving import reaper
-from specparity.serving.child_run import (
+from specparity.serving.child import reaper
+from specparity.serving.child.run import (
     CaptureExtras,
     capture_in_child,
     capture_request,
@@ -30,7 +30,7 @@ from specparity.serving.results import CaptureResult, ResolvedDeployment, Servin
 if TYPE_CHECKING:
     import torch
 
-    from specparity.serving.transport import ChildOutcome
+    from specparity.serving.child.transport import ChildOutcome
 
 __all__ = ["capture_deployment", "resolve_deployment"]
 

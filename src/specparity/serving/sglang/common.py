@@ -2,7 +2,7 @@
 
 Mapping SGLang boundary indices to canonical names, turning exceptions into typed failures, collecting
 SGLang's log lines, and judging a raw fc capture. Reading the draft checkpoint's ``fc`` and the non-finite check,
-which vLLM's worker needs too, live in :mod:`specparity.serving.worker_common`.
+which vLLM's worker needs too, live in :mod:`specparity.serving.child.worker_common`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specparity.serving.exception_text import exception_text
+# both engines' workers read these (checkpoint_files.py, serving/child/worker_common.py); importable from here too
+from specparity.checkpoint_files import FcShape as FcShape
+from specparity.checkpoint_files import checkpoint_shapes as checkpoint_shapes
+from specparity.checkpoint_files import fc_shape_from_checkpoint as fc_shape_from_checkpoint
+from specparity.serving.child.exception_text import exception_text
+from specparity.serving.child.worker_common import nonfinite_failures as nonfinite_failures
 from specparity.serving.results import (
     CAPTURE_COUNT_SHORT,
     CAPTURE_SHAPE,
@@ -27,12 +32,6 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-
-# both engines' workers read these; they live in serving/worker_common.py and stay importable from here
-from specparity.serving.worker_common import FcShape as FcShape
-from specparity.serving.worker_common import checkpoint_shapes as checkpoint_shapes
-from specparity.serving.worker_common import fc_shape_from_checkpoint as fc_shape_from_checkpoint
-from specparity.serving.worker_common import nonfinite_failures as nonfinite_failures
 from specparity.sources import boundary_to_source
 
 NORM_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")
@@ -77,7 +76,7 @@ def served_sources(
 
 
 # What every adapter's resolve/capture imports (the model registry imports every model file). A warm zygote
-# (serving/zygote.py) imports these once through the adapter's ``warm``, after the adapter's own set-up.
+# (serving/child/zygote.py) imports these once through the adapter's ``warm``, after the adapter's own set-up.
 PRELOAD = (
     "sglang.srt.server_args", "sglang.srt.configs.model_config", "sglang.srt.model_loader.loader",
     "sglang.srt.models.registry", "sglang.srt.managers.tp_worker", "sglang.srt.managers.schedule_batch",
@@ -110,7 +109,7 @@ def exception_failure(exc: BaseException, *, prefix: str = "") -> ServingFailure
             where = f" at {fname[fname.rindex('/sglang/') + 1 :]}:{frame.lineno}"
             break
     # every line of the reason (a first line may only announce it: transformers' strict config classes,
-    # pydantic's "1 validation error for ..."), shortened by serving/exception_text.py
+    # pydantic's "1 validation error for ..."), shortened by serving/child/exception_text.py
     return ServingFailure(SGLANG_EXCEPTION, f"{prefix}{exception_text(exc)}{where}")
 
 

@@ -8,15 +8,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.launch_command import flag_values
+from specparity.deploy_command import flag_values
 from specparity.serving import results
 from specparity.serving.engine_base import EngineBase
 
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
-    from specparity.serving.server import ServerClient
+    from specparity.deploy_command import LaunchCommand
+    from specparity.serving.live.server import ServerClient
 
 # added to a CPU server's command (reported with the other switches): SGLang's own warm-up request decodes 8 tokens
 # (entrypoints/http_server.py:2407), and the EAGLE decode step has no CPU kernel (serving/sglang/live.py CPU_REFUSALS)
@@ -197,7 +197,7 @@ def _served_acceptance(client: ServerClient, result: results.CaptureResult, outc
     sent a decode (it would stop the user's server), and the known refusal is named. (refusal, acceptance, loop)."""
     import time
 
-    from specparity.serving.server import ServerError
+    from specparity.serving.live.server import ServerError
     from specparity.serving.sglang.live import CPU_REFUSALS, served_acceptance, server_failure
 
     dep = result.deployment

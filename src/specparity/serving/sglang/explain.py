@@ -230,7 +230,7 @@ def explain_resolved(dep: ResolvedDeployment) -> Explanation:
 
 def explain_failure(failure: ServingFailure) -> Explanation:
     """A refusal (exit 1), bad input (2) or an environment problem (3), with what to do."""
-    if failure.kind == "needs_hardware":  # issue 12: a hardware-only validation is a note, not a crash
+    if failure.kind == "needs_hardware":  # a hardware-only validation is a note, not a crash
         todo = "run explain on a machine with the deployment's GPU; nothing here says the deployment is wrong"
         return Explanation(EXIT_ENVIRONMENT, f"SGLang cannot resolve this deployment on this machine: {failure.message}",
                            {"engine": "sglang", "error": failure.to_dict(), "notes": [failure.message],

@@ -3,7 +3,7 @@ hook evidence turned into the project's records. Imports no sglang (the server r
 and HTTP answers).
 
 The user's server is ``python -m sglang.launch_server ...`` (or ``sglang serve ...``), launched by the gate
-(``serving/live.py``) or already running. Everything goes through interfaces SGLang supports, cited from 0.5.23:
+(``serving/live/capture.py``) or already running. Everything goes through interfaces SGLang supports, cited from 0.5.23:
 
 - **hook switches** (:func:`hook_switches`): ``--forward-hooks '<json>'`` naming :data:`HOOK_FACTORY`
   (``srt/arg_groups/fields/observability.py:231-237``; ``model_executor/hook_manager.py:11-55``), registered per
@@ -118,7 +118,7 @@ def hook_switches(evidence_dir: str | Path, *, cpu_stand_ins: bool = False) -> t
     directory whose ``sitecustomize.py`` installs them in every server process (to be put BEFORE the command's own
     PYTHONPATH), and ``SGLANG_USE_CPU_ENGINE=1`` (``is_cpu()`` is false without it and ``lru_cache``d,
     sglang 0.5.23 ``utils/common.py:221-224``). The package link the hook modules import through is the server
-    layer's (``serving/live.py``)."""
+    layer's (``serving/live/capture.py``)."""
     argv = ["--forward-hooks", json.dumps(hook_specs(evidence_dir), separators=(",", ":"))]
     env: dict[str, str] = {}
     if cpu_stand_ins:
@@ -137,9 +137,9 @@ LEASE_S = 120.0  # the ARMED lease per probe (and one for the priming request): 
 @contextlib.contextmanager
 def armed(evidence_dir: str | Path, *, lease_s: float = LEASE_S) -> Any:
     """The hooks record while the block runs (``<evidence>/ARMED`` exists), and stop after, whatever happens: the
-    file is removed in ``finally``, by the watchdog if this process is killed (``serving/reaper.py``), and by the
+    file is removed in ``finally``, by the watchdog if this process is killed (``serving/child/reaper.py``), and by the
     hooks themselves when its lease (``lease_s`` from now, this process alive) ends (``live_hooks``)."""
-    from specparity.serving import reaper
+    from specparity.serving.child import reaper
 
     flag = Path(evidence_dir) / live_hooks.ARMED
     fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -168,7 +168,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
     """One probe run through a server started with :func:`hook_switches`: its static level, then each probe as token
     ids (radix cache flushed first, greedy, ``max_new_tokens`` 1) with the hooks armed, then the evidence.
 
-    ``client`` has ``get_json``/``post_json``/``post`` (``serving.server.ServerClient``). ``evidence_dir`` None (a
+    ``client`` has ``get_json``/``post_json``/``post`` (``serving.live.server.ServerClient``). ``evidence_dir`` None (a
     server on another host) gives the static level and :data:`HOOKS_MISSING`. ``reduction`` (compare/reduced.py):
     the hooks reduce the atlas in the server (``live_hooks``: expectations written beside ``ARMED``, removed after).
     ``node_dirs``: the other nodes' evidence directories (:func:`evidence_to_capture`), armed and read as this one."""
@@ -184,7 +184,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
     dirs = [Path(evidence_dir), *(Path(d) for d in node_dirs)]
     if not hooks_registered(dirs):
         return evidence_to_capture(evidence_dir, probes, deployment=dep, node_dirs=node_dirs)
-    from specparity.serving import reaper
+    from specparity.serving.child import reaper
 
     notes: list[str] = []
     for d in dirs:

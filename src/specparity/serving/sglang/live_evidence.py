@@ -229,9 +229,9 @@ def evidence_to_capture(evidence_dir: str | Path, probes: Sequence[Sequence[int]
     the atlas as :class:`~specparity.compare.reduced.ReducedSample` per probe."""
     import torch
 
+    from specparity.serving.child.worker_common import nonfinite_failures
     from specparity.serving.sglang.common import judge_fc_capture
     from specparity.serving.vllm.tap_reduce import fc_digest
-    from specparity.serving.worker_common import nonfinite_failures
 
     evidence = Path(evidence_dir)
     dirs = [evidence, *(Path(d) for d in node_dirs)]

@@ -34,7 +34,7 @@ specparity's one spec (``serving/sglang/live.py`` ``hook_specs``) puts :func:`fa
   inner model returns ``(hidden, aux)`` when it captures, ``models/llama.py:500-505``), and the batch's token ids,
   positions, ``extend_seq_lens``/``extend_prefix_lens`` and ``req_pool_indices`` (which rows are which request's).
 
-**Reduced evidence (the default, issue 41).** While armed, the gate may leave one expectation per probe in
+**Reduced evidence (the default).** While armed, the gate may leave one expectation per probe in
 ``<evidence>/expect/p<i>.safetensors`` (the probe's token ids, its recorded fc input, the contract's sources, the rtol
 table and the lead rank: ``compare/reduced.py``). A target extend segment whose tokens are a whole probe (prefix 0)
 then has its boundaries held in this process, on the server's device, instead of written; the draft extend of the

@@ -198,7 +198,7 @@ def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mappin
         notes.append("the target's config.json was not readable here: the capture list is not computed")
     fc_in, fc_out, fc_bias, fc_source = k * h_t_draft, h_d, False, "config: draft checkpoint not read"
     if draft_dir is not None:
-        from specparity.serving.worker_common import fc_shape_from_checkpoint
+        from specparity.checkpoint_files import fc_shape_from_checkpoint
 
         with contextlib.suppress(OSError, ValueError, KeyError):
             shape = fc_shape_from_checkpoint(Path(draft_dir))

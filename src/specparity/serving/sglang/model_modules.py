@@ -1,4 +1,4 @@
-"""Which of SGLang's model modules a static resolution imports (issue 12 item 3: time on 2 cores).
+"""Which of SGLang's model modules a static resolution imports (time on 2 cores).
 
 SGLang's model registry imports every module of ``sglang.srt.models`` when it is first imported (sglang
 0.5.23 ``models/registry.py:153-159`` -> ``import_model_classes`` ``:117-150``, about 250 modules; 3.9 s of
@@ -12,7 +12,7 @@ from source. The registry's lookup code runs unchanged on the smaller registry. 
 what the full registry would give (an architecture the smaller registry lacks, SGLang rewriting the
 architecture, a class from a module outside the set) is caught by :func:`ensure_full_registry` /
 :func:`class_from_subset`, and the model is built again from the full registry. A child forked from a
-warm-start zygote (serving/warm.py) already has the whole registry (common.PRELOAD): nothing is limited there.
+warm-start zygote (serving/child/warm.py) already has the whole registry (common.PRELOAD): nothing is limited there.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from specparity.serving import stand_ins
+from specparity.serving.child.worker_common import WorkerRequest, nonfinite_failures
 from specparity.serving.results import (
     FC_NOT_CALLED,
     CaptureResult,
@@ -32,7 +33,6 @@ from specparity.serving.sglang.common import (
     judge_fc_capture,
     split_rows,
 )
-from specparity.serving.worker_common import WorkerRequest, nonfinite_failures
 from specparity.testpoints import pause
 
 

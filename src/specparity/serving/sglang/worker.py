@@ -2,16 +2,16 @@
 
 SGLang keeps process-global state (runtime context, parallel groups, ``lru_cache``d platform probes),
 so every deployment runs in a fresh process: a new interpreter, or with ``SPECPARITY_WARM_START=1`` a process
-forked from a zygote that has only imported the engine (:mod:`specparity.serving.zygote`, which calls
+forked from a zygote that has only imported the engine (:mod:`specparity.serving.child.zygote`, which calls
 :func:`warm` once and :func:`run` per job). This module:
 
-1. reads the :class:`~specparity.serving.worker_common.WorkerRequest`;
+1. reads the :class:`~specparity.serving.child.worker_common.WorkerRequest`;
 2. finds the installed SGLang version without importing it, and picks the adapter (or reports
    ``sglang_missing`` / ``unsupported_version``);
 3. on ``cpu`` sets ``SGLANG_USE_CPU_ENGINE=1`` before the first sglang import (``is_cpu()`` is
    ``lru_cache``d, sglang 0.5.23 ``utils/common.py:221-224``) and installs the ``sgl_kernel`` stand-in
    only if the real package cannot be imported;
-4. runs the adapter and writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.transport``.
+4. runs the adapter and writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.child.transport``.
 
 Progress lines go to stdout as ``@@specparity-progress DONE TOTAL``; SGLang's logs go to stderr.
 """
@@ -149,7 +149,7 @@ def prepare(device: str) -> Prepared:
 
 
 def warm(device: str) -> Prepared:
-    """The zygote's set-up (serving/zygote.py): :func:`prepare`, then the adapter's own ``warm``, which does what
+    """The zygote's set-up (serving/child/zygote.py): :func:`prepare`, then the adapter's own ``warm``, which does what
     its resolve/capture do before their first SGLang import (e.g. the legacy CPU shims) and imports the engine
     modules every job imports. An adapter without ``warm`` imports nothing ahead (each job pays for it)."""
     prepared = prepare(device)
@@ -161,8 +161,8 @@ def warm(device: str) -> Prepared:
 
 def run(argv: list[str], prepared: Prepared | None = None) -> int:
     """One job: ``argv`` = [REQUEST.json, OUT_DIR]; ``prepared`` comes from the zygote, else from here."""
-    from specparity.serving.transport import write_result
-    from specparity.serving.worker_common import WorkerRequest, report_progress
+    from specparity.serving.child.transport import write_result
+    from specparity.serving.child.worker_common import WorkerRequest, report_progress
 
     request_path, out_dir = Path(argv[0]), Path(argv[1])
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))

@@ -2,7 +2,7 @@
 its serving loop's acceptance counters.
 
 Both entry points run vLLM's real engine in a child process (``serving/vllm/worker.py``, through
-``serving/process.py``) and never raise for a deployment problem; every problem is a typed
+``serving/child/process.py``) and never raise for a deployment problem; every problem is a typed
 :class:`~specparity.serving.results.ServingFailure`. ``python`` points at the interpreter whose vLLM serves
 (e.g. ``.tox/vllm-0.32/bin/python``); specparity itself needs not be installed there (its source goes on the
 child's ``PYTHONPATH``), but for ``tensor_parallel_size > 1`` its ``vllm.general_plugins`` entry point must be
@@ -16,14 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specparity.serving import reaper
-from specparity.serving.child_run import CaptureExtras, capture_in_child, capture_request, resolve_in_child
+from specparity.serving.child import reaper
+from specparity.serving.child.run import CaptureExtras, capture_in_child, capture_request, resolve_in_child
 from specparity.serving.results import CaptureResult, LoopAcceptance, ResolvedDeployment, ServingFailure
 from specparity.serving.vllm.root_cause import with_worker_root_cause
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import Reduction
-    from specparity.serving.transport import ChildOutcome
+    from specparity.serving.child.transport import ChildOutcome
 
 WORKER_MODULE = "specparity.serving.vllm.worker"
 

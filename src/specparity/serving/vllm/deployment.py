@@ -52,11 +52,11 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
 
     import vllm
 
+    from specparity.checkpoint_files import fc_shape_from_checkpoint
     from specparity.idrules.vllm import drafter_aux_count
-    from specparity.serving.launch_child import json_safe
+    from specparity.serving.command.parse_child import json_safe
     from specparity.serving.results import ResolvedDeployment, SpecSettings
     from specparity.serving.vllm.ranks import layout
-    from specparity.serving.worker_common import fc_shape_from_checkpoint
 
     mc, sc = vllm_config.model_config, vllm_config.speculative_config
     tcfg = mc.hf_config  # the architecture's own config: a multimodal one keeps its sizes in a text config

@@ -1,4 +1,4 @@
-"""vLLM's static facts for drafters other than the Llama-style EAGLE-3 head (issue 43), from vLLM's own resolved
+"""vLLM's static facts for drafters other than the Llama-style EAGLE-3 head, from vLLM's own resolved
 ``VllmConfig`` and its own functions, in the gate's child: the MLA EAGLE-3 head (vllm 0.32
 ``model_executor/models/deepseek_eagle3.py``) and the DFlash drafter (``model_executor/models/qwen3_dflash.py``,
 ``v1/spec_decode/dflash.py``). Imported only where vLLM is."""

@@ -13,7 +13,8 @@ from specparity.serving.results import IdReading
 if TYPE_CHECKING:
     from specparity.compare.fix import DraftConfigFix
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
+    from specparity.serving.live.server import ServerClient
     from specparity.serving.results import (
         CaptureResult,
         Explanation,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
         ResolvedDeployment,
         ServingFailure,
     )
-    from specparity.serving.server import ServerClient
 
 
 class VllmEngine(EngineBase):
@@ -175,7 +175,7 @@ class VllmEngine(EngineBase):
         ``entrypoints/serve/__init__.py:45-75`` mounts them only then). Measured on vLLM 0.32: ``--api-key`` does not
         guard them (``entrypoints/serve/middleware/authenticate.py:11`` guards ``/v1``, ``/v2``, ``/inference`` and
         ``/cohere`` only), so this answers the same with or without the key."""
-        from specparity.serving.server import ServerError
+        from specparity.serving.live.server import ServerError
         from specparity.serving.vllm.live import DEV_MODE_ENV
 
         try:

@@ -179,7 +179,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     import torch
 
     from specparity.compare.reduced import from_tensors
-    from specparity.serving.worker_common import nonfinite_failures
+    from specparity.serving.child.worker_common import nonfinite_failures
     from specparity.sources import FINAL_NORM, boundary_to_source
 
     expected = list((dep.layout or {}).get("ranks_expected") or [0])
@@ -278,7 +278,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
     loop["rank_max_abs_diff"] = None if disagree else rank_diff
     loop["verify_calls"] = verify_calls
-    loop["other_request_rows"] = others  # the report's note: serving/live.py _with_live
+    loop["other_request_rows"] = others  # the report's note: serving/live/capture.py _with_live
     if any(r is not None for r in reduced):
         loop["evidence"] = "reduced"
     if disagree:

@@ -1,4 +1,4 @@
-"""The one table mapping vLLM releases to the code that serves them, read by ``specparity versions`` (issue 37).
+"""The one table mapping vLLM releases to the code that serves them, read by ``specparity versions``.
 
 Each row (:class:`VllmFamily`, a letter A-E) is a range of releases with the same id rules where it matters
 (``idrules/vllm_releases.py``: which keys the release reads, its layer loop) and one adapter folder, named for the

@@ -1,7 +1,7 @@
 """vLLM's part of a live check: what a server needs added to its command, the tap's RPC over HTTP, and its counters.
 
 The server is the user's own (``vllm serve ...`` / ``python -m vllm.entrypoints.openai.api_server ...``): launched
-by the gate (``serving/live.py``) or already running (``--server URL``). Everything goes through interfaces vLLM
+by the gate (``serving/live/capture.py``) or already running (``--server URL``). Everything goes through interfaces vLLM
 supports, cited from vllm 0.32:
 
 - the hook switches (:func:`hook_switches`): ``--worker-extension-cls`` with the tap's RPC methods
@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from specparity.serving.metrics import Scrape
+from specparity.serving.live.metrics import Scrape
+from specparity.serving.live.server import ServerClient, ServerError
 from specparity.serving.results import (
     BAD_DEPLOYMENT,
     RANK_MISSING,
@@ -39,7 +40,6 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-from specparity.serving.server import ServerClient, ServerError
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.ranks import RPC
 

@@ -1,4 +1,4 @@
-"""The worker's own exception behind vLLM's "Engine core initialization failed" (issue 23, PP=2).
+"""The worker's own exception behind vLLM's "Engine core initialization failed" (PP=2).
 
 vLLM's front end raises a generic error when its engine core or a worker process fails at start-up ("Engine core
 initialization failed. See root cause above. Failed core proc(s): {}", vllm 0.32 v1/engine/utils.py; or
@@ -131,7 +131,7 @@ def with_worker_root_cause(outcome: Any, stderr: Sequence[str]) -> Any:
 
     if isinstance(outcome, ServingFailure):
         return fix(outcome)
-    from specparity.serving.transport import ChildOutcome
+    from specparity.serving.child.transport import ChildOutcome
 
     if isinstance(outcome, ChildOutcome):
         return dataclasses.replace(outcome, failures=tuple(fix(f) for f in outcome.failures))

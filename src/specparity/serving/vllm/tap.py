@@ -457,7 +457,7 @@ def register() -> None:
         return
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    except ImportError:  # vllm 0.34 removed the V1 runner (a CUDA build: its capture needs a GPU, issue 37)
+    except ImportError:  # vllm 0.34 removed the V1 runner (a CUDA build: its capture needs a GPU)
         return
     _wrap(GPUModelRunner)
     try:

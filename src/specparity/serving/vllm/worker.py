@@ -13,7 +13,7 @@ interpreter, the vLLM venv's when the gate is given ``--python``:
   acceptance.
 
 Probes go one ``generate`` each, with prefix caching off and the prefill in one batch, so the prefill's fc
-call holds exactly that probe's rows. Writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.transport``.
+call holds exactly that probe's rows. Writes ``OUT_DIR/result.json`` (+ safetensors) via ``serving.child.transport``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specparity.serving.worker_common import WorkerRequest
+    from specparity.serving.child.worker_common import WorkerRequest
 
 GENERATE_TOKENS = 16  # greedy tokens per probe for the real loop (engine arg ``generate_tokens``)
 DEFAULT_SPEC_TOKENS = 3
@@ -57,7 +57,7 @@ def raised_in_specparity(exc: BaseException) -> str | None:
 def exception_failure(exc: BaseException, *, prefix: str = "") -> Any:
     """``vllm_exception`` quoting type, message and the innermost vllm ``file:line``; ``internal_error`` naming
     specparity's own ``file:line`` when specparity's code raised it (exit 3, never attributed to vLLM)."""
-    from specparity.serving.exception_text import exception_text
+    from specparity.serving.child.exception_text import exception_text
     from specparity.serving.results import INTERNAL_ERROR, VLLM_EXCEPTION, ServingFailure
 
     ours = raised_in_specparity(exc)
@@ -95,12 +95,12 @@ def _setup_env(workers: int, atlas: bool, work: Path | None = None, *, reduced: 
     from specparity.serving.vllm.tap import ENV_ATLAS, ENV_ON, REDUCED
 
     # what vLLM leaves in the temp directory (its ZeroMQ socket files, the vllm_dist_* FileStore rendezvous of 0.32+:
-    # serving/scratch.py) goes under the child's own directory, which the gate removes; before vLLM is imported, and
+    # serving/child/scratch.py) goes under the child's own directory, which the gate removes; before vLLM is imported, and
     # tempfile's cached choice reset so this process reads it too
     if work is not None:
         import tempfile
 
-        from specparity.serving.scratch import scratch_env
+        from specparity.serving.child.scratch import scratch_env
 
         os.environ.update(scratch_env(work / "tmp", {}))  # below the gate's own TMPDIR (the work dir is there)
         tempfile.tempdir = None
@@ -109,7 +109,7 @@ def _setup_env(workers: int, atlas: bool, work: Path | None = None, *, reduced: 
     os.environ[ENV_ON] = "1"
     if atlas:
         os.environ[ENV_ATLAS] = REDUCED if reduced else "1"
-    # measured on CPU (issue 14): the default KV space gets a worker killed for memory
+    # measured on CPU: the default KV space gets a worker killed for memory
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if workers == 1:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
@@ -135,7 +135,7 @@ def target_quantization(target: str) -> str | None:
 
 def cpu_capture_refusal(request: WorkerRequest, exc: BaseException) -> Any:
     """A quantized target's capture vLLM's CPU platform could not run: the machine's limit (exit 3), named."""
-    from specparity.serving.exception_text import exception_text
+    from specparity.serving.child.exception_text import exception_text
     from specparity.serving.results import NEEDS_HARDWARE, ServingFailure
 
     quant = target_quantization(request.target)
@@ -197,7 +197,7 @@ def llm_kwargs(request: WorkerRequest) -> tuple[dict[str, Any], int, int]:
     if request.device == "cpu":
         kw["gpu_memory_utilization"] = 0.3
         # the static level resolves the target as deployed (a quantized one in its own dtype); only a capture runs the
-        # model here, in float32 where vLLM's CPU kernels have it (issue 37 item 4)
+        # model here, in float32 where vLLM's CPU kernels have it
         if request.op != "resolve" and target_quantization(request.target) is None:
             kw["dtype"] = "float32"
     if "speculative_config" not in args:
@@ -273,11 +273,11 @@ def capture(request: WorkerRequest) -> Any:
     (gathered through vLLM's collective_rpc: serving/vllm/ranks.py), the layout, and the loop's counters."""
     from vllm import LLM, SamplingParams
 
+    from specparity.serving.child.worker_common import report_progress
     from specparity.serving.results import RANK_MISSING, CaptureResult, ServingFailure
     from specparity.serving.vllm.deployment import deployment_from_config
     from specparity.serving.vllm.evidence import assemble_capture, counter_delta
     from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout
-    from specparity.serving.worker_common import report_progress
 
     kw, n_spec, gen = llm_kwargs(request)
     total = len(request.probes) + 2
@@ -327,10 +327,10 @@ def capture(request: WorkerRequest) -> Any:
 
 def main(argv: list[str]) -> int:
     request_path, out_dir = Path(argv[0]), Path(argv[1])
+    from specparity.serving.child.transport import write_result
+    from specparity.serving.child.worker_common import WorkerRequest
     from specparity.serving.results import UNSUPPORTED_VERSION, VLLM_MISSING, CaptureResult, ServingFailure
-    from specparity.serving.transport import write_result
     from specparity.serving.vllm.versions import capture_refusal, select_cpu_platform
-    from specparity.serving.worker_common import WorkerRequest
 
     request = WorkerRequest.from_dict(json.loads(request_path.read_text()))
     # the local workers: one per rank of the TP x PP world (one node)

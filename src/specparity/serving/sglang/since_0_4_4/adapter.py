@@ -108,7 +108,7 @@ class FamilyBAdapter(LegacyAdapter):
             self._detected = True
 
     def warm(self, device: str) -> None:
-        """A warm zygote's imports (serving/zygote.py), after what resolve/capture do first: the CPU shims and
+        """A warm zygote's imports (serving/child/zygote.py), after what resolve/capture do first: the CPU shims and
         the glue detection (old SGLang takes its vllm fallback, and builds its model registry, at import)."""
         from specparity.serving.sglang.common import preload_engine_modules
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.engine_values import decode_args
 from specparity.serving.sglang.common import cpu_mem_fraction
-from specparity.serving.worker_common import WorkerRequest
 
 FC_WIDTH_K = 3  # fc = Linear(hidden_size_in * 3, ...) before 0.5.12 (0.5.3 models/llama_eagle3.py:134-138)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import (
     SGLANG_EXCEPTION,
     SPEC_SERVER_ARGS,
@@ -48,7 +49,6 @@ from specparity.serving.sglang.since_0_4_4 import run, shims
 from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K as FC_WIDTH_K
 from specparity.serving.sglang.since_0_4_4.common import read_draft_ids as read_draft_ids
 from specparity.serving.sglang.since_0_4_4.common import server_args_kwargs as server_args_kwargs
-from specparity.serving.worker_common import WorkerRequest
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 
 SPEC_KEYS = SPEC_SERVER_ARGS

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import meta_build
 from specparity.serving.sglang.common import (
@@ -33,7 +34,6 @@ from specparity.serving.sglang.meta_build import (
 )
 from specparity.serving.sglang.setter_source import SetterTrace
 from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K, read_draft_ids, server_args_kwargs
-from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 
 def resolve_legacy(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:

@@ -17,11 +17,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import UNSUPPORTED_VERSION, CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.setter_source import Citation, citation_text
 from specparity.serving.sglang.since_0_4_4.adapter import FamilyBAdapter
-from specparity.serving.worker_common import WorkerRequest, fc_shape_from_checkpoint
 from specparity.sources import layer
 
 BIAS_CITE = ("sglang 0.4.8 models/llama_eagle3.py:109-112 builds fc = torch.nn.Linear(3*H_t, H_d) with torch's default "

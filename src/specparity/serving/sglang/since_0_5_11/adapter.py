@@ -31,11 +31,11 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.common import collect_sglang_warnings
 from specparity.serving.sglang.since_0_5_11 import run, run_compat
 from specparity.serving.sglang.since_0_5_11.core import Adapter, server_args_kwargs
-from specparity.serving.worker_common import WorkerRequest
 
 
 def _has_module(name: str) -> bool:

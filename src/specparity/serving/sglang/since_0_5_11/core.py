@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import (
     SPEC_SERVER_ARGS,
@@ -34,7 +35,6 @@ from specparity.serving.sglang.load_check import watch_target_load
 from specparity.serving.sglang.run_common import capture_forward
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
-from specparity.serving.worker_common import WorkerRequest
 
 SPEC_KEYS = SPEC_SERVER_ARGS
 # JSON-safe subset of the resolved ServerArgs that bears on speculative decoding and capture.
@@ -120,7 +120,7 @@ class Adapter:
         self.name = name
 
     def warm(self, device: str) -> None:
-        """A warm zygote's imports (serving/zygote.py); this adapter needs no set-up before them."""
+        """A warm zygote's imports (serving/child/zygote.py); this adapter needs no set-up before them."""
         from specparity.serving.sglang.common import preload_engine_modules
 
         preload_engine_modules()

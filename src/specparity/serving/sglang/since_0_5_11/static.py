@@ -9,7 +9,7 @@ build its structural signature (``model_loader/loader.py:1880-1915``). Then the 
 (Kimi-K2.5 ``models/kimi_k25.py:928-939``, Llama-4 ``models/mllama4.py:971-973``, ...), and we read
 back what it stored. No fake ``self``, no source grepping.
 
-Interface for other version families (issue 13): :func:`init_single_rank`, :func:`build_meta_model`
+Interface for other version families: :func:`init_single_rank`, :func:`build_meta_model`
 and :func:`read_capture` take SGLang objects and return plain data; only the import paths inside them
 are 0.5.23-specific. This module imports sglang: use it only inside the serving child process.
 """
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import ResolvedDeployment, ServingFailure
@@ -50,7 +51,6 @@ from specparity.serving.sglang.since_0_5_11.static_families import (
     dflash_facts,
     family_notes,
 )
-from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 # The layer loop reaches boundary L (the entry of the final norm) only in these classes:
 # sglang 0.5.23 models/gpt_oss.py:730-737 and models/minimax_m3.py:1955-1963 capture when end_layer is
@@ -299,7 +299,7 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
                       num_aux_hidden_states=k, fc_applied=True)
     dep = replace(dep, drafter_family=family.value, speculative_algorithm=str(sa.speculative_algorithm))
     dep = replace(dep, adapter_notes=(*dep.adapter_notes, *family_notes(request, family, dep, block)))
-    # the norms the drafter SGLang built applies, read from its modules (issue 11 item 2), not the config
+    # the norms the drafter SGLang built applies, read from its modules, not the config
     return with_applied_norms(
         dep, getattr(draft_model, "model", None),
         # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
@@ -30,7 +31,6 @@ from specparity.serving.sglang.common import (
 )
 from specparity.serving.sglang.meta_build import build_meta_model, init_single_rank, meta_gap_failure
 from specparity.serving.sglang.setter_source import SetterTrace
-from specparity.serving.worker_common import fc_shape_from_checkpoint
 
 IDS_CITE = "sglang 0.5.14 model_executor/model_runner.py:458-472 (re-typed: it runs inside ModelRunner.__init__)"
 STATIC_NOTE = ("static level on a pre-0.5.16 layout: the draft ids were read by a re-typed copy of "

@@ -1,4 +1,4 @@
-"""The static level's pieces for drafters other than the Llama-style EAGLE-3 head on SGLang 0.5.23 (issue 43): the
+"""The static level's pieces for drafters other than the Llama-style EAGLE-3 head on SGLang 0.5.23: the
 DFlash path's own reading of its ids and block size, the notes a family's defaults give, and the meta build's server
 args where SGLang refuses the algorithm on this machine's platform.
 

@@ -3,7 +3,7 @@
 ``specparity gate --launch -- <command>``, ``--launch-file FILE`` and a ``launch = "..."`` key in a
 ``[tool.specparity.deployments.<name>]`` table all come here first. This module reads the text the way a POSIX
 shell would, far enough to know what the engine is given, and nothing more; what the engine makes of the
-arguments is its own parser's answer (:mod:`specparity.serving.launch`, in the engine's interpreter).
+arguments is its own parser's answer (:mod:`specparity.serving.command.parse`, in the engine's interpreter).
 
 What is read:
 
@@ -42,7 +42,7 @@ from specparity.errors import InputError
 Engine = Literal["sglang", "vllm"]
 
 # (module run with ``python -m``, then the words after it that name the entry) -> (engine, entry). The entry names
-# the parser the engine's own launcher builds (serving/<engine>/launch_parse.py reads it).
+# the parser the engine's own launcher builds (serving/<engine>/command_parse.py reads it).
 _PYTHON_MODULES: dict[str, tuple[tuple[str, ...], Engine, str]] = {
     "sglang.launch_server": ((), "sglang", "sglang.launch_server"),
     "sglang.cli.main": (("serve",), "sglang", "sglang serve"),

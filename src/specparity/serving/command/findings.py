@@ -1,4 +1,4 @@
-"""Findings from the deploy command itself (issue 33 item 1), shown by ``specparity explain`` and the gate.
+"""Findings from the deploy command itself, shown by ``specparity explain`` and the gate.
 
 - ``eagle3_served_as_eagle`` (error): an EAGLE-3 drafter (its config's ``architectures`` name Eagle3, or a
   speculators eagle3 config) served under SGLang's ``--speculative-algorithm EAGLE``/``NEXTN`` or vLLM's
@@ -29,7 +29,7 @@ from typing import Any
 
 from specparity.compare.findings import Finding, FindingKind, Severity, engine_label
 from specparity.compare.fix import spec_fix
-from specparity.serving.launch import LaunchSpec
+from specparity.serving.command.parse import LaunchSpec
 
 _SGLANG_AUX = ("sglang 0.5.23 model_executor/model_runner_components/spec_aux_hidden_state.py:185-186 (aux states "
                "only for EAGLE3), models/llama_eagle3.py:238 (fc skipped for a one-state input)")
@@ -164,8 +164,8 @@ def rule_for(spec: LaunchSpec | None, *, engine: str, python: str | None) -> str
         return spec.rewrite_rule
     if engine != "sglang":
         return None
-    from specparity.serving.launch_child import cite_line
-    from specparity.serving.sglang.launch_parse import REWRITE_FILES, REWRITE_NEEDLE
+    from specparity.serving.command.parse_child import cite_line
+    from specparity.serving.sglang.command_parse import REWRITE_FILES, REWRITE_NEEDLE
 
     root = _package_dir(python or "", "sglang")
     return cite_line("sglang", REWRITE_FILES, REWRITE_NEEDLE, root=root) if root else None

@@ -1,10 +1,10 @@
-"""The child side of a launch-command parse, shared by ``serving/sglang/launch_parse.py`` and
-``serving/vllm/launch_parse.py``: runs in the engine's interpreter, standard library only until the engine's own
+"""The child side of a launch-command parse, shared by ``serving/sglang/command_parse.py`` and
+``serving/vllm/command_parse.py``: runs in the engine's interpreter, standard library only until the engine's own
 modules are imported.
 
 Protocol: one JSON request on stdin (``entry``, ``args``, ``cwd``, ``device``, ``resolve``), one JSON line on
-stdout, prefixed :data:`RESULT_PREFIX`. A job forked by a warm zygote (:mod:`specparity.serving.zygote`: each engine's
-``launch_parse`` module has the zygote's ``warm``/``run`` pair) reads the same request from a file instead. Everything the engine prints while it imports and parses goes to stderr
+stdout, prefixed :data:`RESULT_PREFIX`. A job forked by a warm zygote (:mod:`specparity.serving.child.zygote`: each engine's
+``command_parse`` module has the zygote's ``warm``/``run`` pair) reads the same request from a file instead. Everything the engine prints while it imports and parses goes to stderr
 (stdout is moved there for the duration), so its logging never mixes with the answer.
 
 A rejection of the user's input (the engine's argparse exits 2; its ``--config`` merger or its own checks raise)

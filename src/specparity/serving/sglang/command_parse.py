@@ -1,5 +1,5 @@
-"""SGLang's own parse of a launch command: ``python -m specparity.serving.sglang.launch_parse`` (a child in the
-engine's interpreter; protocol in :mod:`specparity.serving.launch_child`).
+"""SGLang's own parse of a launch command: ``python -m specparity.serving.sglang.command_parse`` (a child in the
+engine's interpreter; protocol in :mod:`specparity.serving.command.parse_child`).
 
 What runs is the installed release's own code, as its launcher runs it:
 
@@ -36,8 +36,7 @@ from importlib import metadata
 from typing import Any
 
 from specparity.serving import dynamo
-from specparity.serving.engine_values import encode
-from specparity.serving.launch_child import (
+from specparity.serving.command.parse_child import (
     SECRET_DEST,
     Rejected,
     answer_request,
@@ -51,6 +50,7 @@ from specparity.serving.launch_child import (
     secret_args,
     with_defaults_not_given,
 )
+from specparity.serving.engine_values import encode
 
 # ServerArgs keywords that are not engine arguments of the in-process resolve: the models (target and draft have
 # their own fields), where it listens, and secrets
@@ -270,7 +270,7 @@ def _has_module(name: str) -> bool:
 
 
 def warm(device: str) -> None:
-    """A warm zygote's set-up (:mod:`specparity.serving.zygote`): what :func:`parse` imports before it reads any word,
+    """A warm zygote's set-up (:mod:`specparity.serving.child.zygote`): what :func:`parse` imports before it reads any word,
     in the order it does (the CPU switch and the kernel stand-in before SGLang), so that a job forked from it parses in
     about 2 s instead of paying ~9 CPU-s of imports. No command is read here."""
     if device == "cpu":

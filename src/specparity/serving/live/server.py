@@ -1,7 +1,7 @@
 """A serving engine's HTTP server, engine-neutral: start one from a command, wait for it, talk to it, stop it.
 
 - :class:`LaunchedServer`: the user's command, as given, plus only what the engine's hook switches add, started in
-  a process group of its own (:mod:`specparity.serving.reaper` stops it on success, failure, timeout, signal, and
+  a process group of its own (:mod:`specparity.serving.child.reaper` stops it on success, failure, timeout, signal, and
   if the gate is killed), its output in a log file whose tail goes into the finding when it fails to come up.
 - :class:`ServerClient`: the HTTP calls a live check makes (JSON, Prometheus text), with the API key as a Bearer
   header; every failure is a :class:`ServerError`, never a raw exception.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specparity.serving import reaper
+from specparity.serving.child import reaper
 
 LOG_TAIL_LINES = 40
 __all__ = ["LaunchedServer", "ServerClient", "ServerError", "free_port", "is_loopback"]

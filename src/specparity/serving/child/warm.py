@@ -1,7 +1,7 @@
 """Warm start, the parent's side: one zygote per (interpreter, worker module, device, environment).
 
-With ``SPECPARITY_WARM_START=1``, :func:`specparity.serving.process.run_child` asks :func:`start_job` for a
-process forked from a zygote (:mod:`specparity.serving.zygote`) that has already imported the engine, instead
+With ``SPECPARITY_WARM_START=1``, :func:`specparity.serving.child.process.run_child` asks :func:`start_job` for a
+process forked from a zygote (:mod:`specparity.serving.child.zygote`) that has already imported the engine, instead
 of starting a new interpreter. Everything else stays as for a cold child: the job runs the worker's own code
 in its own session, a timeout kills its process group, a job that dies without a result is a
 ``child_crashed`` failure with its stderr tail. A zygote that cannot start or dies is dropped and the job
@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specparity.serving import reaper
+from specparity.serving.child import reaper
 
 WARM_START_ENV = "SPECPARITY_WARM_START"
 # A zygote's first line comes before it imports the engine (an interpreter start plus specparity's light
 # imports, well under a second unloaded); an interpreter silent this long is not one we can use.
 HELLO_S = 30.0
-ZYGOTE_MODULE = "specparity.serving.zygote"
+ZYGOTE_MODULE = "specparity.serving.child.zygote"
 
 
 def enabled() -> bool:
@@ -64,7 +64,7 @@ class Zygote:
             self.proc = subprocess.Popen(
                 [interpreter, "-m", ZYGOTE_MODULE, module, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=err, text=True, env=reaper.marked_env(env_for(self.work)), cwd=cwd, start_new_session=True,
-                preexec_fn=reaper.child_preexec())  # a parent-death signal (serving/reaper.py)
+                preexec_fn=reaper.child_preexec())  # a parent-death signal (serving/child/reaper.py)
         reaper.adopt_group(self.proc.pid)
         reaper.adopt_dir(self.work)
         threading.Thread(target=self._read, daemon=True).start()

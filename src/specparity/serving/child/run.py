@@ -1,5 +1,5 @@
 """The child run both engines share: the worker's request checked and written, the child started
-(:func:`specparity.serving.process.run_child`), its result read and its failures mapped.
+(:func:`specparity.serving.child.process.run_child`), its result read and its failures mapped.
 
 What is an engine's own stays with it: its worker module and how its stderr is read (``run_child``'s
 keywords), SGLang's drafter replay (:mod:`specparity.serving`), vLLM's loop counters
@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from specparity.serving import process
+from specparity.serving.child import process
+from specparity.serving.child.transport import ChildOutcome
+from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import (
     BAD_DEPLOYMENT,
     FC_NOT_CALLED,
@@ -25,8 +27,6 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-from specparity.serving.transport import ChildOutcome
-from specparity.serving.worker_common import WorkerRequest
 
 
 class CaptureExtras(TypedDict, total=False):
@@ -90,7 +90,7 @@ def resolve_in_child(
 ) -> ResolvedDeployment | ServingFailure:
     """A static resolution in a child: the deployment, or the first failure that kept it from resolving.
 
-    ``run`` goes to :func:`~specparity.serving.process.run_child` (``python``, ``timeout_s``, the engine's
+    ``run`` goes to :func:`~specparity.serving.child.process.run_child` (``python``, ``timeout_s``, the engine's
     ``module``, ``engine``)."""
     request = make_request("resolve", target, draft, server_args=server_args, device=device)
     if isinstance(request, ServingFailure):
@@ -143,7 +143,7 @@ def capture_in_child(
     """Run a capture ``request`` in a child; what it wrote, or the failure that kept it from writing.
 
     ``extras(outcome)`` (the child's outcome, or the failure) gives the engine's own fields of the result;
-    ``run`` goes to :func:`~specparity.serving.process.run_child`."""
+    ``run`` goes to :func:`~specparity.serving.child.process.run_child`."""
     t0 = time.perf_counter()
     outcome = process.run_child(request, **run)
     if isinstance(outcome, ServingFailure):

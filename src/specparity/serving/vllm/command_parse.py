@@ -1,5 +1,5 @@
-"""vLLM's own parse of a launch command: ``python -m specparity.serving.vllm.launch_parse`` (a child in the engine's
-interpreter; protocol in :mod:`specparity.serving.launch_child`).
+"""vLLM's own parse of a launch command: ``python -m specparity.serving.vllm.command_parse`` (a child in the engine's
+interpreter; protocol in :mod:`specparity.serving.command.parse_child`).
 
 What runs is the installed release's own parser, built as its launchers build it (vLLM 0.32 paths):
 
@@ -34,8 +34,7 @@ from importlib import metadata
 from typing import Any
 
 from specparity.serving import dynamo
-from specparity.serving.engine_values import encode
-from specparity.serving.launch_child import (
+from specparity.serving.command.parse_child import (
     SECRET_DEST,
     Rejected,
     answer_request,
@@ -48,6 +47,7 @@ from specparity.serving.launch_child import (
     secret_args,
     with_defaults_not_given,
 )
+from specparity.serving.engine_values import encode
 
 # AsyncEngineArgs fields that are not engine arguments of the in-process resolve/capture: the target (its own
 # field) and secrets
@@ -178,15 +178,9 @@ def _effective_method(spec: dict[str, Any] | None) -> str | None:
     return None
 
 
-def parse(request: dict[str, Any]) -> dict[str, Any]:
-    entry, args, cwd = request["entry"], list(request["args"]), request.get("cwd") or os.getcwd()
-    module = request.get("module")
-    if module and not module_runs(module):
-        raise Rejected(f"`python -m {module}` runs nothing in this vLLM (no __main__ block)")
-    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server", "dynamo.vllm"):
-        raise Rejected(f"{entry} is not a vLLM entry point")
-    version = _version()
-    notes: list[str] = []
+def _namespace(entry: str, args: list[str], *, version: str, notes: list[str]) -> tuple[Any, list[str]]:
+    """The command's arguments as vLLM's own parser reads them (Dynamo's own flags set aside first), the destinations
+    the command gave, and vLLM's own pre-load checks; a note joins ``notes`` where vLLM ignores a positional model."""
     words, releases = _dynamo_args(args, notes) if entry == "dynamo.vllm" else (args, ())
     try:
         namespace = _parse(entry, words, not_given=False)
@@ -208,6 +202,19 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
             validate(namespace)
     except Exception as e:  # vLLM's own pre-load checks (chat template, ports): the user's input
         raise Rejected(f"{type(e).__name__}: {e}") from None
+    return namespace, explicit
+
+
+def parse(request: dict[str, Any]) -> dict[str, Any]:
+    entry, args, cwd = request["entry"], list(request["args"]), request.get("cwd") or os.getcwd()
+    module = request.get("module")
+    if module and not module_runs(module):
+        raise Rejected(f"`python -m {module}` runs nothing in this vLLM (no __main__ block)")
+    if entry not in ("vllm serve", "vllm.entrypoints.openai.api_server", "dynamo.vllm"):
+        raise Rejected(f"{entry} is not a vLLM entry point")
+    version = _version()
+    notes: list[str] = []
+    namespace, explicit = _namespace(entry, args, version=version, notes=notes)
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     engine_args_obj = AsyncEngineArgs.from_cli_args(namespace)
@@ -271,7 +278,7 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def warm(device: str) -> None:
-    """A warm zygote's set-up (:mod:`specparity.serving.zygote`): the parser modules and the engine-argument class
+    """A warm zygote's set-up (:mod:`specparity.serving.child.zygote`): the parser modules and the engine-argument class
     :func:`parse` imports, so that a job forked from it does not pay vLLM's imports again. No command is read here."""
     _imports()
     for name in ("vllm.engine.arg_utils", "vllm.transformers_utils.config"):

@@ -1,8 +1,8 @@
 """The deploy command as the engine itself parses it: :class:`LaunchSpec` and :func:`parse_launch`.
 
-The shell layer (:mod:`specparity.launch_command`) says which program runs with which words and environment; this
+The shell layer (:mod:`specparity.deploy_command`) says which program runs with which words and environment; this
 module asks the engine which deployment those words are. The parse runs in the engine's own interpreter, with its
-own parser (``python -m specparity.serving.<engine>.launch_parse``: SGLang's ``prepare_server_args``, vLLM's
+own parser (``python -m specparity.serving.<engine>.command_parse``: SGLang's ``prepare_server_args``, vLLM's
 ``make_arg_parser`` on a ``FlexibleArgumentParser``), so abbreviations, ``--config`` YAML, JSON-valued flags, ``-tp``
 and a positional model mean exactly what they mean to that release. Engine-neutral: an engine's name appears here
 only as the child module to run.
@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specparity.deploy_command import LaunchCommand
 from specparity.errors import EnvironmentProblem, InputError
-from specparity.launch_command import LaunchCommand
-from specparity.serving import engine_values, reaper, warm
-from specparity.serving.launch_child import RESULT_PREFIX
+from specparity.serving import engine_values
+from specparity.serving.child import reaper, warm
+from specparity.serving.command.parse_child import RESULT_PREFIX
 
 ENGINE_LABELS = {"sglang": "SGLang", "vllm": "vLLM"}
 _PYTHON_MODULE_ENTRIES = ("sglang.cli.main", "vllm.entrypoints.cli.main")
@@ -183,10 +184,10 @@ def parse_launch(command: LaunchCommand, *, python: str | None = None, timeout_s
     ``resolve=False`` skips SGLang's resolution (the parse alone). Raises :class:`InputError` for input the engine
     rejects or a model path that does not exist here, :class:`EnvironmentProblem` when the engine cannot run.
     """
-    from specparity.serving.process import child_env
+    from specparity.serving.child.process import child_env
 
     interpreter = interpreter_for(command, python)
-    module = f"specparity.serving.{command.engine}.launch_parse"
+    module = f"specparity.serving.{command.engine}.command_parse"
     request = {"entry": command.entry, "args": list(command.args), "cwd": command.cwd, "device": device,
                "resolve": resolve,
                "module": next((m for m in _PYTHON_MODULE_ENTRIES if m in command.program[:-1]), None)}
@@ -212,7 +213,7 @@ def _run_warm(interpreter: str, module: str, request: dict[str, Any], *, env_for
               work: Path, command: LaunchCommand, device: str, timeout_s: float,
               label: str) -> tuple[dict[str, Any], str] | None:
     """The parse as a job forked from a zygote that has imported the engine's parser (``SPECPARITY_WARM_START=1``,
-    :mod:`specparity.serving.warm`): the same module's same ``parse``, in a fresh process of its own session, with
+    :mod:`specparity.serving.child.warm`): the same module's same ``parse``, in a fresh process of its own session, with
     the environment and working directory a cold child gets; a command's own variables get a zygote of their own.
     About 2 s instead of ~9 CPU-s of imports per parse on this CPU (the test suites parse each published command in
     every SGLang env). None: no zygote can serve; the caller parses cold."""
@@ -243,7 +244,7 @@ def _run_warm(interpreter: str, module: str, request: dict[str, Any], *, env_for
 def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: dict[str, str], cwd: str,
                timeout_s: float, label: str) -> tuple[dict[str, Any], str]:
     try:
-        # a child of the run like the engine's (serving/reaper.py): marked, dies with the gate, its group stopped by
+        # a child of the run like the engine's (serving/child/reaper.py): marked, dies with the gate, its group stopped by
         # the watchdog if the gate is killed while the engine's parser reads the command
         proc = subprocess.Popen([interpreter, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=reaper.marked_env(env), cwd=cwd,

@@ -3,7 +3,7 @@ us, on success, failure, timeout and signal, and even when the gate itself is ki
 
 Three layers, each covering what the one before cannot:
 
-1. the caller's ``finally`` (``serving/process.py``, ``serving/server.py``) stops its own child: success, failure,
+1. the caller's ``finally`` (``serving/child/process.py``, ``serving/live/server.py``) stops its own child: success, failure,
    timeout, and a signal turned into an exception (:func:`install_signal_handlers`: SIGTERM and SIGHUP raise
    :class:`Interrupted`, SIGINT raises KeyboardInterrupt as Python does by default);
 2. :func:`stop_all` at interpreter exit (``atexit``) stops whatever a caller did not;

@@ -1,7 +1,7 @@
 """A warm parent for engine children: import the engine once, fork one fresh process per job.
 
-``python -m specparity.serving.zygote WORKER_MODULE DEVICE`` runs in the engine's interpreter with the
-child environment :func:`specparity.serving.process.child_env` builds. It calls ``WORKER_MODULE.warm(DEVICE)``
+``python -m specparity.serving.child.zygote WORKER_MODULE DEVICE`` runs in the engine's interpreter with the
+child environment :func:`specparity.serving.child.process.child_env` builds. It calls ``WORKER_MODULE.warm(DEVICE)``
 once (the worker's own set-up: environment variables, the ``sgl_kernel`` stand-in where needed, the adapter and
 the engine modules it imports; no model, no distributed state, no forward), then serves jobs read from stdin as
 JSON lines::
@@ -23,7 +23,7 @@ Why: importing torch and SGLang costs ~20 CPU-s per child on 2 cores, ~80% of a 
 check (measured on the bundled example: resolve 22.5 CPU-s, of which imports 21). A session that checks many
 deployments (the pytest plugin with several ``[tool.specparity.deployments]``, the test matrix) pays it
 once per interpreter instead of once per child. Enabled by ``SPECPARITY_WARM_START=1``
-(:mod:`specparity.serving.process`).
+(:mod:`specparity.serving.child.process`).
 
 Fork safety: the zygote never runs a job, a model or a torch op itself; after ``warm`` it holds only
 imported modules (one Python thread). A job's process initialises torch's thread pools, torch.distributed and

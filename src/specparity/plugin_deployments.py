@@ -16,7 +16,7 @@ This module reads only TOML and JSON: collection never imports torch or an engin
 Engine arguments keep the types they were written with: a TOML ``engine_args`` table reaches the engine
 as it was written (``3`` an int, ``"3"`` a string, ``true`` a bool, an array a list, a table a dict), never
 through text. Only text (command-line options, ini lines, a TOML list of ``"KEY=VALUE"`` strings) is typed,
-once, by :func:`specparity.engine_args.parse_sglang_args` when the gate runs.
+once, by :func:`specparity.engine_args.parse_engine_args` when the gate runs.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Deployment:
 
     ``engine_args`` are ``(key, value)`` pairs with the values as written in TOML (passed on unchanged);
     ``engine_arg_text`` are ``KEY=VALUE`` strings the user typed as text, typed once when the gate runs
-    (:func:`specparity.engine_args.parse_sglang_args`). A pair overrides a text argument of the same key.
+    (:func:`specparity.engine_args.parse_engine_args`). A pair overrides a text argument of the same key.
     """
 
     name: str
@@ -136,7 +136,7 @@ def check_engine(engine: object, *, where: str | None, field: str) -> str:
     it was written, at collection, never as ``--engine`` when the gate runs."""
     from typing import get_args
 
-    from specparity.launch_command import Engine
+    from specparity.deploy_command import Engine
 
     names = get_args(Engine)
     if not isinstance(engine, str) or engine not in names:
@@ -159,7 +159,7 @@ def _check_value(value: object, *, where: str, field: str) -> object:
 
 
 def _key(key: object, *, where: str, field: str) -> str:
-    """``--speculative-num-steps`` -> ``speculative_num_steps``, the spelling text arguments get (engine_args.parse_sglang_args)."""
+    """``--speculative-num-steps`` -> ``speculative_num_steps``, the spelling text arguments get (engine_args.parse_engine_args)."""
     out = str(key).strip().lstrip("-").replace("-", "_")
     if not out.isidentifier():
         raise InputError(f"expected an argument name, got {key!r}", path=where, field=f"{field}.{key}")
@@ -230,7 +230,7 @@ def from_table(name: str, table: object, *, base: Path, where: str) -> Deploymen
 def _launch_engine(launch: object, engine: object, *, base: Path, where: str, field: str) -> str:
     """The engine a ``launch`` key's command starts, read by the shell layer alone (no engine is imported at
     collection); an ``engine`` key given as well must agree."""
-    from specparity.launch_command import read_launch
+    from specparity.deploy_command import read_launch
 
     if not isinstance(launch, str) or not launch.strip():
         raise InputError(f"expected the deploy command as a string, got {launch!r}", path=where, field=field)

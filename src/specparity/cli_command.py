@@ -3,8 +3,8 @@
 
 ``--launch`` is a flag; the command follows ``--`` as it would be typed, the shell that runs specparity having
 already split it into words (a single word holding spaces is read as the command's text). ``--launch-file`` reads a
-shell script. Either goes through :func:`specparity.launch_command.read_launch` (the shell layer), then the engine's
-own parser (:func:`specparity.serving.launch.parse_launch`); ``--target``, ``--draft`` and ``--engine`` then
+shell script. Either goes through :func:`specparity.deploy_command.read_launch` (the shell layer), then the engine's
+own parser (:func:`specparity.serving.command.parse.parse_launch`); ``--target``, ``--draft`` and ``--engine`` then
 become optional, and given as well must agree with the command.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import click
 
+from specparity.deploy_command import LaunchCommand, read_launch
 from specparity.errors import EXIT_PARITY_FAILURE, EXIT_PASS, InputError
-from specparity.launch_command import LaunchCommand, read_launch
-from specparity.serving.launch import LaunchSpec
-from specparity.serving.live import StartedServer
+from specparity.serving.command.parse import LaunchSpec
+from specparity.serving.live.capture import StartedServer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,7 +86,7 @@ def launch_spec(launch: bool, command: Sequence[str], launch_file: Path | None, 
     cmd = cmd or read_command(launch, command, launch_file)
     if cmd is None:
         return None
-    from specparity.serving.launch import parse_launch
+    from specparity.serving.command.parse import parse_launch
 
     return parse_launch(cmd, python=python, timeout_s=min(timeout_s, 300))
 
@@ -94,13 +94,13 @@ def launch_spec(launch: bool, command: Sequence[str], launch_file: Path | None, 
 def start_early(cmd: LaunchCommand | None, *, level: str, python: str | None,
                 allow_dev_endpoints: bool) -> StartedServer | None:
     """At the capture levels, the user's server started from the command's words before its engine parses them:
-    the engine's parser (seconds of imports) runs while the server starts (serving/live.py ``start_server``).
+    the engine's parser (seconds of imports) runs while the server starts (serving/live/capture.py ``start_server``).
     None at the static level, or without a command."""
-    if cmd is None or level == "static" or cmd.dynamo:  # a Dynamo worker is refused after the parse (serving/live.py)
+    if cmd is None or level == "static" or cmd.dynamo:  # a Dynamo worker is refused after the parse (serving/live/capture.py)
         return None
+    from specparity.serving.command.parse import interpreter_for
     from specparity.serving.engine import get_engine
-    from specparity.serving.launch import interpreter_for
-    from specparity.serving.live import start_server
+    from specparity.serving.live.capture import start_server
 
     return start_server(get_engine(cmd.engine), cmd, python=interpreter_for(cmd, python),
                         allow_dev_endpoints=allow_dev_endpoints)
@@ -123,7 +123,7 @@ def deployment(spec: LaunchSpec | None, target: Path | None, draft: Path | None,
                 raise InputError(f"missing {role} (or give the deploy command: --launch -- COMMAND)", field=role)
         assert target is not None and draft is not None
         return target, draft, engine, {}
-    from specparity.gate_launch import apply_launch
+    from specparity.gate_live import apply_launch
 
     t, d, eng, args = apply_launch(spec, target=target, draft=draft, engine=engine if engine_given() else None,
                                    engine_args=None)
@@ -140,8 +140,8 @@ def interpreter(spec: LaunchSpec | None, python: str | None) -> str | None:
 def explain_findings(spec: LaunchSpec | None, data: Mapping[str, Any], *, engine: str, draft: Path,
                      python: str | None) -> list[Any]:
     """What ``explain`` adds to the engine's answer: the speculative settings the engine rewrites (a warning citing
-    the rule in the installed release) and the command's own findings (serving/launch_findings.py)."""
-    from specparity.serving.launch_findings import command_findings, rewrite_findings, rule_for
+    the rule in the installed release) and the command's own findings (serving/command/findings.py)."""
+    from specparity.serving.command.findings import command_findings, rewrite_findings, rule_for
 
     out = []
     if data.get("requested_spec") and data.get("resolved_spec"):

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import IO
 
 import specparity
-from specparity.serving import reaper, warm
+from specparity.serving.child import reaper, warm
+from specparity.serving.child.transport import ChildOutcome, read_result
+from specparity.serving.child.worker_common import PROGRESS_PREFIX, WorkerRequest
 from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
-from specparity.serving.transport import ChildOutcome, read_result
-from specparity.serving.worker_common import PROGRESS_PREFIX, WorkerRequest
 
 WORKER_MODULE = "specparity.serving.sglang.worker"
 STDERR_TAIL_LINES = 25
@@ -38,7 +38,7 @@ def _package_dir() -> Path:
 
 def child_env(work: Path, *, python: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: only the specparity package comes from the gate, everything else from the
-    child interpreter's own environment (issue 11 item 3).
+    child interpreter's own environment.
 
     The gate's package directory's parent is site-packages for a regular install, so putting it on the
     child's PYTHONPATH (as before) made a deploy interpreter (``python=``) import the gate's torch,
@@ -120,7 +120,7 @@ def _start_cold(interpreter: str, module: str, argv: list[str], env: dict[str, s
             text=True,
             env=reaper.marked_env(env),
             start_new_session=True,
-            preexec_fn=reaper.child_preexec(),  # a parent-death signal (serving/reaper.py)
+            preexec_fn=reaper.child_preexec(),  # a parent-death signal (serving/child/reaper.py)
         )
     except OSError as exc:
         return ServingFailure(SGLANG_MISSING, f"cannot start the interpreter {interpreter!r}: {exc}")
@@ -141,7 +141,7 @@ def run_child(
     """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs.
 
     With ``SPECPARITY_WARM_START=1`` an SGLang job is forked from a zygote of the same interpreter that has
-    already imported SGLang (:mod:`specparity.serving.warm`); otherwise, or when no zygote can serve, it
+    already imported SGLang (:mod:`specparity.serving.child.warm`); otherwise, or when no zygote can serve, it
     starts a new interpreter. Both run the worker's same code in a fresh process of its own session.
     ``annotate(outcome, stderr_lines)`` may rewrite a result with what the child's stderr says (vLLM's workers log
     their own exception there: :mod:`specparity.serving.vllm.root_cause`)."""

@@ -6,7 +6,7 @@ engine-neutral part of a server's life; each engine adds its own (``Engine.live_
 ``live_resolve``: its hook switches, its evidence channel, its counters).
 
 - :func:`capture_launched`: the command as given (same program, flags and env), plus only the engine's hook switches,
-  a free port and a temp directory of its own (serving/scratch.py); its own process group; ``/health`` awaited with a
+  a free port and a temp directory of its own (serving/child/scratch.py); its own process group; ``/health`` awaited with a
   timeout (the log tail goes into the failure);
   the contract's probes as token ids, greedy; then the whole process tree stopped, whatever happened.
 - :func:`capture_attached`: the same against ``--server URL``; nothing started, nothing stopped.
@@ -14,7 +14,7 @@ engine-neutral part of a server's life; each engine adds its own (``Engine.live_
 Security: the server binds where the user's command says (127.0.0.1 when it says nothing); dev-mode endpoints an
 engine needs (vLLM's ``/collective_rpc``) are never turned on for a non-loopback host without
 ``allow_dev_endpoints``; the evidence directory is created 0700 and removed after; an API key is never printed
-(:func:`specparity.serving.server.redact`); the report lists every flag and env var we added (:class:`LiveRun`).
+(:func:`specparity.serving.live.server.redact`); the report lists every flag and env var we added (:class:`LiveRun`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specparity.deploy_command import flag_values
 from specparity.errors import EnvironmentProblem, InputError
-from specparity.launch_command import flag_values
-from specparity.serving import reaper, scratch
-from specparity.serving.results import (
-    SERVER_FAILED,
-    SERVER_UNREACHABLE,
-    CaptureResult,
-    OutcomeRequest,
-    ServingFailure,
-)
-from specparity.serving.server import (
+from specparity.serving.child import reaper, scratch
+from specparity.serving.live.server import (
     LaunchedServer,
     ServerClient,
     ServerError,
@@ -45,13 +38,20 @@ from specparity.serving.server import (
     is_loopback,
     redact,
 )
+from specparity.serving.results import (
+    SERVER_FAILED,
+    SERVER_UNREACHABLE,
+    CaptureResult,
+    OutcomeRequest,
+    ServingFailure,
+)
 from specparity.testpoints import pause
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import Reduction
-    from specparity.launch_command import LaunchCommand
+    from specparity.deploy_command import LaunchCommand
+    from specparity.serving.command.parse import LaunchSpec
     from specparity.serving.engine import Engine
-    from specparity.serving.launch import LaunchSpec
 
 PYTHON_NAMES = ("python", "python3")
 
@@ -266,10 +266,10 @@ def _with_live(result: CaptureResult, run: LiveRun) -> CaptureResult:
 
 def _python_path(evidence: Path, hooks: Mapping[str, str], command: Mapping[str, str]) -> str:
     """PYTHONPATH for the server's processes: a directory holding only a link to the gate's ``specparity`` package
-    (as the in-process child gets it, ``serving/process.py`` ``child_env``), then what the hook switches put there,
+    (as the in-process child gets it, ``serving/child/process.py`` ``child_env``), then what the hook switches put there,
     then the command's own PYTHONPATH, so the hook modules import in the engine's interpreter without installing
     anything there; the gate's own PYTHONPATH never reaches another interpreter."""
-    from specparity.serving.process import package_link
+    from specparity.serving.child.process import package_link
 
     parts = (str(package_link(evidence / "path")), hooks.get("PYTHONPATH", ""), command.get("PYTHONPATH", ""))
     return os.pathsep.join(p for p in parts if p)

@@ -1,5 +1,5 @@
 """The gate's side of a deploy command (``specparity gate --launch``, a pyproject ``launch`` key) and of a running
-server (``--server URL``): the deployment the command's engine parsed (:class:`~specparity.serving.launch.LaunchSpec`),
+server (``--server URL``): the deployment the command's engine parsed (:class:`~specparity.serving.command.parse.LaunchSpec`),
 or the one the server reports (:func:`attach`), becomes the gate's target, draft, engine and engine arguments, and what
 the command itself gets wrong becomes findings.
 
@@ -7,7 +7,7 @@ the command itself gets wrong becomes findings.
 levels) are the seams: the static level runs the engine's child (:meth:`Engine.resolve`) with the arguments the
 command set, as ``--engine-arg`` would, and the command's own environment (its ``export`` lines and ``VAR=value``
 prefixes) over this one (:func:`launch_env`); the capture levels start the user's own server from
-``launch.command`` (``serving/live.py``), and nothing else in the gate changes.
+``launch.command`` (``serving/live/capture.py``), and nothing else in the gate changes.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from specparity.compare.findings import Finding
 from specparity.compare.reduced import Reduction
 from specparity.contract import Contract
 from specparity.errors import EnvironmentProblem, InputError
+from specparity.serving.command.findings import command_findings
+from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import Engine
-from specparity.serving.launch import LaunchSpec
-from specparity.serving.launch_findings import command_findings
-from specparity.serving.live import StartedServer
+from specparity.serving.live.capture import StartedServer
 from specparity.serving.results import (
     CaptureResult,
     OutcomeRequest,
@@ -69,7 +69,7 @@ def apply_launch(launch: LaunchSpec, *, target: str | Path | None, draft: str | 
 
 
 def launch_findings(launch: LaunchSpec | None, contract: Contract, draft_config: Mapping[str, Any]) -> list[Finding]:
-    """The command's own findings (serving/launch_findings.py), with the contract's recorded target name."""
+    """The command's own findings (serving/command/findings.py), with the contract's recorded target name."""
     if launch is None:
         return []
     return command_findings(launch, draft_config=draft_config, contract_target=contract.target.name_or_path)
@@ -105,8 +105,8 @@ def capture_launched(engine: Engine, launch: LaunchSpec, *, probes: Sequence[Seq
                      allow_dev_endpoints: bool = False, started: StartedServer | None = None,
                      reduction: Reduction | None = None, node_evidence: Sequence[Path] = ()) -> CaptureResult:
     """The capture (and the outcome's evidence) from the user's own server: the command launched as given, plus the
-    engine's hook switches and a free port, then stopped (serving/live.py)."""
-    from specparity.serving.live import capture_launched as launched
+    engine's hook switches and a free port, then stopped (serving/live/capture.py)."""
+    from specparity.serving.live.capture import capture_launched as launched
 
     return launched(engine, launch, probes=probes, outcome=outcome, python=python, timeout_s=timeout_s,
                     progress=progress, allow_dev_endpoints=allow_dev_endpoints, started=started, reduction=reduction,
@@ -134,11 +134,11 @@ def attach(engine: Engine, url: str, *, api_key: str | None, target: str | Path 
     is neither readable here nor given (``--draft``) is :class:`InputError` (exit 2); so is a URL that is not loopback
     whose server has dev-mode endpoints on (vLLM's ``VLLM_SERVER_DEV_MODE=1``), without ``allow_dev_endpoints``: the
     gate does not drive those endpoints across a network unless told to, as it never turns them on there
-    (serving/live.py ``start_server``)."""
+    (serving/live/capture.py ``start_server``)."""
     from urllib.parse import urlsplit
 
-    from specparity.serving.live import LiveRun
-    from specparity.serving.server import ServerClient, is_loopback
+    from specparity.serving.live.capture import LiveRun
+    from specparity.serving.live.server import ServerClient, is_loopback
 
     with ServerClient(url, api_key=api_key, timeout_s=timeout_s) as client:
         if not client.healthy(engine.health_path):
