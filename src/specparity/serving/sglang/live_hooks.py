@@ -69,6 +69,7 @@ import stat
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,11 @@ class _Process:
         self.local = threading.local()  # per forward thread: armed (this forward is recorded), pending
         self.seq = itertools.count()
         self.calls: dict[str, int] = {}
-        self.names: dict[int, tuple[dict[int, str], int]] = {}  # id(inner model) -> names, layers
-        self.adopted: set[int] = set()  # inner models that carry our start-of-forward pre-hook
-        self.taps: dict[int, list[Any]] = {}  # id(inner model) -> the tap handles installed while armed
+        # keyed by the inner model itself, weakly: an id() would be reused by a model built after another was freed
+        # (that one would then never be adopted), and a freed model's entries go with it
+        self.names: weakref.WeakKeyDictionary[Any, tuple[dict[int, str], int]] = weakref.WeakKeyDictionary()
+        self.adopted: weakref.WeakSet[Any] = weakref.WeakSet()  # inner models that carry our start-of-forward pre-hook
+        self.taps: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()  # the taps while armed
         self.arming: tuple[int, int] | None = None  # (inode, mtime) of the ARMED file the expectations belong to
         self.lease: dict[str, Any] = {}  # this arming's lease (the ARMED file's JSON)
         self.expect: list[dict[str, Any]] = []  # this arming's per-probe expectations (reduced evidence)
@@ -131,8 +134,8 @@ class _Process:
         """SGLang's forward hook on the inner ``model`` (the one ``--forward-hooks`` registers): the end of a forward.
         The first call adopts the model (installs the start-of-forward pre-hook, :meth:`start_hook`); an armed
         forward's record is written here."""
-        if id(module) not in self.adopted:
-            self.adopted.add(id(module))
+        if module not in self.adopted:
+            self.adopted.add(module)
             module.register_forward_pre_hook(self.start_hook)
             _note(self.evidence, READY, "target" if not hasattr(module, "fc") else "draft")
             return
@@ -167,11 +170,11 @@ class _Process:
                 armed = False
         if not armed and self.arming is not None:
             self.arming, self.held, self.expect, self.lease = None, {}, [], {}
-        taps = self.taps.get(id(module))
+        taps = self.taps.get(module)
         if armed and taps is None:
-            self.taps[id(module)] = self._install(module)
+            self.taps[module] = self._install(module)
         elif not armed and taps is not None:
-            for handle in self.taps.pop(id(module)):
+            for handle in self.taps.pop(module):
                 handle.remove()
         if armed:
             batch = next((a for a in args if hasattr(a, "forward_mode")), None)
@@ -205,11 +208,11 @@ class _Process:
     def _module_names(self, inner: Any) -> tuple[dict[int, str], int]:
         """``{id(module): name}`` under the inner model, and its layer count (the highest ``layers.<i>`` + 1; under
         pipeline parallelism the missing layers keep their place, ``models/llama.py:440-452`` make_pp_layers)."""
-        known = self.names.get(id(inner))
+        known = self.names.get(inner)
         if known is None:
             names = {id(m): n for n, m in inner.named_modules()}
             indices = [i for i in (_layer_index(n) for n in names.values()) if i is not None]
-            known = self.names[id(inner)] = (names, max(indices) + 1 if indices else 0)
+            known = self.names[inner] = (names, max(indices) + 1 if indices else 0)
         return known
 
     def write(self, inner: Any, args: tuple[Any, ...], output: Any, pending: list[tuple[str, Any, Any]]) -> None:
