@@ -26,7 +26,7 @@ from vllm_helpers import BUNDLE, CONTRACT, REPO, copy_draft
 
 from specparity.gate import run_gate
 from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
-from specparity.serving.vllm import tap
+from specparity.serving.vllm import tap_wire
 from specparity.serving.vllm.live import HttpRpc
 from specparity.serving.vllm.ranks import RPC
 
@@ -68,7 +68,7 @@ def test_api_key_guards_v1_but_not_the_dev_routes(server: str) -> None:
     for key in (None, "wrong"):
         assert _status(server, "GET", "/v1/models", key) == 401
         assert _status(server, "GET", "/server_info", key) == 200
-        assert _status(server, "POST", "/collective_rpc", key, {"method": tap.DESCRIBE}) == 200
+        assert _status(server, "POST", "/collective_rpc", key, {"method": tap_wire.DESCRIBE}) == 200
         assert _status(server, "POST", "/reset_prefix_cache", key) == 200
     assert _status(server, "GET", "/v1/models", KEY) == 200
 
@@ -84,7 +84,7 @@ def test_an_undrained_tap_disarms_itself_within_its_lease_and_holds_nothing(serv
     dropped what it recorded, with no request needed to notice."""
     with ServerClient(server, api_key=KEY, timeout_s=120) as client:
         rpc = HttpRpc(client)
-        rpc.collective_rpc(tap.ARM, {"atlas": "1", "lease_s": "2"})
+        rpc.collective_rpc(tap_wire.ARM, {"atlas": "1", "lease_s": "2"})
         _complete(client, [5, 6, 7, 8, 9, 10])
         time.sleep(3.0)  # the lease runs out with the calls undrained, and no traffic after them
         reply = rpc.collective_rpc(RPC)[0]
@@ -97,12 +97,12 @@ def test_an_undrained_tap_disarms_itself_within_its_lease_and_holds_nothing(serv
 def test_a_tap_past_its_bound_disarms_itself_and_says_so(server: str) -> None:
     with ServerClient(server, api_key=KEY, timeout_s=120) as client:
         rpc = HttpRpc(client)
-        rpc.collective_rpc(tap.ARM, {"atlas": "1", "lease_s": "60", "max_calls": "2"})
+        rpc.collective_rpc(tap_wire.ARM, {"atlas": "1", "lease_s": "60", "max_calls": "2"})
         _complete(client, [11, 12, 13, 14])  # a prefill and verify steps: more than 2 fc calls
         reply = rpc.collective_rpc(RPC)[0]
         assert reply["disarmed"]["why"] == "overflow" and reply["disarmed"]["max_calls"] == 2, reply
         assert reply["calls"] == []
-        rpc.collective_rpc(tap.DISARM)
+        rpc.collective_rpc(tap_wire.DISARM)
 
 
 def test_other_clients_requests_are_told_apart_and_counted(server: str) -> None:

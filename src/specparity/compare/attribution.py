@@ -30,9 +30,9 @@ from typing import Literal
 
 import torch
 
-from specparity.compare.attribution_scan import AtlasScan, Samples, scan_samples
+from specparity.compare.attribution_scan import AtlasScan, Samples, checked_reduced, scan_samples
 from specparity.compare.evidence import ChunkEvidence, drift
-from specparity.compare.reduced import ReducedSample, check_reduced_rtol, checked_reduced
+from specparity.compare.reduced import ReducedSample, check_reduced_rtol
 from specparity.compare.scan import Backend
 from specparity.compare.tolerances import Tolerance, identity_holds, resolve_tolerance, separation
 from specparity.errors import InputError

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specparity.compare.reduced import ReducedSample
-from specparity.compare.scan import Backend, Pairs, TokenPairStats, TokenStats, scan
+from specparity.compare.scan import Backend, Pairs, TokenPairStats, TokenStats, expected_pairs, scan
 
 # Below this Gram relative error a boundary is recomputed exactly: the Gram form's float32 round-off
 # (~1e-6 of ||a||^2 + ||b||^2 per token) is then no longer small next to ||a - b||^2.
@@ -95,7 +95,7 @@ def scan_samples(samples: Samples, *, expected: Sequence[str], rtol: Sequence[fl
     ``expected[c]`` is recorded chunk ``c``'s source (served chunk ``c`` should carry it too) and ``rtol[c]`` chunk
     ``c``'s rtol, for the smallest passing atol against the expected source and against the recorded chunk.
     """
-    pairs = _expected_pairs(samples, expected, rtol)
+    pairs = expected_pairs(samples.names, samples.k_s, samples.k_r, expected, rtol)
     sums = _Sums(samples.k_s + samples.k_r, len(samples.names), len(pairs))
     evidence_rtol = list(rtol[:min(samples.k_s, samples.k_r)])
     token_stats = []
@@ -127,25 +127,6 @@ def scan_samples(samples: Samples, *, expected: Sequence[str], rtol: Sequence[fl
                      token_stats=tuple(token_stats),
                      atlas_nonfinite=tuple((samples.names[j], int(n))
                                            for j, n in enumerate(sums.atlas_nonfinite.tolist()) if n))
-
-
-def _expected_pairs(samples: Samples, expected: Sequence[str], rtol: Sequence[float]) -> Pairs:
-    """Every chunk (served rows ``0..k_s-1``, recorded rows ``k_s..``) against its expected source, with maxima; and,
-    in the same pass, the two boundaries next to each expected source, without."""
-    col = {n: j for j, n in enumerate(samples.names)}
-    chosen: list[tuple[int, int, float]] = []
-    for c in range(samples.k_r):
-        if expected[c] in col:
-            if c < samples.k_s:
-                chosen.append((c, col[expected[c]], rtol[c]))
-            chosen.append((samples.k_s + c, col[expected[c]], rtol[c]))
-    n_expected = len(chosen)
-    # for a correct chunk these are the runner-up candidates (a residual stream changes gradually with depth), so
-    # as a rule the exact best and runner-up need no second scan (measured: a second scan costs ~10% of the first)
-    for row, j, r in chosen[:n_expected]:
-        chosen.extend((row, n, r) for n in (j - 1, j + 1) if 0 <= n < len(samples.names))
-    return Pairs(rows=tuple(p[0] for p in chosen), cols=tuple(p[1] for p in chosen), rtol=tuple(p[2] for p in chosen),
-                 full=tuple(p < n_expected for p in range(len(chosen))))
 
 
 def _each_sample(samples: Samples, pairs: Pairs, *, columns: Sequence[int], evidence_rtol: Sequence[float],
@@ -237,3 +218,36 @@ def _rank(rel_row: torch.Tensor) -> tuple[int, int | None]:
         return 0, None
     top = torch.topk(ranked, 2, largest=False)
     return int(top.indices[0]), int(top.indices[1])
+
+
+def checked_reduced(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
+                    reduced: Sequence[ReducedSample], *, masks: Sequence[torch.Tensor | None] | None,
+                    expected: Sequence[str]) -> Samples:
+    """The inputs as :class:`Samples` with the reduced statistics (compare/reduced.py) standing for the atlas, or
+    :class:`InputError` naming the first thing that does not fit them."""
+    from specparity.errors import InputError
+
+    if not (len(served) == len(recorded) == len(reduced)) or not served:
+        raise InputError(f"need the same non-zero number of samples, got served {len(served)}, recorded "
+                         f"{len(recorded)}, reduced {len(reduced)}", field="samples")
+    first = reduced[0]
+    names, hidden = first.names, int(first.meta["hidden"])
+    k_s, k_r = int(first.meta["k_s"]), int(first.meta["k_r"])
+    for i, (s, r, red) in enumerate(zip(served, recorded, reduced, strict=True)):
+        shape = (red.names, int(red.meta["hidden"]), int(red.meta["k_s"]), int(red.meta["k_r"]), red.tokens)
+        if shape != (names, hidden, k_s, k_r, int(s.shape[0])) or tuple(s.shape) != (red.tokens, k_s * hidden) \
+                or tuple(r.shape) != (red.tokens, k_r * hidden):
+            raise InputError(f"sample {i}: the reduced evidence ({red.tokens} tokens, {k_s} served and {k_r} recorded "
+                             f"chunks of {hidden}, boundaries {list(red.names)}) does not fit served "
+                             f"{tuple(s.shape)} and recorded {tuple(r.shape)}", field="reduced")
+        if list(red.meta["expected"]) != list(expected):
+            raise InputError(f"sample {i} was reduced against sources {red.meta['expected']}, the contract names "
+                             f"{list(expected)}", field="reduced")
+    if masks is not None and not all(m is None or bool(m.to(torch.bool).all()) for m in masks):
+        raise InputError("the reduced evidence compares every token; masked tokens need the full atlas",
+                         field="masks")
+    if sum(red.tokens for red in reduced) == 0:
+        raise InputError("no valid token to compare (the capture is empty)", field="masks")
+    valids = tuple(torch.ones(int(s.shape[0]), dtype=torch.bool) for s in served)
+    return Samples(served=served, recorded=recorded, atlas=[{} for _ in served], valids=valids, names=names,
+                   hidden=hidden, k_s=k_s, k_r=k_r, reduced=tuple(reduced))

@@ -7,7 +7,7 @@ statistics of chosen (chunk row, boundary) pairs, and served-vs-recorded token s
 (attribution_scan ``_exact_rel``) only ever asks for pairs outside the first pass, without maxima. So a worker
 that runs that same :func:`scan` once on its own probe with
 
-- the first pass's pairs exactly as the gate builds them (``_expected_pairs``: each chunk against its expected
+- the first pass's pairs exactly as the gate builds them (``scan.expected_pairs``: each chunk against its expected
   source, with maxima at the chunk's rtol, and the two boundaries next to it), then
 - every other (chunk row, boundary) pair, without maxima (the exact look's candidates, whichever it picks),
 
@@ -29,12 +29,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from specparity.compare.scan import Backend, GramSums, Pairs, TokenPairStats, TokenStats, scan
+from specparity.compare.scan import Backend, GramSums, Pairs, TokenPairStats, TokenStats, expected_pairs, scan
 from specparity.sources import order_key
 
 META_KEY = "specparity_reduced"  # the safetensors metadata key of a reduced sample's meta (JSON)
@@ -47,11 +46,8 @@ _EVIDENCE = ("served_norm2", "recorded_norm2", "dots", "diff_norm2", "max_abs", 
 
 def first_pass_pairs(names: Sequence[str], expected: Sequence[str], rtol: Sequence[float], *, k_s: int,
                      k_r: int) -> Pairs:
-    """The pairs of the gate's first pass (attribution_scan ``_expected_pairs``), from the shapes alone."""
-    from specparity.compare.attribution_scan import _expected_pairs
-
-    shape = SimpleNamespace(names=tuple(names), k_s=k_s, k_r=k_r)  # all that _expected_pairs reads
-    return _expected_pairs(shape, expected, rtol)  # type: ignore[arg-type]
+    """The pairs of the gate's first pass (compare/scan.py :func:`~specparity.compare.scan.expected_pairs`)."""
+    return expected_pairs(names, k_s, k_r, expected, rtol)
 
 
 @dataclass(frozen=True)
@@ -161,40 +157,6 @@ def rtol_table(rtol_for: Callable[[str, str], Sequence[float]]) -> dict[str, lis
     """``{"<served dtype>/<atlas dtype>": rtol per served chunk}`` for every pair of :data:`DTYPES`, from the gate's
     own rule ``rtol_for(served, atlas)`` (the worker picks the entry of the dtypes it sees)."""
     return {f"{s}/{a}": [float(x) for x in rtol_for(s, a)][:RTOL_CHUNKS] for s in DTYPES for a in DTYPES}
-
-
-def checked_reduced(served: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor],
-                    reduced: Sequence[ReducedSample], *, masks: Sequence[torch.Tensor | None] | None,
-                    expected: Sequence[str]) -> Any:
-    """The inputs as attribution's ``Samples`` with the reduced statistics standing for the atlas, or
-    :class:`InputError` naming the first thing that does not fit them."""
-    from specparity.compare.attribution_scan import Samples
-    from specparity.errors import InputError
-
-    if not (len(served) == len(recorded) == len(reduced)) or not served:
-        raise InputError(f"need the same non-zero number of samples, got served {len(served)}, recorded "
-                         f"{len(recorded)}, reduced {len(reduced)}", field="samples")
-    first = reduced[0]
-    names, hidden = first.names, int(first.meta["hidden"])
-    k_s, k_r = int(first.meta["k_s"]), int(first.meta["k_r"])
-    for i, (s, r, red) in enumerate(zip(served, recorded, reduced, strict=True)):
-        shape = (red.names, int(red.meta["hidden"]), int(red.meta["k_s"]), int(red.meta["k_r"]), red.tokens)
-        if shape != (names, hidden, k_s, k_r, int(s.shape[0])) or tuple(s.shape) != (red.tokens, k_s * hidden) \
-                or tuple(r.shape) != (red.tokens, k_r * hidden):
-            raise InputError(f"sample {i}: the reduced evidence ({red.tokens} tokens, {k_s} served and {k_r} recorded "
-                             f"chunks of {hidden}, boundaries {list(red.names)}) does not fit served "
-                             f"{tuple(s.shape)} and recorded {tuple(r.shape)}", field="reduced")
-        if list(red.meta["expected"]) != list(expected):
-            raise InputError(f"sample {i} was reduced against sources {red.meta['expected']}, the contract names "
-                             f"{list(expected)}", field="reduced")
-    if masks is not None and not all(m is None or bool(m.to(torch.bool).all()) for m in masks):
-        raise InputError("the reduced evidence compares every token; masked tokens need the full atlas",
-                         field="masks")
-    if sum(red.tokens for red in reduced) == 0:
-        raise InputError("no valid token to compare (the capture is empty)", field="masks")
-    valids = tuple(torch.ones(int(s.shape[0]), dtype=torch.bool) for s in served)
-    return Samples(served=served, recorded=recorded, atlas=[{} for _ in served], valids=valids, names=names,
-                   hidden=hidden, k_s=k_s, k_r=k_r, reduced=tuple(reduced))
 
 
 def check_reduced_rtol(reduced: Sequence[ReducedSample], rtol: Sequence[float]) -> None:

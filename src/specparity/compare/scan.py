@@ -164,6 +164,27 @@ def resolve_backend(backend: Backend, tensors: Sequence[torch.Tensor]) -> Litera
     return "numba" if on_cpu and numba_available() else "torch"
 
 
+
+def expected_pairs(names: Sequence[str], k_s: int, k_r: int, expected: Sequence[str], rtol: Sequence[float]) -> Pairs:
+    """The first pass's pairs, from the shapes alone: every chunk (served rows ``0..k_s-1``, recorded rows ``k_s..``)
+    against its expected source, with maxima; and, in the same pass, the two boundaries next to each expected source,
+    without. The gate's scan (compare/attribution_scan.py) and a worker's reduction (compare/reduced.py) both build
+    them here, so the two can never pick different pairs."""
+    col = {n: j for j, n in enumerate(names)}
+    chosen: list[tuple[int, int, float]] = []
+    for c in range(k_r):
+        if expected[c] in col:
+            if c < k_s:
+                chosen.append((c, col[expected[c]], rtol[c]))
+            chosen.append((k_s + c, col[expected[c]], rtol[c]))
+    n_expected = len(chosen)
+    # for a correct chunk these are the runner-up candidates (a residual stream changes gradually with depth), so
+    # as a rule the exact best and runner-up need no second scan (measured: a second scan costs ~10% of the first)
+    for row, j, r in chosen[:n_expected]:
+        chosen.extend((row, n, r) for n in (j - 1, j + 1) if 0 <= n < len(names))
+    return Pairs(rows=tuple(p[0] for p in chosen), cols=tuple(p[1] for p in chosen), rtol=tuple(p[2] for p in chosen),
+                 full=tuple(p < n_expected for p in range(len(chosen))))
+
 def scan(served: torch.Tensor, recorded: torch.Tensor, atlas: Sequence[torch.Tensor], valid: torch.Tensor, *,
          hidden: int, pairs: Pairs, evidence_rtol: Sequence[float], gram: bool, block_tokens: int = 8,
          backend: Backend = "auto") -> TokenStats:

@@ -133,7 +133,7 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
 
 def describe_config(vllm_config: Any) -> dict[str, Any]:
     """The deployment a running vLLM resolved, from its own ``VllmConfig`` (a server's worker, through the tap's
-    :data:`~specparity.serving.vllm.tap.DESCRIBE` RPC), as ResolvedDeployment JSON."""
+    :data:`~specparity.serving.vllm.tap_wire.DESCRIBE` RPC), as ResolvedDeployment JSON."""
     from types import SimpleNamespace
 
     from specparity.serving.vllm.ranks import layout

@@ -41,7 +41,7 @@ from specparity.serving.results import (
     ServingFailure,
 )
 from specparity.serving.vllm import tap
-from specparity.serving.vllm.ranks import RPC
+from specparity.serving.vllm.tap_wire import ARM, DESCRIBE, DISARM, RPC
 
 if TYPE_CHECKING:
     from specparity.compare.reduced import Reduction
@@ -167,7 +167,7 @@ def counters(client: ServerClient) -> dict[str, Any]:
 
 def describe(rpc: HttpRpc) -> tuple[ResolvedDeployment | None, list[dict[str, Any]]]:
     """The deployment as the server's own workers resolved it (the first rank's), and every rank's reply."""
-    replies = rpc.collective_rpc(tap.DESCRIBE)
+    replies = rpc.collective_rpc(DESCRIBE)
     deps = [r["deployment"] for r in replies if isinstance(r.get("deployment"), dict)]
     return (ResolvedDeployment.from_dict(deps[0]) if deps else None), replies
 
@@ -198,7 +198,7 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
     # gate killed while armed leaves the workers disarmed and holding nothing within it
     lease = min(max(float(getattr(client, "timeout_s", 0) or 0) + 30.0, tap.LEASE_S), tap.MAX_LEASE_S)
     evidence.identity = {int(r["rank"]): {k: v for k, v in r.items() if k != "calls"}
-                         for r in rpc.collective_rpc(tap.ARM, {"atlas": "" if not atlas else
+                         for r in rpc.collective_rpc(ARM, {"atlas": "" if not atlas else
                                                                tap.REDUCED if reduction is not None else "1",
                                                                "lease_s": f"{lease:g}"})}
     before = counters(client)
@@ -231,7 +231,7 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
             if progress:
                 progress(2 + i, total)
     finally:
-        rpc.collective_rpc(tap.DISARM)
+        rpc.collective_rpc(DISARM)
     counted, prompts = counter_delta(counters(client), before), "after_probe"
     sent, per_request = len(outputs), [_spec_metrics(a) for a in answers]
     if prompt_lengths is not None and len(prompt_lengths) == len(probes):
@@ -292,7 +292,7 @@ def _reset_prefix_cache(client: ServerClient) -> None:
 def resolve_from_server(client: ServerClient, *, python: str | None, timeout_s: float,
                         hint: str) -> ResolvedDeployment | ServingFailure:
     """The static level from what a running server reports: its own workers' ``VllmConfig`` through the tap
-    (:data:`~specparity.serving.vllm.tap.DESCRIBE`), else dev mode's ``GET /server_info?config_format=json``
+    (:data:`~specparity.serving.vllm.tap_wire.DESCRIBE`), else dev mode's ``GET /server_info?config_format=json``
     (``entrypoints/serve/dev/server_info/api_router.py:43-59``: the whole resolved ``VllmConfig``), whose model,
     draft and speculative settings vLLM's own code then resolves here (``serving/vllm/client.py``), reading the draft
     config at the path the server names."""

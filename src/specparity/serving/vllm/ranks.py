@@ -15,11 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specparity.serving.results import FC_NOT_CALLED, RANK_MISSING, ServingFailure
-
-# the worker method the gate calls by name through collective_rpc (a name, not a pickled function: vLLM's front end
-# refuses to serialise functions unless VLLM_ALLOW_INSECURE_SERIALIZATION is set, v1/serial_utils.py:219); the tap
-# (serving/vllm/tap.py) defines it in every worker
-RPC = "specparity_tap_drain"
+from specparity.serving.vllm.tap_wire import EXPECT, RPC  # the worker methods the gate calls by name
 
 
 class TapMissing(RuntimeError):
@@ -73,7 +69,6 @@ class RankEvidence:
         """Tell every rank the next probe's recorded fc input, token ids (``ids``: how the tap finds its rows in a
         batch shared with other requests), sources and rtol table (the tap's reduced evidence:
         serving/vllm/tap_reduce.py); the lead is the first rank holding the drafter's fc."""
-        from specparity.serving.vllm.tap import EXPECT
         from specparity.serving.vllm.tap_reduce import expect_kwargs
 
         fc = self.fc_ranks()

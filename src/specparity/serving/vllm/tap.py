@@ -60,16 +60,21 @@ import threading
 import time
 from typing import Any, cast
 
-from specparity.serving.vllm.ranks import RPC  # the drain's name: the gate calls it, the tap defines it
+from specparity.serving.vllm.tap_wire import (  # the RPC names and batch keys, shared with the gate's side
+    ARM,
+    DESCRIBE,
+    DISARM,
+    EXPECT,
+    IDS_KEY,
+    POSITIONS_KEY,
+    QSL_KEY,
+    RPC,
+)
 
 ENV_ON = "SPECPARITY_VLLM_TAP"
 ENV_ATLAS = "SPECPARITY_VLLM_TAP_ATLAS"
 SERVER_MODE = "server"  # ENV_ON's value in a server: RPC methods only, hooks installed when the gate arms the tap
-ARM = "specparity_tap_arm"  # install (once) and start recording; kwargs atlas="1"|"" (strings: the HTTP route's rule)
-DISARM = "specparity_tap_disarm"
-DESCRIBE = "specparity_tap_describe"
-EXPECT = "specparity_tap_expect"  # the next probe's recorded fc input, sources and rtol (reduced evidence)
-REDUCED = "reduced"  # ARM's atlas value (and ENV_ATLAS's) for the default evidence: serving/vllm/tap_reduce.py  # the deployment as this worker's own VllmConfig resolves it (JSON)
+REDUCED = "reduced"  # ARM's atlas value (and ENV_ATLAS's) for the default evidence: serving/vllm/tap_reduce.py
 EXTENSION = "specparity.serving.vllm.tap.TapWorkerExtension"  # the --worker-extension-cls a server gets
 _MARK = "_specparity_tap_wrapped"
 # the armed tap's bounds (module docstring): calls and bytes held between two drains, and the lease's default and cap
@@ -77,8 +82,6 @@ MAX_PENDING_CALLS = 1024
 MAX_PENDING_BYTES = 2 * 1024**3
 LEASE_S = 120.0
 MAX_LEASE_S = 3600.0
-# the batch facts each recorded call carries (module docstring)
-IDS_KEY, POSITIONS_KEY, QSL_KEY = "tap/ids", "tap/positions", "tap/qsl"
 
 
 def _rank() -> int:

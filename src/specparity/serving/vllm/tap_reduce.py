@@ -3,7 +3,7 @@
 The full atlas (every residual boundary ``b0..bL`` and the final norm at full hidden size, for every token, from
 every rank) is what attribution reads, but attribution reads it only through the per-token statistics of one scan
 (compare/reduced.py). So, per probe, the gate first sends the probe's recorded fc input, the contract's sources and
-its rtol table (:data:`~specparity.serving.vllm.tap.EXPECT`), and at the probe's first fc call (its prefill, every
+its rtol table (:data:`~specparity.serving.vllm.tap_wire.EXPECT`), and at the probe's first fc call (its prefill, every
 row of the probe in one call: the gate resets the prefix cache before each probe):
 
 - the lead rank (the first rank holding the drafter's fc, the one whose fc input the gate compares) sends the fc
@@ -30,6 +30,8 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from specparity.serving.vllm.tap_wire import IDS_KEY, POSITIONS_KEY, QSL_KEY
 
 DIGEST_KEY = "specparity_fc_digest"
 ROWS_KEY = "specparity_rows"
@@ -96,7 +98,6 @@ def prefill_part(ids: Sequence[int], positions: Sequence[int], probe: Sequence[i
 
 def batch_lists(tensors: Mapping[str, Any]) -> tuple[list[int], list[int], list[int] | None] | None:
     """A recorded call's token ids, positions and request boundaries as lists (None: the call carries none)."""
-    from specparity.serving.vllm.tap import IDS_KEY, POSITIONS_KEY, QSL_KEY
 
     if IDS_KEY not in tensors or POSITIONS_KEY not in tensors:
         return None
@@ -109,7 +110,6 @@ def whole_prefill(batch: Mapping[str, Any], probe: Sequence[int]) -> tuple[int, 
     """In one call's batch facts (the tap's ``batch_tensors``), the rows of the probe's whole prefill ``[a, b)``;
     True where the call holds part of the prompt only (a chunked prefill, or a prefix another request cached); None
     where it holds none of it (other requests' rows)."""
-    from specparity.serving.vllm.tap import IDS_KEY, POSITIONS_KEY, QSL_KEY
 
     ids, pos = batch.get(IDS_KEY), batch.get(POSITIONS_KEY)
     if ids is None or pos is None:
