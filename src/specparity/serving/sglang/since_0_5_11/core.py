@@ -31,7 +31,7 @@ from specparity.serving.sglang.common import (
     with_applied_norms,
 )
 from specparity.serving.sglang.load_check import watch_target_load
-from specparity.serving.sglang.run_common import capture_forward
+from specparity.serving.sglang.run_common import capture_forward, fc_sizes
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
 from specparity.serving.worker_common import WorkerRequest
@@ -248,7 +248,8 @@ class Adapter:
             layers_to_capture=list(target.model.layers_to_capture)
             if target.capture_aux_hidden_states
             else [],
-            fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
+            # an nn.Linear, or the MLA head's ColumnParallelLinear (sglang 0.5.23 models/kimi_k25_eagle3.py:212-219)
+            fc=(*fc_sizes(fc_mod), fc_mod.bias is not None),
             k=int(drafter.model.num_aux_hidden_states),
             model_class=type(target).__name__,
             timings=timings,
