@@ -1,4 +1,10 @@
-"""Why the capture of an MLA EAGLE-3 head cannot run on SGLang 0.5.23's CPU path (issue 43 item 2): the refusal the
+"""The drafter families beyond the Llama-style EAGLE-3 head on SGLang 0.5.23's CPU path (issue 43 items 2-3).
+
+A DFlash contract written from SpecForge-shaped DFlash records passes SGLang's static level (SGLang's DFlash path,
+built on the meta device) and a drafter one layer early is named, with the fix on DFlash's own key; its capture is
+refused before the engine starts with SGLang's CPU refusal (arg_groups/speculative_hook.py:287-300).
+
+Why the capture of an MLA EAGLE-3 head cannot run on SGLang 0.5.23's CPU path (issue 43 item 2): the refusal the
 gate gives before the engine starts (deployed.py ``_CPU_CAPTURE_REFUSED``) is what SGLang itself does when it is
 started anyway, measured here with a tiny Kimi-style head (tests/serving/family_pairs.py) over the SGLang bundle's
 8-layer Llama target, through the capture child the gate would run (``capture_deployment``).
@@ -15,11 +21,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from family_pairs import write_mla_draft
+from family_pairs import write_dflash_draft, write_dflash_records, write_mla_draft
+from real_class_targets import write_deployment
 from version_facts import SGLANG_VERSION
 
 from specparity.decision import machine_limit
+from specparity.errors import EnvironmentProblem
+from specparity.gate import run_gate
 from specparity.serving.sglang.client import capture_deployment
+from specparity.training.specforge import contract_from_specforge
 
 pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required"),
               pytest.mark.skipif(SGLANG_VERSION != "0.5.23", reason="the MLA head's lines are read at sglang 0.5.23")]
@@ -43,3 +53,20 @@ def test_past_start_up_fc_is_fed_and_the_mla_attention_is_the_cpu_limit(tmp_path
     assert r.fc is not None and [int(t.shape[0]) for t in r.fc.per_sample] == [len(p) for p in PROBES]
     [failure] = [f for f in r.failures if "torch_native_backend.py:160" in f.message]
     assert machine_limit(failure.message) is not None, failure.message
+
+
+def test_dflash_contract_on_sglangs_static_level_and_its_capture_refused_by_name(tmp_path: Path) -> None:
+    dep = write_deployment("Qwen--Qwen3-8B", tmp_path, {}, probes=2, max_probe_tokens=32)
+    records = write_dflash_records(tmp_path / "hidden_states", tmp_path / "dflash_records", [1, 3, 5])
+    healthy = write_dflash_draft(tmp_path / "healthy", [1, 3, 5])
+    _, contract = contract_from_specforge(records, healthy, dep["target"], out=tmp_path / "c.json", probes=2,
+                                          max_probe_tokens=32)
+    v = run_gate(contract, dep["target"], healthy, level="static", timeout_s=600)
+    assert (v.status, list(v.served_layout or [])) == ("pass", ["layer:1", "layer:3", "layer:5"]), [
+        str(f) for f in v.errors]
+    early = run_gate(contract, dep["target"], write_dflash_draft(tmp_path / "early", [0, 2, 4]), level="static",
+                     timeout_s=600)
+    assert early.status == "fail" and "off_by_one" in {f.kind.value for f in early.errors}
+    assert early.fix is not None and "dflash_config.target_layer_ids = [1, 3, 5]" in early.fix.summary, early.fix
+    with pytest.raises(EnvironmentProblem, match="speculative_hook.py:287-300"):
+        run_gate(contract, dep["target"], healthy, level="capture", timeout_s=600)

@@ -69,13 +69,18 @@ class VllmEngine(EngineBase):
 
     def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
                    architecture: str, version: str, draft_path: str) -> DraftConfigFix:
-        from specparity.compare.fix import DraftConfigFix
-        from specparity.idrules.vllm import fix_ops
+        from specparity.compare.fix import DraftConfigFix, dflash_layout_fix
+        from specparity.idrules.vllm import IDS_KEY, fix_ops
 
         file = f"{draft_path.rstrip('/')}/config.json"
-        dflash = _dflash_fix(sources, draft_config, num_layers=num_layers, file=file)
-        if dflash is not None:
-            return dflash
+        eagle = draft_config.get("eagle_config")
+        if not (IDS_KEY in draft_config or (isinstance(eagle, Mapping) and IDS_KEY in eagle)):
+            # a DFlash drafter's own key, where no EAGLE-3 key (which vLLM's reader takes first) is there
+            dflash = dflash_layout_fix(sources, draft_config, num_layers=num_layers, file=file,
+                                       engine_rule="vLLM 0.32 adds 1 to DFlash ids, v1/worker/gpu_model_runner.py:"
+                                                   "5270-5277")
+            if dflash is not None:
+                return dflash
         try:
             ids, key, ops = fix_ops(sources, draft_config, num_layers=num_layers, version=version)
         except ValueError as e:
@@ -211,36 +216,3 @@ def _last_exception(lines: Sequence[str]) -> str | None:
             last = text + (f" at {where}" if where else "")
     return last
 
-
-def _dflash_fix(sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
-                file: str) -> DraftConfigFix | None:
-    """For a DFlash drafter that names no EAGLE-3 ids: ``dflash_config.target_layer_ids``, id k for ``layer:k`` (vLLM
-    0.32 adds 1 to them, v1/worker/gpu_model_runner.py:5270-5277; contract/conventions.py dflash_ids_to_sources).
-    None for any other drafter, or a DFlash one with EAGLE-3 ids, which vLLM reads first (the EAGLE-3 fix then)."""
-    from specparity.compare.fix import DraftConfigFix
-    from specparity.contract.conventions import sources_to_dflash_ids
-    from specparity.drafters import DrafterFamily, family_of
-    from specparity.idrules.vllm import IDS_KEY
-
-    eagle = draft_config.get("eagle_config")
-    if (family_of(draft_config) is not DrafterFamily.DFLASH or IDS_KEY in draft_config
-            or (isinstance(eagle, Mapping) and IDS_KEY in eagle)):
-        return None
-    key = "dflash_config.target_layer_ids"
-    try:
-        ids = sources_to_dflash_ids(list(sources), num_layers=num_layers)
-    except ValueError as e:
-        return DraftConfigFix(summary=f"no DFlash draft config serves {', '.join(sources)}: {e}", file=file, ids=None)
-    dc = draft_config.get("dflash_config")
-    ops: list[dict[str, Any]]
-    if not isinstance(dc, Mapping):
-        ops = [{"op": "replace" if "dflash_config" in draft_config else "add", "path": "/dflash_config",
-                "value": {"target_layer_ids": ids}}]
-    elif dc.get("target_layer_ids") != ids:
-        ops = [{"op": "replace" if "target_layer_ids" in dc else "add", "path": "/dflash_config/target_layer_ids",
-                "value": ids}]
-    else:
-        ops = []
-    summary = (f"{file} already sets {key} = {ids}" if not ops
-               else f"set {key} = {ids} in {file} (id k is layer:k: vLLM adds 1 to DFlash ids)")
-    return DraftConfigFix(summary=summary, file=file, ids=tuple(ids), json_patch=tuple(ops))
