@@ -69,11 +69,11 @@ def unmodelled_family(draft: Path) -> str | None:
 # Where a capture of a family cannot run on this CPU, as each engine's own code refuses it (measured with a tiny
 # generated pair on the fixtures' 8-layer target, issue 43): refused before the engine starts (exit 3) for an
 # in-process capture on the CPU. A capture on a GPU (--device cuda) or through the user's own server (--launch,
-# --server) is attempted: there the engine's own paths serve these drafters, and specparity's fc taps find their fc
-# where the Llama-style head keeps it (vllm 0.32 models/deepseek_eagle3.py:201-209 and qwen3_dflash.py:494-504, both
-# `model.fc`; sglang 0.5.23 models/kimi_k25_eagle3.py:212-219). vLLM's CPU capture of an MLA head is attempted too:
-# vLLM refuses it itself (v1/worker/utils.py:554, "No common block size ... CPU_MLA"), a named machine limit
-# (decision.py), exit 3.
+# --server) is attempted: there the engine's own paths serve these drafters [inferred: not run on a GPU here], and
+# specparity's fc taps find their fc where the Llama-style head keeps it (vllm 0.32 models/deepseek_eagle3.py:201-209
+# and qwen3_dflash.py:494-504, both `model.fc`; sglang 0.5.23 models/kimi_k25_eagle3.py:212-219). vLLM's CPU capture
+# of an MLA head is attempted too: vLLM refuses it itself (v1/worker/utils.py:554, "No common block size ...
+# CPU_MLA"), a named machine limit (decision.py), exit 3.
 _CPU_CAPTURE_REFUSED = {
     (DrafterFamily.EAGLE3_MLA, "sglang"): (
         "SGLang 0.5.23 cannot run the MLA head on this CPU: at start-up its set_embed calls torch.cuda.synchronize "
@@ -105,11 +105,12 @@ def check_family_level(draft: Path, level: str, *, engine: str = "sglang", devic
     """
     family = drafter_family(draft)
     why = _OUTCOME_LIMITS.get(family) if level in ("outcome", "all") else None
+    instead = "--level capture or --level static"
     if why is None and level != "static" and device == "cpu" and not live:
-        why = _CPU_CAPTURE_REFUSED.get((family, engine))
+        why, instead = _CPU_CAPTURE_REFUSED.get((family, engine)), "--level static"
     if why is not None:
         raise EnvironmentProblem(
-            f"{draft} is a {family.label}; the {level} level cannot run for it here: {why}. Run --level static "
+            f"{draft} is a {family.label}; the {level} level cannot run for it here: {why}. Run {instead} "
             "(docs/engines.md, drafter families)")
 
 
