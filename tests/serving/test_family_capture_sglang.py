@@ -68,5 +68,5 @@ def test_dflash_contract_on_sglangs_static_level_and_its_capture_refused_by_name
                      timeout_s=600)
     assert early.status == "fail" and "off_by_one" in {f.kind.value for f in early.errors}
     assert early.fix is not None and "dflash_config.target_layer_ids = [1, 3, 5]" in early.fix.summary, early.fix
-    with pytest.raises(EnvironmentProblem, match="speculative_hook.py:287-300"):
+    with pytest.raises(EnvironmentProblem, match=r"speculative_hook\.py:287-300"):
         run_gate(contract, dep["target"], healthy, level="capture", timeout_s=600)
