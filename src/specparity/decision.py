@@ -60,9 +60,12 @@ _ENVIRONMENT_EXCEPTION = re.compile(
 # Each row: a pattern of the refusal (matched ignoring case) and why that refusal is the machine's.
 _MACHINE_LIMIT_ROWS: tuple[tuple[str, str], ...] = (
     (r"No common block size .*CPU_MLA",
-     "vLLM's CPU attention backends share no KV-cache block size for an MLA target and its drafter (CPU_MLA takes "
-     "blocks of 16, CPU_ATTN multiples of 32: vllm 0.32 v1/worker/utils.py, the block-size check of the KV-cache "
-     "groups); on a GPU the MLA and the drafter's backends agree, so the capture needs a GPU here"),
+     "vLLM's CPU attention backends share no KV-cache block size when MLA and non-MLA attention serve together, an "
+     "MLA target with its drafter or an MLA drafter over a non-MLA target (CPU_MLA takes blocks of 16 only, "
+     "v1/attention/backends/mla/cpu_mla.py:67-68; CPU_ATTN multiples of 32, cpu_attn.py:65-66; one KV-cache group "
+     "holds both, and vllm 0.32 v1/worker/utils.py:554, select_common_block_size, finds none, whatever block_size is "
+     "asked: 16, 32 and the CPU default 128 measured); on a GPU the MLA and the drafter's backends agree, so the "
+     "capture needs a GPU here"),
     # where the CPU has AMX tiles vLLM prefers its AMX MLA backend instead (vllm 0.32 platforms/cpu.py:152-164, with
     # torch builds that have torch.cpu._is_amx_tile_supported), whose weight packing takes no float32
     (r"expect weight to be bfloat16, float16, int8.* at vllm/v1/attention/backends/mla/amx_mla\.py",

@@ -155,7 +155,9 @@ def run_gate(
                          field="fc_input.sources")
     if attached is None or attached.local:  # a remote server's files are the server's to read
         check_deployed_files(Path(target), Path(draft))  # swapped dirs, a broken weight file: exit 2 before the engine
-        check_family_level(Path(draft), level)  # a level specparity cannot run for the drafter's family: exit 3
+        # a level that cannot run for the drafter's family here (ours, or the engine's own CPU refusal): exit 3
+        check_family_level(Path(draft), level, engine=eng.name, device=device,
+                           live=attached is not None or launch is not None)
     user = {**(deployed_args or {}), **(engine_args or {})}
     check_family_algorithm(Path(draft), user)  # a DFlash drafter under an EAGLE algorithm (or the reverse): exit 3
     args = engine_args_for(eng, contract, user)

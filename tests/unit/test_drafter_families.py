@@ -1,6 +1,7 @@
 """Drafter families (specparity.drafters, deployed.py): DSpark is refused by name, exit 3, before any engine starts;
-an MLA EAGLE-3 head and a DFlash drafter reach the static level, and their capture levels are refused by name, exit 3,
-never attempted. A DFlash drafter is never explained or gated as a Llama-style EAGLE-3 head (it was explained on
+an MLA EAGLE-3 head and a DFlash drafter reach the static level; their capture runs where the engine's CPU path can
+try it (vLLM's), and is refused by name with the engine's own line where it cannot (SGLang's, in-process on a CPU);
+their outcome level is refused by name, exit 3. A DFlash drafter is never explained or gated as a Llama-style EAGLE-3 head (it was explained on
 SGLang's default three layers, exit 0)."""
 
 from __future__ import annotations
@@ -65,13 +66,26 @@ def test_only_dspark_is_unmodelled(tmp_path: Path) -> None:
     assert found is not None and found.startswith("DSpark"), found
 
 
-@pytest.mark.parametrize("cfg", [DFLASH, _load("kimi_k25_eagle3_moe.json")], ids=["dflash", "eagle3-mla"])
-def test_capture_levels_are_refused_by_name(tmp_path: Path, cfg: dict[str, object]) -> None:
+@pytest.mark.parametrize(("cfg", "sglang_line"), [
+    (DFLASH, "arg_groups/speculative_hook.py:287-300"),
+    (_load("kimi_k25_eagle3_moe.json"), "models/kimi_k25_eagle3.py:414-415"),
+], ids=["dflash", "eagle3-mla"])
+def test_which_levels_run_for_each_family_and_where(tmp_path: Path, cfg: dict[str, object], sglang_line: str) -> None:
+    """Static always; the outcome level never (ours, named); the capture wherever the engine's own CPU path can try:
+    vLLM's (a DFlash capture runs; an MLA head gets vLLM's own refusal, test_vllm_family_capture.py), never SGLang's
+    in-process CPU capture, refused by name with SGLang's line; a GPU or the user's own server goes on."""
     draft = _draft(tmp_path, cfg)
-    check_family_level(draft, "static")  # the static level runs
-    for level in ("capture", "outcome", "all"):
-        with pytest.raises(EnvironmentProblem, match="cannot run for it here"):
-            check_family_level(draft, level)
+    for engine in ("sglang", "vllm"):
+        check_family_level(draft, "static", engine=engine)
+        for level in ("outcome", "all"):
+            with pytest.raises(EnvironmentProblem, match=r"outcome evidence .* Llama-style EAGLE-3 head only"):
+                check_family_level(draft, level, engine=engine, device="cuda", live=True)
+    check_family_level(draft, "capture", engine="vllm")
+    with pytest.raises(EnvironmentProblem, match="the capture level cannot run for it here") as e:
+        check_family_level(draft, "capture", engine="sglang")
+    assert sglang_line in str(e.value) and e.value.exit_code == 3
+    check_family_level(draft, "capture", engine="sglang", device="cuda")
+    check_family_level(draft, "capture", engine="sglang", live=True)
 
 
 def test_a_dflash_drafter_under_an_eagle_algorithm_is_refused(tmp_path: Path) -> None:
@@ -98,7 +112,7 @@ def test_explain_refuses_dspark_and_gate_refuses_a_dflash_capture_by_name_exit_3
         assert named in run.stderr and "Traceback" not in run.stderr, run.stderr
 
 
-def test_contract_from_config_records_the_mla_family_and_refuses_dflash(tmp_path: Path) -> None:
+def test_contract_from_config_records_the_mla_family_and_refuses_dflash_without_ids(tmp_path: Path) -> None:
     from specparity.contract.io import load_contract
     from specparity.training.fromconfig import contract_from_config
 
@@ -118,5 +132,6 @@ def test_contract_from_config_records_the_mla_family_and_refuses_dflash(tmp_path
     dflash = tmp_path / "dflash"
     dflash.mkdir()
     (dflash / "config.json").write_text((DATA / "qwen3_8b_dflash.json").read_text())
-    with pytest.raises(EnvironmentProblem, match="does not write contracts for it yet"):
+    # TorchSpec's DFlash config names no ids (a DFlash contract with ids: test_dflash_contract.py)
+    with pytest.raises(EnvironmentProblem, match="names no target layers"):
         contract_from_config(dflash, kimi, trainer="specforge", out=tmp_path / "d.json")

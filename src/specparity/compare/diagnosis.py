@@ -70,10 +70,14 @@ class DeploymentFacts:
 
 # How each engine comes to serve the token embedding where training used none: the rule a message quotes is the
 # serving engine's own (SGLang's +1 rule; vLLM's boundary index, vllm_conventions.py item 3).
+# A DFlash drafter's ids go through a +1 on both engines (contract/conventions.py dflash_ids_to_sources), so there
+# an id of -1 is the one that reaches boundary 0.
 EMBEDDING_CAUSE = {
-    "sglang": "an id of -1 under SGLang's +1 rule, sglang 0.5.23 models/llama.py:929-941",
-    "vllm": "an id of 0: vLLM reads id k as hidden_states[k], and boundary 0 is the embedding "
-            "(vllm model_executor/models/llama.py:428-441)",
+    "sglang": "an id of -1 under SGLang's +1 rule, sglang 0.5.23 models/llama.py:929-941 (a DFlash drafter's ids: "
+              "set_dflash_layers_to_capture, models/qwen3.py:793-805)",
+    "vllm": "an id vLLM reads as boundary 0, the embedding: an EAGLE-3 id of 0 (vLLM reads id k as hidden_states[k], "
+            "vllm model_executor/models/llama.py:428-441) or a DFlash id of -1 (vLLM adds 1 to DFlash ids, "
+            "v1/worker/gpu_model_runner.py:5270-5277)",
 }
 
 

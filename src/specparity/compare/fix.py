@@ -61,6 +61,36 @@ def _why_unservable(sources: Sequence[str], *, num_layers: int, version: str) ->
     return f"sglang {version} ignores draft-config ids here and always serves its default (D1)"
 
 
+def dflash_layout_fix(sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int, file: str,
+                      engine_rule: str) -> DraftConfigFix | None:
+    """For a DFlash drafter, the edit of its own key: ``dflash_config.target_layer_ids``, id k for ``layer:k``
+    (``contract/conventions.py`` ``dflash_ids_to_sources``; ``engine_rule`` says how the serving engine reads them).
+    None for a drafter of another family."""
+    from specparity.contract.conventions import sources_to_dflash_ids
+    from specparity.drafters import DrafterFamily, family_of
+
+    if family_of(draft_config) is not DrafterFamily.DFLASH:
+        return None
+    key = "dflash_config.target_layer_ids"
+    try:
+        ids = sources_to_dflash_ids(list(sources), num_layers=num_layers)
+    except ValueError as e:
+        return DraftConfigFix(summary=f"no DFlash draft config serves {', '.join(sources)}: {e}", file=file, ids=None)
+    dc = draft_config.get("dflash_config")
+    ops: list[dict[str, Any]]
+    if not isinstance(dc, Mapping):
+        ops = [{"op": "replace" if "dflash_config" in draft_config else "add", "path": "/dflash_config",
+                "value": {"target_layer_ids": ids}}]
+    elif dc.get("target_layer_ids") != ids:
+        ops = [{"op": "replace" if "target_layer_ids" in dc else "add", "path": "/dflash_config/target_layer_ids",
+                "value": ids}]
+    else:
+        ops = []
+    summary = (f"{file} already sets {key} = {ids}" if not ops
+               else f"set {key} = {ids} in {file} (id k is layer:k: {engine_rule})")
+    return DraftConfigFix(summary=summary, file=file, ids=tuple(ids), json_patch=tuple(ops))
+
+
 def layout_fix(
     sources: Sequence[str],
     draft_config: Mapping[str, Any],
@@ -78,6 +108,11 @@ def layout_fix(
     from specparity.idrules.sglang import sglang_ids_for_sources
 
     file = f"{draft_path.rstrip('/')}/config.json"
+    dflash = dflash_layout_fix(sources, draft_config, num_layers=num_layers, file=file,
+                               engine_rule="SGLang's DFlash path reads them and its set_dflash_layers_to_capture adds 1, "
+                                           "sglang 0.5.23 models/qwen3.py:793-805")
+    if dflash is not None:
+        return dflash
     try:
         ids = sglang_ids_for_sources(list(sources), num_layers=num_layers, architecture=architecture, version=version)
     except ValueError as exc:

@@ -9,6 +9,9 @@ Four conventions are in use (:class:`IdConvention`):
 - SGLang draft-config ids: version- and architecture-dependent, see :mod:`specparity.idrules.sglang`.
 - vLLM / speculators ids: boundary indices, no ``+1`` (``vllm/model_executor/models/llama.py:426-441``).
 - HF ``output_hidden_states`` indices: boundary indices except that ``L`` is ``final_norm``.
+- DFlash ``dflash_config.target_layer_ids``: id ``k`` names the output of target layer ``k`` (``layer:k``) for every
+  reader: SpecForge's DFlash capture, SGLang's ``set_dflash_layers_to_capture`` and vLLM's reader each add 1 to reach
+  the boundary (:func:`dflash_ids_to_sources`).
 
 Every function returns canonical sources (``embedding``, ``layer:<i>``, ``final_norm``) in fc-chunk order.
 """
@@ -32,9 +35,11 @@ from specparity.sources import (
 __all__ = [
     "SPECFORGE_SGLANG_VERSION",
     "IdConvention",
+    "dflash_ids_to_sources",
     "hf_index_to_source",
     "ids_to_sources",
     "source_to_hf_index",
+    "sources_to_dflash_ids",
     "sources_to_ids",
     "sources_to_specforge_ids",
     "specforge_default_ids",
@@ -55,6 +60,7 @@ class IdConvention(str, Enum):
     SGLANG = "sglang_draft_config"
     VLLM = "vllm_speculators"
     HF = "hf_hidden_states"
+    DFLASH = "dflash_target_layer_ids"
 
 
 # specforge 0.2.0 pins sglang 0.5.14 (domain.md §3.1), whose setters SpecForge's capture calls.
@@ -132,6 +138,48 @@ def sources_to_specforge_ids(
             f"no SpecForge layer ids record {list(sources)} on {architecture} with sglang {sglang_version}"
             + ("" if ids is None else f" (it would need {ids}, and SpecForge rejects negative ids)")
         )
+    return ids
+
+
+# --- DFlash -----------------------------------------------------------------------------------------------
+
+
+def dflash_ids_to_sources(ids: Sequence[int] | None, *, num_layers: int) -> list[str]:
+    """DFlash ``target_layer_ids`` as sources: id ``k`` is ``layer:k``, the output of target layer ``k``.
+
+    Every reader agrees: SpecForge's DFlash training captures through the target's SGLang
+    ``set_dflash_layers_to_capture`` (SF ``specforge/offline_capture/sglang_backend/capture.py:93-106``), which adds 1
+    to reach the boundary (sglang 0.5.23 ``models/qwen3.py:793-805``, ``models/llama.py:943-953``); its HF path reads
+    ``hidden_states[k + 1]`` (SF ``specforge/modeling/draft/dflash.py:284-293``); vLLM 0.32's reader adds 1
+    (``v1/worker/gpu_model_runner.py:5270-5277``). No ids is an error: the engines' defaults differ (SGLang
+    ``build_target_layer_ids(L, draft layers)``, vLLM its EAGLE-3 default), and SpecForge writes the ids it trained
+    on into the draft config it trains with (SF ``specforge/algorithms/model_providers.py:329-345``). The ids must be strictly
+    ascending (engines capture in ascending order, domain.md section 2 rule 2) and name a layer of the target."""
+    if ids is None:
+        raise ValueError("DFlash target_layer_ids are not set: the engines pick different defaults (SGLang "
+                         "build_target_layer_ids(L, draft layers), vLLM its EAGLE-3 default), so no layout follows")
+    out: list[str] = []
+    for pos, k in enumerate(ids):
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < num_layers:
+            raise ValueError(f"DFlash target layer id {k!r} (position {pos}) is not a layer of a {num_layers}-layer "
+                             f"target (0..{num_layers - 1})")
+        if pos and k <= ids[pos - 1]:
+            raise ValueError(f"DFlash target_layer_ids {list(ids)} are not strictly ascending: every engine captures "
+                             "in ascending layer order and collapses duplicates, so fc would get another layout")
+        out.append(layer(k))
+    return out
+
+
+def sources_to_dflash_ids(sources: Sequence[str], *, num_layers: int) -> list[int]:
+    """Inverse of :func:`dflash_ids_to_sources`: ValueError for ``embedding``, ``final_norm`` or a non-ascending list."""
+    ids: list[int] = []
+    for s in sources:
+        check_in_range(s, num_layers)
+        i = layer_index(s)
+        if i is None:
+            raise ValueError(f"{s} has no DFlash target layer id (ids name layer outputs)")
+        ids.append(i)
+    dflash_ids_to_sources(ids, num_layers=num_layers)
     return ids
 
 
@@ -218,6 +266,8 @@ _RULES: dict[IdConvention, tuple[Callable[[Sequence[int] | None, _Reading], list
     IdConvention.SGLANG: (_sglang_ids_to_sources, _sources_to_sglang_ids),
     IdConvention.VLLM: (lambda ids, r: vllm_ids_to_sources(ids, num_layers=r.num_layers),
                         lambda sources, r: sources_to_vllm_ids(sources, num_layers=r.num_layers)),
+    IdConvention.DFLASH: (lambda ids, r: dflash_ids_to_sources(ids, num_layers=r.num_layers),
+                          lambda sources, r: sources_to_dflash_ids(sources, num_layers=r.num_layers)),
     IdConvention.HF: (_hf_ids_to_sources,
                       lambda sources, r: [source_to_hf_index(s, num_layers=r.num_layers) for s in sources]),
 }

@@ -31,18 +31,30 @@ from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo
 
 
 def draft_family_for_contract(draft: Path) -> DrafterFamily:
-    """The drafter's family, for the contract to record; an :class:`EnvironmentProblem` (exit 3) for a family whose
-    contract specparity cannot write yet: a DFlash or DSpark drafter's trainer ids are read by another path than
-    EAGLE-3's, and its default is the serving engine's own choice (sglang 0.5.23 speculative/dflash_utils.py:348-385),
-    which a contract written without an engine must not guess."""
+    """The drafter's family, for the contract to record; an :class:`EnvironmentProblem` (exit 3) for a drafter whose
+    contract specparity cannot write: a DSpark drafter (not modelled), and a DFlash drafter whose config names no
+    ``dflash_config.target_layer_ids``: then the layers are the serving engine's own choice, and the engines differ
+    (sglang 0.5.23 speculative/dflash_utils.py:348-385 picks build_target_layer_ids(L, draft layers); vllm 0.32 serves
+    its EAGLE-3 default, v1/worker/gpu_model_runner.py:5251-5285), which a contract written without an engine must not
+    guess. SpecForge's DFlash training writes the ids it trained on into the draft config
+    (SF specforge/algorithms/model_providers.py:329-345), so its exports name them."""
     try:
         cfg = json.loads((draft / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return DrafterFamily.EAGLE3
     family = family_of(cfg) if isinstance(cfg, dict) else DrafterFamily.EAGLE3
-    if family in (DrafterFamily.DFLASH, DrafterFamily.DSPARK):
+    if family is DrafterFamily.DSPARK:
         raise EnvironmentProblem(f"{draft} is a {family.label} ({family_words(cfg)}): specparity does not write "
                                  "contracts for it yet; `specparity explain` resolves it on each engine")
+    if family is DrafterFamily.DFLASH:
+        dflash = cfg.get("dflash_config")
+        if not isinstance(dflash, dict) or dflash.get("target_layer_ids") is None:
+            raise EnvironmentProblem(
+                f"{draft} is a {family.label} ({family_words(cfg)}) whose config names no target layers: each engine "
+                "then picks its own (sglang 0.5.23 speculative/dflash_utils.py:348-385, build_target_layer_ids; vllm "
+                "0.32 its EAGLE-3 default, v1/worker/gpu_model_runner.py:5251-5285), so no contract can say what "
+                "training used. Set dflash_config.target_layer_ids to the ids the drafter was trained on (SpecForge "
+                "writes them into the config it trains with); `specparity explain` resolves it on each engine")
     return family
 
 

@@ -1,4 +1,4 @@
-"""Readers for EAGLE-3 drafter checkpoints as training tools export them (SpecForge, speculators).
+"""Readers for drafter checkpoints as training tools export them (SpecForge's EAGLE-3 and DFlash, speculators).
 
 What is read here is what training *produced*; how SGLang will interpret it is the serving room's
 business. Each reader returns a :class:`DraftInfo` with the raw ids exactly as written.
@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from specparity.contract.model import IdConvention, VocabMap
+from specparity.drafters import DrafterFamily, family_of
 from specparity.errors import InputError
 from specparity.training.hfdir import read_json, read_weights, safe_torch_load, tensor_sha256
 
@@ -95,9 +96,12 @@ def _weights_facts(
 
 
 def read_specforge_draft(draft: str | Path) -> DraftInfo:
-    """A SpecForge/SGLang-format draft: ids under ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
+    """A SpecForge/SGLang-format draft: ids under ``eagle_config.eagle_aux_hidden_state_layer_ids``; a DFlash draft
+    (:func:`_read_dflash_draft`) under ``dflash_config.target_layer_ids``."""
     cfg_path, directory = _locate(draft)
     cfg = read_json(cfg_path)
+    if family_of(cfg) is DrafterFamily.DFLASH:
+        return _read_dflash_draft(cfg, cfg_path, directory)
     archs = cfg.get("architectures") or ["LlamaForCausalLMEagle3"]
     ec = cfg.get("eagle_config")
     if ec is not None and not isinstance(ec, dict):
@@ -133,6 +137,30 @@ def read_specforge_draft(draft: str | Path) -> DraftInfo:
         fc_bias_present=bias_present,
         vocab_map=vm,
         checkpoint_keys=keys,
+    )
+
+
+def _read_dflash_draft(cfg: dict[str, Any], cfg_path: Path, directory: Path | None) -> DraftInfo:
+    """A DFlash draft as SpecForge saves it (SF ``configs/qwen3-8b-dflash.json``): ids under
+    ``dflash_config.target_layer_ids``, which SpecForge writes into the config it trains with
+    (SF ``specforge/algorithms/model_providers.py:329-345``, ``_build_dflash_family_model``); fc is ``Linear(len(ids) * hidden_size, hidden_size)``, no
+    bias and no norm before it (SF ``specforge/modeling/draft/dflash.py:360-368``); embedding and lm_head are the
+    target's, so there is no draft vocabulary and no ``d2t``."""
+    dc = cfg.get("dflash_config")
+    if dc is not None and not isinstance(dc, dict):
+        raise InputError("dflash_config must be an object", path=cfg_path, field="dflash_config")
+    field = "dflash_config.target_layer_ids"
+    ids = _ids((dc or {}).get("target_layer_ids"), cfg_path, field)
+    hidden = cfg.get("hidden_size")
+    if not isinstance(hidden, int) or hidden < 1:
+        raise InputError(f"missing or invalid ({hidden!r})", path=cfg_path, field="hidden_size")
+    fc_shape, bias_present, vm, keys = _weights_facts(directory)
+    return DraftInfo(
+        config_path=cfg_path, config=cfg, architecture=str((cfg.get("architectures") or ["DFlashDraftModel"])[0]),
+        ids=ids, ids_field=field if ids is not None else None, convention=IdConvention.DFLASH, hidden_size=hidden,
+        target_hidden_size=cfg.get("target_hidden_size"), norm_before_fc=False, fc_norm=False, norm_output=False,
+        bias=False, draft_vocab_size=cfg.get("vocab_size"), fc_weight_shape=fc_shape, fc_bias_present=bias_present,
+        vocab_map=vm, checkpoint_keys=keys,
     )
 
 

@@ -13,6 +13,10 @@ are declared (domain.md §3.1):
   ``[2, L//2, L-3]``.
 - ``eagle``: EAGLE's own trainer reads HF ``output_hidden_states`` indices, default ``[2, L//2, L-3]``
   [inferred: the same default boundaries every other tool uses; EAGLE's trainer was not run here].
+
+A DFlash drafter's ``dflash_config.target_layer_ids`` read the same for every trainer: id k is ``layer:k``
+(``conventions.dflash_ids_to_sources``); a DFlash config that names none is refused (exit 3,
+``builder.draft_family_for_contract``): its layers would be the serving engine's own choice.
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ def _sources(trainer: Trainer, draft: DraftInfo, tgt: TargetInfo,
              sglang_version: str) -> tuple[list[str], list[int], IdConvention, str]:
     n = tgt.num_layers
     ids = draft.ids
+    if draft.convention is IdConvention.DFLASH:  # every trainer and engine reads DFlash ids alike: id k = layer:k
+        rule = (f"DFlash target_layer_ids {ids}, id k = layer:k (SpecForge's capture, SGLang's and vLLM's readers add "
+                "1 to reach the boundary: contract/conventions.py dflash_ids_to_sources)")
+        return conventions.dflash_ids_to_sources(ids, num_layers=n), list(ids or []), IdConvention.DFLASH, rule
     if trainer == "specforge":
         used = ids if ids is not None else conventions.specforge_default_ids(n)
         rule = (f"SpecForge ids {used} through the target's SGLang {sglang_version} setter on {tgt.architecture} "
@@ -100,13 +108,15 @@ def contract_from_config(
     family = draft_family_for_contract(Path(draft))
     tgt = _read_target(Path(target))
     dft = read_speculators_draft(draft) if trainer == "speculators" else read_specforge_draft(draft)
-    version_assumed = trainer == "specforge" and trainer_sglang_version is None
+    dflash = dft.convention is IdConvention.DFLASH
+    version_assumed = trainer == "specforge" and trainer_sglang_version is None and not dflash
     sglang_version = trainer_sglang_version or conventions.SPECFORGE_SGLANG_VERSION
     try:
         sglang_rules.parse_version(sglang_version)
         sources, used, convention, rule = _sources(trainer, dft, tgt, sglang_version)
     except ValueError as e:
-        field = "--trainer-sglang-version" if "version" in str(e) else (dft.ids_field or "eagle_config")
+        field = "--trainer-sglang-version" if "version" in str(e) else (
+            dft.ids_field or ("dflash_config.target_layer_ids" if dflash else "eagle_config"))
         raise InputError(str(e), path=dft.config_path, field=field) from None
     reason = (f"no recordings: {'declared' if dft.ids is not None else 'default'} ids read as {rule}"
               + (f"; trainer SGLang version assumed {sglang_version} (specforge 0.2.0's pin), pass "
@@ -132,7 +142,7 @@ def contract_from_config(
                                                                          else None),
                               convention=convention, origin="draft_config" if dft.ids is not None else "tool_default",
                               tool=trainer, architecture=tgt.architecture,
-                              resolver_version=sglang_version if trainer == "specforge" else None),
+                              resolver_version=sglang_version if trainer == "specforge" and not dflash else None),
         drafter=DrafterSpec(architecture=dft.architecture, hidden_size=dft.hidden_size, fc_in_features=width,
                             fc_out_features=dft.fc_weight_shape[0] if dft.fc_weight_shape else dft.hidden_size,
                             fc_bias=dft.fc_bias_present, norm_before_fc=dft.norm_before_fc, fc_norm=dft.fc_norm,
@@ -142,7 +152,8 @@ def contract_from_config(
         serving=serving or SpecConfig(),
         probes=None,
         layout_assumed=AssumedLayout(reason=reason, trainer=trainer,
-                                     trainer_sglang_version=sglang_version if trainer == "specforge" else None,
+                                     trainer_sglang_version=(sglang_version if trainer == "specforge" and not dflash
+                                                             else None),
                                      trainer_sglang_version_assumed=version_assumed),
         provenance=Provenance(tool=f"specparity contract from-config ({trainer})",
                               data_location=json.dumps({"draft": str(draft), "target": str(target)}),

@@ -36,6 +36,15 @@ from specparity.serving.sglang.common import (
 from specparity.testpoints import pause
 
 
+def fc_sizes(fc: Any) -> tuple[int, int]:
+    """fc's (in, out) widths: ``torch.nn.Linear``'s ``in_features``/``out_features``, or SGLang's parallel linear
+    layers' whole ``input_size``/``output_size`` (``layers/linear.py`` ``LinearBase``), which the MLA EAGLE-3 head
+    builds its fc as (sglang 0.5.23 ``models/kimi_k25_eagle3.py:212-219``, a ``ColumnParallelLinear``)."""
+    width = getattr(fc, "in_features", None)
+    out = getattr(fc, "out_features", None)
+    return (int(width if width is not None else fc.input_size), int(out if out is not None else fc.output_size))
+
+
 @contextmanager
 def _cuda_sync_noop_on_cpu() -> Iterator[None]:
     """``set_embed``/``set_embed_and_head`` end with ``torch.cuda.empty_cache(); torch.cuda.synchronize()``
@@ -153,7 +162,7 @@ def capture_forward(request: WorkerRequest, deployment: ResolvedDeployment, *, t
     judged = judge_fc_capture(
         hook_calls=len(tap.fc_inputs), rows=None if first is None else int(first.shape[0]),
         width=None if first is None else int(first.shape[-1]), expected_rows=sum(lengths),
-        expected_width=fc_mod.in_features, aux_captured=tap.aux_count,
+        expected_width=fc_sizes(fc_mod)[0], aux_captured=tap.aux_count,
         aux_expected=deployment.num_aux_hidden_states, fc_applied=deployment.fc_applied,
         target_ran=tap.target_calls > 0)
     # SGLang's own exception comes first; "fc never called" would only restate a forward that died before the

@@ -117,7 +117,9 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
         # as the draft's config.json names it (vLLM maps a speculators config to its own class)
         draft_architecture=str((raw.get("architectures") or dcfg.get("architectures") or ["?"])[0]),
         draft_hidden_size=int(dcfg.get("hidden_size") or 0),
-        draft_vocab_size=dcfg.get("draft_vocab_size"), requested_spec=spec, resolved_spec=resolved, spec_warnings=(),
+        # a draft config without draft_vocab_size drafts in its vocab_size: each drafter class sets it so when built
+        # (vllm 0.32 models/llama_eagle3.py:314-316, deepseek_eagle3.py:283-285, qwen3_dflash.py:780-781)
+        draft_vocab_size=dcfg.get("draft_vocab_size") or dcfg.get("vocab_size"), requested_spec=spec, resolved_spec=resolved, spec_warnings=(),
         draft_config_ids=tuple(int(b) for b in read) if read else None, ids_fallback_reason=reason,
         layers_to_capture=boundaries, served_sources=tuple(boundary_to_source(b, num_layers) for b in reachable),
         fc_in_features=fc_in, fc_out_features=fc_out, fc_bias=bias, num_aux_hidden_states=k, fc_applied=True,

@@ -69,10 +69,18 @@ class VllmEngine(EngineBase):
 
     def layout_fix(self, sources: Sequence[str], draft_config: Mapping[str, Any], *, num_layers: int,
                    architecture: str, version: str, draft_path: str) -> DraftConfigFix:
-        from specparity.compare.fix import DraftConfigFix
-        from specparity.idrules.vllm import fix_ops
+        from specparity.compare.fix import DraftConfigFix, dflash_layout_fix
+        from specparity.idrules.vllm import IDS_KEY, fix_ops
 
         file = f"{draft_path.rstrip('/')}/config.json"
+        eagle = draft_config.get("eagle_config")
+        if not (IDS_KEY in draft_config or (isinstance(eagle, Mapping) and IDS_KEY in eagle)):
+            # a DFlash drafter's own key, where no EAGLE-3 key (which vLLM's reader takes first) is there
+            dflash = dflash_layout_fix(sources, draft_config, num_layers=num_layers, file=file,
+                                       engine_rule="vLLM 0.32 adds 1 to DFlash ids, v1/worker/gpu_model_runner.py:"
+                                                   "5270-5277")
+            if dflash is not None:
+                return dflash
         try:
             ids, key, ops = fix_ops(sources, draft_config, num_layers=num_layers, version=version)
         except ValueError as e:
@@ -207,3 +215,4 @@ def _last_exception(lines: Sequence[str]) -> str | None:
         elif exc.match(text):
             last = text + (f" at {where}" if where else "")
     return last
+

@@ -322,6 +322,12 @@ def capture(request: WorkerRequest) -> Any:
             "startup_s": startup, "generate_s": generate_s}
     dep = deployment_from_config(request, config, kw, n_spec, fc_meta=None,
                       timings={"startup_s": startup, "generate_s": generate_s}, served_layout=layout(pc, None))
+    from specparity.serving.engine_values import decode_args
+    from specparity.serving.vllm.drafter_static import with_family
+
+    # the drafter's family and the method vLLM resolved, as the static level records them (resolve above)
+    spec = decode_args(request.server_args).get("speculative_config")
+    dep = with_family(dep, config, request=request, method_assumed=not (isinstance(spec, dict) and spec.get("method")))
     return assemble_capture(dep, evidence, request.probes, atlas=request.atlas, loop=loop)
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from specparity.drafters import DrafterFamily, family_of
 from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import (
@@ -32,7 +33,7 @@ from specparity.serving.sglang.common import (
     with_applied_norms,
 )
 from specparity.serving.sglang.load_check import watch_target_load
-from specparity.serving.sglang.run_common import capture_forward
+from specparity.serving.sglang.run_common import capture_forward, fc_sizes
 from specparity.serving.sglang.since_0_5_11 import run
 from specparity.serving.sglang.since_0_5_11.static import max_reachable_boundary
 
@@ -93,6 +94,16 @@ def _fallback_reason(draft_hf_config: Any, ids: Any) -> str | None:
     if "eagle_aux_hidden_state_layer_ids" not in eagle_config:
         return "malformed eagle_config: no eagle_aux_hidden_state_layer_ids" + note
     return "malformed eagle_config: eagle_aux_hidden_state_layer_ids is null" + note
+
+
+def _draft_vocab(draft_hf_config: Any, target_vocab: int) -> int | None:
+    """The vocabulary the drafter drafts in: its ``draft_vocab_size`` (an EAGLE-3 head sets it to ``vocab_size`` when
+    built, models/llama_eagle3.py:306-308); a DFlash drafter has none and drafts over the target's lm_head
+    (sglang 0.5.23 models/dflash.py:92-127), so its vocabulary is the target's."""
+    value = getattr(draft_hf_config, "draft_vocab_size", None)
+    if value is None and family_of(draft_hf_config.to_dict()) is DrafterFamily.DFLASH:
+        return target_vocab
+    return int(value) if value is not None else None
 
 
 def _draft_flags(draft_hf_config: Any) -> dict[str, bool]:
@@ -190,7 +201,7 @@ class Adapter:
             target_dtype=str(model_config.dtype).removeprefix("torch."),
             draft_architecture=next(iter(getattr(draft_hf_config, "architectures", None) or ["?"])),
             draft_hidden_size=h_d,
-            draft_vocab_size=getattr(draft_hf_config, "draft_vocab_size", None),
+            draft_vocab_size=_draft_vocab(draft_hf_config, int(model_config.vocab_size)),
             requested_spec=SpecSettings(*(request.server_args.get(key) for key in SPEC_KEYS)),
             resolved_spec=SpecSettings(*(getattr(view, key) for key in SPEC_KEYS)),
             spec_warnings=spec_lines,
@@ -248,7 +259,8 @@ class Adapter:
             layers_to_capture=list(target.model.layers_to_capture)
             if target.capture_aux_hidden_states
             else [],
-            fc=(fc_mod.in_features, fc_mod.out_features, fc_mod.bias is not None),
+            # an nn.Linear, or the MLA head's ColumnParallelLinear (sglang 0.5.23 models/kimi_k25_eagle3.py:212-219)
+            fc=(*fc_sizes(fc_mod), fc_mod.bias is not None),
             k=int(drafter.model.num_aux_hidden_states),
             model_class=type(target).__name__,
             timings=timings,
