@@ -52,15 +52,7 @@ if TYPE_CHECKING:
 HOOK_FACTORY = "specparity.serving.sglang.live_hooks:factory"
 
 from specparity.serving.sglang.live_evidence import (  # noqa: E402  (the live check's parts, one name space)
-    EXTEND_MODES,
-    Record,
-    _notes,
     evidence_to_capture,
-    hooks_ready,
-    hooks_registered,
-    read_records,
-    server_stand_ins,
-    settle,
 )
 from specparity.serving.sglang.live_outcome import (  # noqa: E402
     GENERATE_TOKENS,
@@ -68,6 +60,16 @@ from specparity.serving.sglang.live_outcome import (  # noqa: E402
     acceptance_from_meta,
     flush_cache,
     served_acceptance,
+)
+from specparity.serving.sglang.live_records import (  # noqa: E402
+    EXTEND_MODES,
+    Record,
+    _notes,
+    hooks_ready,
+    hooks_registered,
+    read_records,
+    server_stand_ins,
+    settle,
 )
 from specparity.serving.sglang.live_refusals import (  # noqa: E402
     CPU_REFUSALS,
