@@ -176,11 +176,7 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
     """The capture from every rank's evidence (``dep`` as vLLM resolved it; ``loop`` the serving loop's facts, its
     ``outputs`` the probes' answers). ``shared``: a server other clients may use, where calls without token ids
     cannot be told from theirs (``probe_not_isolated``); in the gate's own ``vllm.LLM`` only the probe runs."""
-    import torch
-
-    from specparity.compare.reduced import from_tensors
     from specparity.serving.child.worker_common import nonfinite_failures
-    from specparity.sources import FINAL_NORM, boundary_to_source
 
     expected = list((dep.layout or {}).get("ranks_expected") or [0])
     pp = int((dep.layout or {}).get("pipeline_parallel_size") or 1)
@@ -204,96 +200,19 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
                else "the drafter has no fc module (use_aux_hidden_state is off)")
         return CaptureResult(dep, None, None, (ServingFailure(FC_NOT_CALLED, f"{why}; no fc input was captured"),),
                              loop=loop)
-    lead = fc_ranks[0]
-    fc_rows: list[torch.Tensor] = []
-    samples: list[dict[str, torch.Tensor]] = []
-    reduced: list[ReducedSample | None] = []
-    rank_diff, verify_bad, verify_calls, disagree = 0.0, [], [], set()
-    outputs = list(loop.get("outputs") or [])
-    others = 0
+    run = _Assembly(evidence=evidence, fc_ranks=fc_ranks, outputs=list(loop.get("outputs") or []), out=out)
     for i, ids in enumerate(probes):
-        calls = evidence.calls(lead, i)
-        where = locate(calls, ids, outputs[i] if i < len(outputs) else ())
-        if where is None and shared:
-            out.append(ServingFailure(PROBE_NOT_ISOLATED, f"rank {lead} recorded no token ids with its fc calls (the "
-                                      "tap did not see the drafter's propose on this vLLM release), so the probe's "
-                                      "rows cannot be told from other requests' on a server", sample=i))
-            return CaptureResult(dep, None, None, tuple(out), loop=loop)
-        if where is not None and where.why is not None:
-            out.append(ServingFailure(PROBE_NOT_ISOLATED, f"probe {i}: {where.why}; its fc input cannot be told "
-                                      "from other requests' (gate a server without other traffic)", sample=i))
-            return CaptureResult(dep, None, None, tuple(out), loop=loop)
-        if where is None:  # the gate's own vllm.LLM (nothing else runs there): the leading calls, by row count
-            first, meta = read_blob(calls[0])
-            fc, used = prefill_rows(calls, len(ids))[::2] if "fc" in first else (None, 1)
-            where = Located(parts=[(c, 0, 0) for c in range(used)], verify=[(c, 0, 0) for c in range(used, len(calls))])
-            part_atlas = {k: v for k, v in first.items() if k.startswith("atlas/")}
-            legacy = True
-        else:
-            fc, part_atlas, meta = _rows(calls, where)
-            first, _ = read_blob(calls[where.parts[0][0]])
-            others += where.others
-            legacy = False
-        red = from_tensors(first, meta)
-        if fc is None:  # the tap's reduced mode, without the probe it expected: nothing to compare
-            out.append(ServingFailure(HOOKS_MISSING, f"rank {lead} sent no fc input for the probe's prefill (the "
-                                      "tap was not told which probe to expect)", sample=i))
-            return CaptureResult(dep, None, None, tuple(out), loop=loop)
-        if fc.shape[0] != len(ids):
-            out.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
-                                      f"{len(ids)}-token probe", sample=i))
-        fc_rows.append(fc)
-        reduced.append(red)
-        sample = {}
-        for key, t in part_atlas.items():
-            if key.startswith("atlas/b"):
-                sample[boundary_to_source(int(key.removeprefix("atlas/b")), dep.num_layers)] = t
-            elif key == "atlas/final_norm":
-                sample[FINAL_NORM] = t
-        samples.append(sample)
-        for r in fc_ranks[1:]:
-            r_calls = evidence.calls(r, i)
-            r_where = None if legacy else locate(r_calls, ids, outputs[i] if i < len(outputs) else ())
-            if r_where is not None and r_where.why is None:
-                other, _, o_meta = _rows(r_calls, r_where)
-            else:
-                _, o_meta = read_blob(r_calls[0])
-                other = prefill_rows(r_calls, len(ids))[0] if DIGEST_KEY not in o_meta else None
-            if DIGEST_KEY in o_meta:  # reduced: the rank proves agreement by the digest of its fc input
-                if o_meta[DIGEST_KEY] != fc_digest(fc):
-                    disagree.add(r)
-                continue
-            rank_diff = max(rank_diff, float((other.float() - fc.float()).abs().max())
-                            if other is not None and other.shape == fc.shape else float("inf"))
-        for r in fc_ranks:
-            r_calls = evidence.calls(r, i)
-            r_where = where if r == lead else (None if legacy else locate(r_calls, ids, outputs[i] if i < len(outputs)
-                                                                           else ()))
-            if legacy or r_where is None:
-                if not all(_finite(b) for b in r_calls[len(where.parts):]):
-                    verify_bad.append(i)
-            elif not _verify_finite(r_calls, r_where.verify):
-                verify_bad.append(i)
-        verify_calls.append(len(where.verify))
-    # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
-    loop["rank_max_abs_diff"] = None if disagree else rank_diff
-    loop["verify_calls"] = verify_calls
-    loop["other_request_rows"] = others  # the report's note: serving/live/capture.py _with_live
-    if any(r is not None for r in reduced):
-        loop["evidence"] = "reduced"
-    if disagree:
-        # reported, as the full atlas's difference is (the lead rank's fc input is the one judged, as with the full
-        # atlas); --evidence full measures the difference
-        loop["ranks_differing"] = sorted(disagree)
-        dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(disagree)} fed fc other bytes than rank {lead} "
-                                              "(SHA-256 of the prefill's fc input); gate with --evidence full to "
-                                              "see by how much"))
+        if not _assemble_probe(run, dep, i, ids, shared=shared):  # the probe cannot be told apart: no capture
+            return CaptureResult(dep, None, None, tuple(run.out), loop=loop)
+    dep = _loop_facts(run, dep, loop)
+    out = run.out
+    reduced = run.reduced
     mixed = any(r is not None for r in reduced) and not all(r is not None for r in reduced)
     if mixed:  # the two forms cannot be attributed together: the machine's limit (exit 3), never a verdict
         out.append(ServingFailure(HOOKS_MISSING, "some probes' evidence was reduced in the worker and some came as "
                                   "the full atlas (a prefill that did not fit: chunked, or dtypes the gate's table "
                                   "lacks), so the chunks cannot be attributed together; gate with --evidence full"))
-    if atlas and not any(samples):
+    if atlas and not any(run.samples):
         # the tap's boundary wrapper never ran: the target's layer loop is inside a graph torch.compile traced at
         # start-up (vLLM's default without --enforce-eager: models/llama.py:337 @support_torch_compile), where a
         # Python hook added later is never called. The fc input is the server's own; which layer each chunk is
@@ -301,19 +220,144 @@ def assemble_capture(dep: ResolvedDeployment, evidence: RankEvidence, probes: Se
         out.append(ServingFailure(HOOKS_MISSING, "vLLM ran the target compiled (torch.compile), so its layer "
                                   "boundaries are not observable from a hook and the fc chunks cannot be attributed; "
                                   "gate a server started with --enforce-eager (a staging copy of the command)"))
-    out += nonfinite_failures(fc_rows, what="the fc input vLLM served at prefill")
+    out += nonfinite_failures(run.fc_rows, what="the fc input vLLM served at prefill")
     out += [ServingFailure("nonfinite", "the fc input vLLM served at a verify step has NaN/Inf", sample=i)
-            for i in sorted(set(verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in out)]
+            for i in sorted(set(run.verify_bad)) if not any(f.sample == i and f.kind == "nonfinite" for f in out)]
+    lead = run.fc_ranks[0]
     capture = FcCapture(
-        per_sample=fc_rows, dtype=str(fc_rows[0].dtype).removeprefix("torch."), engine_version=dep.engine_version,
-        hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])),
+        per_sample=run.fc_rows, dtype=str(run.fc_rows[0].dtype).removeprefix("torch."),
+        engine_version=dep.engine_version, hook_calls=sum(len(c) for c in evidence.per_probe.get(lead, [])),
         aux_states_captured=len((evidence.meta(lead) or {}).get("aux_layers") or ()),
         aux_states_expected=dep.fc_in_features // max(dep.target_hidden_size, 1), kernel_stub_calls=(),
         aux_per_sample=[],
     )
     whole = [r for r in reduced if r is not None] if all(r is not None for r in reduced) else None
-    return CaptureResult(dep, capture, LayerAtlas(per_sample=samples, num_layers=dep.num_layers, reduced=whole)
+    return CaptureResult(dep, capture, LayerAtlas(per_sample=run.samples, num_layers=dep.num_layers, reduced=whole)
                          if atlas and not mixed else None, tuple(out), loop=loop)
+
+
+@dataclass
+class _Assembly:
+    """What the fc ranks' calls give, probe by probe: the lead rank's (the first fc rank's) fc input, atlas or reduced
+    sample, and what the other fc ranks' calls say of them."""
+
+    evidence: RankEvidence
+    fc_ranks: list[int]
+    outputs: list[Any]
+    out: list[ServingFailure]
+    fc_rows: list[Any] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    reduced: list[ReducedSample | None] = field(default_factory=list)
+    rank_diff: float = 0.0
+    verify_bad: list[int] = field(default_factory=list)
+    verify_calls: list[int] = field(default_factory=list)
+    disagree: set[int] = field(default_factory=set)
+    others: int = 0
+
+
+def _assemble_probe(run: _Assembly, dep: ResolvedDeployment, i: int, ids: Sequence[int], *, shared: bool) -> bool:
+    """Probe ``i`` from the lead rank's calls into ``run``, then the other fc ranks' calls of it; False (a failure
+    in ``run.out``) where its rows cannot be told from other requests' or were never sent."""
+    from specparity.compare.reduced import from_tensors
+    from specparity.sources import FINAL_NORM, boundary_to_source
+
+    lead = run.fc_ranks[0]
+    calls = run.evidence.calls(lead, i)
+    output = run.outputs[i] if i < len(run.outputs) else ()
+    where = locate(calls, ids, output)
+    if where is None and shared:
+        run.out.append(ServingFailure(PROBE_NOT_ISOLATED, f"rank {lead} recorded no token ids with its fc calls (the "
+                                      "tap did not see the drafter's propose on this vLLM release), so the probe's "
+                                      "rows cannot be told from other requests' on a server", sample=i))
+        return False
+    if where is not None and where.why is not None:
+        run.out.append(ServingFailure(PROBE_NOT_ISOLATED, f"probe {i}: {where.why}; its fc input cannot be told "
+                                      "from other requests' (gate a server without other traffic)", sample=i))
+        return False
+    if where is None:  # the gate's own vllm.LLM (nothing else runs there): the leading calls, by row count
+        first, meta = read_blob(calls[0])
+        fc, used = prefill_rows(calls, len(ids))[::2] if "fc" in first else (None, 1)
+        where = Located(parts=[(c, 0, 0) for c in range(used)], verify=[(c, 0, 0) for c in range(used, len(calls))])
+        part_atlas = {k: v for k, v in first.items() if k.startswith("atlas/")}
+        legacy = True
+    else:
+        fc, part_atlas, meta = _rows(calls, where)
+        first, _ = read_blob(calls[where.parts[0][0]])
+        run.others += where.others
+        legacy = False
+    red = from_tensors(first, meta)
+    if fc is None:  # the tap's reduced mode, without the probe it expected: nothing to compare
+        run.out.append(ServingFailure(HOOKS_MISSING, f"rank {lead} sent no fc input for the probe's prefill (the "
+                                      "tap was not told which probe to expect)", sample=i))
+        return False
+    if fc.shape[0] != len(ids):
+        run.out.append(ServingFailure(CAPTURE_SHAPE, f"the prefill fc call had {fc.shape[0]} rows for a "
+                                      f"{len(ids)}-token probe", sample=i))
+    run.fc_rows.append(fc)
+    run.reduced.append(red)
+    sample = {}
+    for key, t in part_atlas.items():
+        if key.startswith("atlas/b"):
+            sample[boundary_to_source(int(key.removeprefix("atlas/b")), dep.num_layers)] = t
+        elif key == "atlas/final_norm":
+            sample[FINAL_NORM] = t
+    run.samples.append(sample)
+    _other_ranks(run, i, ids, fc, output, legacy=legacy)
+    _verify_steps(run, i, ids, where, output, legacy=legacy)
+    return True
+
+
+def _other_ranks(run: _Assembly, i: int, ids: Sequence[int], fc: Any, output: Sequence[int], *,
+                 legacy: bool) -> None:
+    """Every other fc rank's prefill fc input of probe ``i`` against the lead's: its digest, or its rows."""
+    for r in run.fc_ranks[1:]:
+        r_calls = run.evidence.calls(r, i)
+        r_where = None if legacy else locate(r_calls, ids, output)
+        if r_where is not None and r_where.why is None:
+            other, _, o_meta = _rows(r_calls, r_where)
+        else:
+            _, o_meta = read_blob(r_calls[0])
+            other = prefill_rows(r_calls, len(ids))[0] if DIGEST_KEY not in o_meta else None
+        if DIGEST_KEY in o_meta:  # reduced: the rank proves agreement by the digest of its fc input
+            if o_meta[DIGEST_KEY] != fc_digest(fc):
+                run.disagree.add(r)
+            continue
+        run.rank_diff = max(run.rank_diff, float((other.float() - fc.float()).abs().max())
+                            if other is not None and other.shape == fc.shape else float("inf"))
+
+
+def _verify_steps(run: _Assembly, i: int, ids: Sequence[int], where: Located, output: Sequence[int], *,
+                  legacy: bool) -> None:
+    """Whether every fc rank's verify-step fc inputs of probe ``i`` were finite, and how many the lead saw."""
+    lead = run.fc_ranks[0]
+    for r in run.fc_ranks:
+        r_calls = run.evidence.calls(r, i)
+        r_where = where if r == lead else (None if legacy else locate(r_calls, ids, output))
+        if legacy or r_where is None:
+            if not all(_finite(b) for b in r_calls[len(where.parts):]):
+                run.verify_bad.append(i)
+        elif not _verify_finite(r_calls, r_where.verify):
+            run.verify_bad.append(i)
+    run.verify_calls.append(len(where.verify))
+
+
+def _loop_facts(run: _Assembly, dep: ResolvedDeployment, loop: dict[str, Any]) -> ResolvedDeployment:
+    """The run's facts into ``loop`` (how the ranks agreed, verify calls, other requests' rows, the evidence's form),
+    and the deployment with a note where ranks fed fc other bytes."""
+    # a digest says whether the bytes are the same, not by how much they differ: unknown (None) then, and named
+    loop["rank_max_abs_diff"] = None if run.disagree else run.rank_diff
+    loop["verify_calls"] = run.verify_calls
+    loop["other_request_rows"] = run.others  # the report's note: serving/live/capture.py _with_live
+    if any(r is not None for r in run.reduced):
+        loop["evidence"] = "reduced"
+    if run.disagree:
+        # reported, as the full atlas's difference is (the lead rank's fc input is the one judged, as with the full
+        # atlas); --evidence full measures the difference
+        loop["ranks_differing"] = sorted(run.disagree)
+        dep = replace(dep, notes=(*dep.notes, f"ranks {sorted(run.disagree)} fed fc other bytes than rank "
+                                              f"{run.fc_ranks[0]} (SHA-256 of the prefill's fc input); gate with "
+                                              "--evidence full to see by how much"))
+    return dep
 
 
 def _finite(blob: bytes) -> bool:
