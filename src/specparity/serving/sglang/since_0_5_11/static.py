@@ -20,7 +20,7 @@ import json
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -205,10 +205,34 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     except Exception as exc:
         return exception_failure(exc, prefix="importing sglang: ")
     ti = time.perf_counter()
-    kw = static_server_args_kwargs(request)
     notes: list[str] = []
+    resolved = _resolved_server_args(static_server_args_kwargs(request), notes)
+    if isinstance(resolved, ServingFailure):
+        return resolved
+    sa, warnings, kw = resolved
+    t1 = time.perf_counter()
+    try:
+        built = _meta_build(sa, kw, notes)
+    except Exception as exc:  # SGLang raising while building is a typed result, not a crash
+        return (gpu_query_failure(exc, stage="while building the models on the meta device")
+                or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
+                                                prefix="while resolving: ")
+                or exception_failure(exc, prefix="while resolving: "))
+    t2 = time.perf_counter()
+    timings = {"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1, "total_s": t2 - t0,
+               "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "registry_limited": float(model_modules.subset_in_use())}
+    return _record(adapter, request, sa, warnings, built, notes, timings)
+
+
+def _resolved_server_args(kw: dict[str, Any], notes: list[str]) -> tuple[Any, list[str], dict[str, Any]] | \
+        ServingFailure:
+    """SGLang's ``ServerArgs`` for the deployment, resolved (with its warnings and the keywords that built it), or
+    its refusal. A validation that reads the platform cannot pass for ``device=cuda`` on a machine without the GPU:
+    there the args are resolved with the first of :data:`HARDWARE_FALLBACKS` SGLang takes, and a note says so."""
     try:
         sa, warnings = _server_args(kw)
+        return sa, warnings, kw
     except Exception as exc:
         refusal = exception_failure(exc, prefix="SGLang refuses the deployment's server args: ")
         if kw.get("device") != "cuda" or torch.cuda.is_available():
@@ -226,73 +250,88 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
             notes.append(f"hardware check skipped: with device=cuda SGLang raised '{raised}', which "
                          f"needs a GPU this machine lacks; server args were resolved with {shown}, so the "
                          "speculative settings shown follow SGLang's defaults for that")
-            kw = {**kw, **fallback}
-            break
-        else:
-            return gpu_query_failure(exc, stage="while resolving the server args") or refusal
-    t1 = time.perf_counter()
-    try:
-        from sglang.srt.arg_groups.model_override_base import resolved_view
-        from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
-            configure_aux_hidden_state_capture,
-        )
-        from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-            resolve_spec_aux_hidden_state_config,
-        )
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+            return sa, warnings, {**kw, **fallback}
+        return gpu_query_failure(exc, stage="while resolving the server args") or refusal
 
-        build_sa = sa
-        build_kw, wide = one_rank_build_kw(sa, kw, notes)
-        if kw.get("device") == "cuda" and not torch.cuda.is_available():
-            # Model constructors may create CUDA streams (runtime_context.py:990-1004): the meta build
-            # publishes this machine's device, with the attention backend SGLang resolved for the deployment
-            view = resolved_view(sa)
-            build_kw.update(device="cpu", attention_backend=view.attention_backend)
-        if wide or build_kw.get("device") != kw.get("device"):
-            build_sa = build_server_args(sa, build_kw, _server_args, notes)
-        deployed_config = ModelConfig.from_server_args(sa)
-        model_config = deployed_config if build_sa is sa else ModelConfig.from_server_args(build_sa)
-        init_single_rank(build_sa, model_config=model_config)
-        spec = resolve_spec_aux_hidden_state_config(
-            server_args=build_sa,
-            model_config=model_config,
-            is_draft_worker=False,
-            spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
-        )
-        target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
-        # as TpModelWorker.init_attention_backends calls it (attention_backend_setup.py:40-61)
-        setting = read_capture(target, rule := SetterTrace(lambda m: configure_aux_hidden_state_capture(
-            model=m,
-            eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
-            eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
-            dflash_use_aux_hidden_state=spec.dflash_use_aux_hidden_state,
-            dflash_target_layer_ids=spec.dflash_target_layer_ids,
-            is_dspark=spec.is_dspark,
-        )))
-        draft_mc = spec.draft_model_config
-        draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
-        draft = draft_shape(draft_model)
-    except Exception as exc:  # SGLang raising while building is a typed result, not a crash
-        return (gpu_query_failure(exc, stage="while building the models on the meta device")
-                or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
-                                                prefix="while resolving: ")
-                or exception_failure(exc, prefix="while resolving: "))
-    t2 = time.perf_counter()
-    draft_hf = draft_mc.hf_config
+
+@dataclass(frozen=True)
+class _Built:
+    """What the meta-device build gives: SGLang's aux-state config, the deployed model config, the target and its
+    setter's reading, the draft's config, module and shape."""
+
+    spec: Any
+    deployed_config: Any
+    target: Any
+    setting: Any
+    rule: Any
+    draft_mc: Any
+    draft_model: Any
+    draft: Any
+
+
+def _meta_build(sa: Any, kw: dict[str, Any], notes: list[str]) -> _Built:
+    """Target and draft built on the meta device as SGLang builds them for one rank, and SGLang's own setter run on
+    the target (as TpModelWorker.init_attention_backends calls it, attention_backend_setup.py:40-61). Raises what
+    SGLang raises."""
+    from sglang.srt.arg_groups.model_override_base import resolved_view
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner_components.attention_backend_setup import (
+        configure_aux_hidden_state_capture,
+    )
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    build_sa = sa
+    build_kw, wide = one_rank_build_kw(sa, kw, notes)
+    if kw.get("device") == "cuda" and not torch.cuda.is_available():
+        # Model constructors may create CUDA streams (runtime_context.py:990-1004): the meta build
+        # publishes this machine's device, with the attention backend SGLang resolved for the deployment
+        view = resolved_view(sa)
+        build_kw.update(device="cpu", attention_backend=view.attention_backend)
+    if wide or build_kw.get("device") != kw.get("device"):
+        build_sa = build_server_args(sa, build_kw, _server_args, notes)
+    deployed_config = ModelConfig.from_server_args(sa)
+    model_config = deployed_config if build_sa is sa else ModelConfig.from_server_args(build_sa)
+    init_single_rank(build_sa, model_config=model_config)
+    spec = resolve_spec_aux_hidden_state_config(
+        server_args=build_sa,
+        model_config=model_config,
+        is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
+    )
+    target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
+    setting = read_capture(target, rule := SetterTrace(lambda m: configure_aux_hidden_state_capture(
+        model=m,
+        eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
+        eagle_aux_hidden_state_layer_ids=spec.eagle_aux_hidden_state_layer_ids,
+        dflash_use_aux_hidden_state=spec.dflash_use_aux_hidden_state,
+        dflash_target_layer_ids=spec.dflash_target_layer_ids,
+        is_dspark=spec.is_dspark,
+    )))
+    draft_mc = spec.draft_model_config
+    draft_model = model_modules.build_as_full_registry(build_meta_model, draft_mc, server_args=build_sa)
+    return _Built(spec=spec, deployed_config=deployed_config, target=target, setting=setting, rule=rule,
+                  draft_mc=draft_mc, draft_model=draft_model, draft=draft_shape(draft_model))
+
+
+def _record(adapter: Any, request: Any, sa: Any, warnings: list[str], built: _Built, notes: list[str],
+            timings: dict[str, float]) -> ResolvedDeployment:
+    """The deployment record from what was resolved and built: fc as built, the drafter's family (DFlash's own
+    reading of the ids), the norms the built drafter applies, and the setters that ran, cited."""
+    draft, spec = built.draft, built.spec
+    draft_hf = built.draft_mc.hf_config
     k = draft.num_aux_hidden_states or 3
     ckpt = fc_shape_from_checkpoint(Path(request.draft))
     fc = fc_as_built(ckpt, draft, draft_hf, k)
     family = draft_family(request.draft)
     block = dflash_facts(spec, draft_hf, sa) if spec.dflash_use_aux_hidden_state else None
     dep = adapter._deployment(
-        request, sa, warnings, model_config=deployed_config, draft_hf_config=draft_hf,
+        request, sa, warnings, model_config=built.deployed_config, draft_hf_config=draft_hf,
         ids=(block.config_ids if block is not None else spec.eagle_aux_hidden_state_layer_ids),
-        layers_to_capture=list(setting.layers_to_capture),
-        fc=fc, k=k, model_class=type(target).__name__,
-        timings={"sglang_import_s": ti - t0, "server_args_s": t1 - ti, "resolve_s": t2 - t1,
-                 "total_s": t2 - t0, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 "registry_limited": float(model_modules.subset_in_use())},
+        layers_to_capture=list(built.setting.layers_to_capture),
+        fc=fc, k=k, model_class=type(built.target).__name__, timings=timings,
     )
     if block is not None:  # the DFlash path's own reading of the ids (its fallback, its offset), not EAGLE-3's
         dep = replace(dep, ids_fallback_reason=block.fallback_reason, block_size=block.block_size,
@@ -301,11 +340,11 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     dep = replace(dep, adapter_notes=(*dep.adapter_notes, *family_notes(request, family, dep, block)))
     # the norms the drafter SGLang built applies, read from its modules, not the config
     return with_applied_norms(
-        dep, getattr(draft_model, "model", None),
+        dep, getattr(built.draft_model, "model", None),
         # No fc.weight: SGLang's loader has nothing to put into fc, which keeps its random init
         # (models/llama_eagle3.py:338-353); the shape is then the constructed module's.
         fc_source="checkpoint" if ckpt is not None else "config: no fc.weight in checkpoint",
-        capture_owner=setting.owner, capture_rule_source=rule.citations,  # the setters that ran, cited
+        capture_owner=built.setting.owner, capture_rule_source=built.rule.citations,  # the setters that ran, cited
         draft_fc_module=(draft.fc_in_features, draft.fc_out_features, draft.fc_bias)
         if draft.fc_in_features is not None else None,
         draft_model_class=draft.architecture,
