@@ -157,6 +157,22 @@ def node_ranks(tp: int, pp: int, nnodes: int, node_rank: int) -> list[int]:
     return [tp * p + t for p in pps for t in tps]
 
 
+def _fc_shape(draft_dir: str | Path | None, fc_in: int, fc_out: int) -> tuple[int, int, bool, str]:
+    """fc's (in, out, bias) from the draft checkpoint's header where the draft directory is readable here, else the
+    config's (``fc_in``, ``fc_out``, no bias), and where they come from."""
+    if draft_dir is None:
+        return fc_in, fc_out, False, "config: draft checkpoint not read"
+    from specparity.checkpoint_files import fc_shape_from_checkpoint
+
+    try:
+        shape = fc_shape_from_checkpoint(Path(draft_dir))
+    except (OSError, ValueError, KeyError):
+        return fc_in, fc_out, False, "config: draft checkpoint not read"
+    if shape is None:
+        return fc_in, fc_out, False, "config: no fc.weight in checkpoint"
+    return shape.in_features, shape.out_features, shape.bias, "checkpoint"
+
+
 def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mapping[str, Any],
                                 target_config: Mapping[str, Any] | None = None,
                                 draft_dir: str | Path | None = None) -> ResolvedDeployment:
@@ -196,16 +212,7 @@ def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mappin
                 notes.append(f"SGLang's forward fails with this draft config: {plan.crash}")
     else:
         notes.append("the target's config.json was not readable here: the capture list is not computed")
-    fc_in, fc_out, fc_bias, fc_source = k * h_t_draft, h_d, False, "config: draft checkpoint not read"
-    if draft_dir is not None:
-        from specparity.checkpoint_files import fc_shape_from_checkpoint
-
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            shape = fc_shape_from_checkpoint(Path(draft_dir))
-            if shape is not None:
-                fc_in, fc_out, fc_bias, fc_source = shape.in_features, shape.out_features, shape.bias, "checkpoint"
-            else:
-                fc_source = "config: no fc.weight in checkpoint"
+    fc_in, fc_out, fc_bias, fc_source = _fc_shape(draft_dir, k * h_t_draft, h_d)
     resolved = SpecSettings(info.get("speculative_num_steps"), info.get("speculative_eagle_topk"),
                             info.get("speculative_num_draft_tokens"))
     launch = info.get("launch_command")

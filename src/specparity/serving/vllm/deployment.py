@@ -82,27 +82,13 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
         raw = json.loads((Path(request.draft) / "config.json").read_text())
     except (OSError, ValueError):
         raw = {}
-    if read:
-        boundaries = tuple(sorted(set(int(b) for b in read)))
-        reason = None
-    else:
-        boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
-        reason = fallback_reason(raw if isinstance(raw, dict) else {}, dcfg, list(boundaries),
-                                 version=str(vllm.__version__))
+    boundaries, reason = _boundaries(read, raw, dcfg, num_layers, version=str(vllm.__version__))
     from specparity.sources import boundary_to_source
 
     reachable = tuple(b for b in boundaries if 0 <= b <= num_layers)
     shape = fc_shape_from_checkpoint(Path(request.draft))
     k = drafter_aux_count(dcfg)
-    t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
-    if fc_meta is not None:
-        fc_in, fc_out, bias, source = (int(fc_meta["in_features"]), int(fc_meta["out_features"]),
-                                       bool(fc_meta["bias"]), "vllm_module")
-    elif shape is not None:
-        fc_in, fc_out, bias, source = shape.in_features, shape.out_features, shape.bias, "checkpoint"
-    else:
-        fc_in, fc_out, bias = t_hidden * k, int(dcfg.get("hidden_size") or 0), bool(dcfg.get("bias", False))
-        source = "config: no fc.weight in checkpoint"
+    fc_in, fc_out, bias, source = _fc_facts(fc_meta, shape, dcfg, hidden, k)
     nested = dcfg.get("eagle_config")
     eagle: dict[str, Any] = nested if isinstance(nested, dict) else {}
     spec = SpecSettings(num_steps=n_spec, eagle_topk=None, num_draft_tokens=None)
@@ -131,6 +117,29 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
         timings=timings, unreachable_boundaries=tuple(b for b in boundaries if b not in reachable),
         fc_source=source, engine="vllm", layout=served_layout or layout(vllm_config.parallel_config, None),
     )
+
+
+def _boundaries(read: Any, raw: Any, dcfg: dict[str, Any], num_layers: int, *,
+                version: str) -> tuple[tuple[int, ...], str | None]:
+    """The boundaries the release's own reader gives (``read``), else vLLM's default ones and why the draft's ids
+    were not read."""
+    if read:
+        return tuple(sorted(set(int(b) for b in read))), None
+    boundaries = tuple(sorted({2, num_layers // 2, num_layers - 3}))  # interfaces.py:1712-1733
+    return boundaries, fallback_reason(raw if isinstance(raw, dict) else {}, dcfg, list(boundaries), version=version)
+
+
+def _fc_facts(fc_meta: dict[str, Any] | None, shape: Any, dcfg: dict[str, Any], hidden: int,
+              k: int) -> tuple[int, int, bool, str]:
+    """fc's (in, out, bias) and where they come from: the live module's, else the checkpoint's, else the config's
+    ``k`` target hidden states in."""
+    if fc_meta is not None:
+        return (int(fc_meta["in_features"]), int(fc_meta["out_features"]), bool(fc_meta["bias"]), "vllm_module")
+    if shape is not None:
+        return shape.in_features, shape.out_features, shape.bias, "checkpoint"
+    t_hidden = int(dcfg.get("target_hidden_size") or dcfg.get("hidden_size") or hidden)
+    return (t_hidden * k, int(dcfg.get("hidden_size") or 0), bool(dcfg.get("bias", False)),
+            "config: no fc.weight in checkpoint")
 
 
 def describe_config(vllm_config: Any) -> dict[str, Any]:

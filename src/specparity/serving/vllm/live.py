@@ -172,6 +172,22 @@ def describe(rpc: HttpRpc) -> tuple[ResolvedDeployment | None, list[dict[str, An
     return (ResolvedDeployment.from_dict(deps[0]) if deps else None), replies
 
 
+def _assistant_start_run(client: ServerClient, body: dict[str, Any], probes: Sequence[Sequence[int]],
+                         prompt_lengths: Sequence[int]) -> tuple[dict[str, Any], int, list[Any]]:
+    """The server's own loop on the probes' prompts, up to the assistant's first token: the target then writes its
+    own answer, the text the drafter was trained on (as serving/vllm/worker.py's capture does). The counters it
+    moved, the requests sent, and each request's own spec-decode metrics."""
+    from specparity.serving.vllm.evidence import counter_delta
+
+    start = counters(client)
+    per_request = []
+    for ids, n in zip(probes, prompt_lengths, strict=True):
+        _reset_prefix_cache(client)
+        answer = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids[: max(1, int(n))]]})
+        per_request.append(_spec_metrics(answer))
+    return counter_delta(counters(client), start), len(per_request), per_request
+
+
 def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
                  prompt_lengths: Sequence[int] | None, generate_tokens: int = GENERATE_TOKENS,
                  progress: Callable[[int, int], None] | None = None, atlas: bool = True,
@@ -235,16 +251,8 @@ def live_capture(client: ServerClient, *, probes: Sequence[Sequence[int]],
     counted, prompts = counter_delta(counters(client), before), "after_probe"
     sent, per_request = len(outputs), [_spec_metrics(a) for a in answers]
     if prompt_lengths is not None and len(prompt_lengths) == len(probes):
-        # the server's own loop on the probes' prompts, up to the assistant's first token: the target then writes
-        # its own answer, the text the drafter was trained on (as serving/vllm/worker.py's capture does)
-        start = counters(client)
-        sent, per_request = 0, []
-        for ids, n in zip(probes, prompt_lengths, strict=True):
-            _reset_prefix_cache(client)
-            answer = client.post_json("/v1/completions", {**body, "prompt": [int(t) for t in ids[: max(1, int(n))]]})
-            sent += 1
-            per_request.append(_spec_metrics(answer))
-        counted, prompts = counter_delta(counters(client), start), "assistant_start"
+        counted, sent, per_request = _assistant_start_run(client, body, probes, prompt_lengths)
+        prompts = "assistant_start"
     generate_s = time.perf_counter() - t0
     layout = dict(dep.layout)
     moved = sum(len(b) for calls in evidence.per_probe.values() for probe in calls for b in probe)
