@@ -198,7 +198,7 @@ def sglang_worker(work: Path, mode: str, rank: int) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
 
-    from specparity.serving.sglang import live, live_hooks
+    from specparity.serving.sglang import live, live_hooks, live_wire
 
     meta = json.loads((work / "geometry.json").read_text())
     layers, hidden = int(meta["layers"]), int(meta["hidden"])
@@ -263,12 +263,12 @@ def sglang_worker(work: Path, mode: str, rank: int) -> dict[str, Any]:
 
     extend(1, {k: v[:1] for k, v in stream.items()}, served[:1])  # adopts both models (unarmed)
     base = _rss_mb()
-    (evidence / live_hooks.ARMED).touch()
+    (evidence / live_wire.ARMED).touch()
     t0 = time.perf_counter()
     extend(int(served.shape[0]), stream, served)
     tap_s = time.perf_counter() - t0
-    raw = sum(f.stat().st_size for f in (evidence / live_hooks.RECORDS).glob(f"r{rank}-*"))
-    (evidence / live_hooks.ARMED).unlink()
+    raw = sum(f.stat().st_size for f in (evidence / live_wire.RECORDS).glob(f"r{rank}-*"))
+    (evidence / live_wire.ARMED).unlink()
     return {"rank": rank, "bytes": raw, "reply_bytes": raw, "peak_rss_mb": _peak_mb(), "base_rss_mb": base,
             "tap_s": tap_s}
 
@@ -334,7 +334,7 @@ def _sglang_evidence(work: Path, mode: str, ranks: int) -> None:
 
     from safetensors.torch import load_file
 
-    from specparity.serving.sglang import live_hooks
+    from specparity.serving.sglang import live_wire
 
     evidence = work / mode / "evidence"
     shutil.rmtree(evidence, ignore_errors=True)
@@ -345,7 +345,7 @@ def _sglang_evidence(work: Path, mode: str, ranks: int) -> None:
         import torch
 
         recorded = load_file(str(work / "probe.safetensors"))["recorded"]
-        live_hooks.write_expectations(evidence, [list(range(int(recorded.shape[0])))], [recorded],
+        live_wire.write_expectations(evidence, [list(range(int(recorded.shape[0])))], [recorded],
                                       expected=SOURCES, rtol={"bfloat16/bfloat16": _rtol_for("bfloat16", "bfloat16")},
                                       lead=0)
         del torch

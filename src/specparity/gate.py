@@ -70,7 +70,7 @@ def _node_evidence(dirs: Sequence[str | Path], engine: str, *, live: bool) -> tu
                          "executor (/collective_rpc)", field="--node-evidence")
     if not live:
         raise InputError("--node-evidence needs the server: --launch or --server", field="--node-evidence")
-    from specparity.serving.sglang.live_hooks import evidence_dir_problem
+    from specparity.serving.sglang.live_wire import evidence_dir_problem
 
     out = []
     for d in dirs:

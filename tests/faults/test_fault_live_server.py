@@ -71,7 +71,7 @@ def test_sigkill_while_an_attached_server_is_armed_leaves_it_disarmed(tmp_path: 
 
     from specparity.deploy_command import read_launch
     from specparity.serving.live.server import LaunchedServer, ServerClient, free_port
-    from specparity.serving.sglang import live, live_hooks
+    from specparity.serving.sglang import live, live_wire
 
     evidence = tmp_path / "evidence"
     printed = json.loads(subprocess.run(
@@ -92,17 +92,17 @@ def test_sigkill_while_an_attached_server_is_armed_leaves_it_disarmed(tmp_path: 
                   name="attached-armed-killed", pause_at="armed", inputs=[*contract_files(CONTRACT)],
                   env={"XDG_STATE_HOME": os.environ.get("XDG_STATE_HOME")}).start()
         took = run.wait_point(within_s=300)
-        assert (evidence / live_hooks.ARMED).exists()
+        assert (evidence / live_wire.ARMED).exists()
         run.signal(signal.SIGKILL)
         code = run.wait()
         end = time.monotonic() + 30
-        while (evidence / live_hooks.ARMED).exists() and time.monotonic() < end:
+        while (evidence / live_wire.ARMED).exists() and time.monotonic() < end:
             time.sleep(0.2)
         print(f"attached gate armed after {took:.1f} s; SIGKILL: exit {code}; ARMED gone "
-              f"{not (evidence / live_hooks.ARMED).exists()}")
+              f"{not (evidence / live_wire.ARMED).exists()}")
         assert code == expected_code(signal.SIGKILL)
-        assert not (evidence / live_hooks.ARMED).exists()
-        assert not (evidence / live_hooks.RECORDS).exists() or not any((evidence / live_hooks.RECORDS).iterdir())
+        assert not (evidence / live_wire.ARMED).exists()
+        assert not (evidence / live_wire.RECORDS).exists() or not any((evidence / live_wire.RECORDS).iterdir())
         with ServerClient(server.url, timeout_s=120) as client:
             assert client.healthy("/health")
             client.post_json("/generate", {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 1,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from specparity.serving.sglang import live_hooks
+from specparity.serving.sglang import live_hooks, live_wire
 from specparity.serving.vllm import tap
 
 
@@ -106,4 +106,4 @@ def test_a_disarmed_sglang_hook_does_no_tensor_arithmetic(tmp_path: Path) -> Non
     hook = process._tap("atlas")
     hook(module, (Spy(log), Spy(log)), (Spy(log), Spy(log)))
     assert log == []
-    assert not (evidence / live_hooks.RECORDS).exists()
+    assert not (evidence / live_wire.RECORDS).exists()

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from specparity.serving.results import FC_NOT_CALLED, RANK_MISSING, CaptureResult, SpecSettings
-from specparity.serving.sglang import live, live_hooks
+from specparity.serving.sglang import live, live_hooks, live_wire
 from specparity.sources import EMBEDDING, FINAL_NORM
 
 H, L, K = 8, 4, 3
@@ -182,7 +182,7 @@ def test_hook_switches_are_exactly_the_forward_hooks_flag(tmp_path: Path) -> Non
 def test_idle_hooks_write_nothing_and_install_no_tap(evidence: Path, served: tuple[Target, Draft]) -> None:
     target, draft = served
     serve(target, draft, PROBES)
-    assert not (evidence / live_hooks.RECORDS).exists()
+    assert not (evidence / live_wire.RECORDS).exists()
     assert list(live.hooks_registered(evidence).values()) == [["model", "model"]]  # one per runner
     assert list(live.hooks_ready(evidence).values()) == [["target", "draft"]]
     hooked = [n for n, m in [*target.named_modules(), *draft.named_modules()] if m._forward_hooks]
@@ -215,7 +215,7 @@ def test_armed_capture_is_the_residual_stream_and_the_fc_input(evidence: Path, s
             torch.testing.assert_close(got[k], ref[k], rtol=1e-5, atol=1e-5, msg=k)
         # the aux capture at boundaries 0, 2, 3 = embedding, layer:1, layer:2, exactly the atlas's rows
         assert torch.equal(result.fc.aux_per_sample[i], torch.cat([got[EMBEDDING], got["layer:1"], got["layer:2"]], -1))
-    names = sorted(os.listdir(evidence / live_hooks.RECORDS))
+    names = sorted(os.listdir(evidence / live_wire.RECORDS))
     assert [n.split("-")[1] for n in names] == ["draft", "target"]
     assert not any(n.startswith(".tmp") for n in names)
 
@@ -283,9 +283,9 @@ def test_idle_cost_is_one_stat_per_forward(evidence: Path, monkeypatch: pytest.M
     with torch.no_grad():
         for _ in range(20):
             hooked.model(b.input_ids, b.positions, b)
-    assert stats == [str(evidence / live_hooks.ARMED)] * 20  # one stat per forward, nothing else looked at
+    assert stats == [str(evidence / live_wire.ARMED)] * 20  # one stat per forward, nothing else looked at
     assert [n for n, m in hooked.named_modules() if m._forward_hooks] == ["model"]  # no tap while idle
-    assert not (evidence / live_hooks.RECORDS).exists()
+    assert not (evidence / live_wire.RECORDS).exists()
     monkeypatch.undo()
 
     def per_forward(model: Target) -> float:
@@ -368,7 +368,7 @@ def test_a_body_replayed_in_a_graph_gives_the_fc_input_from_the_batch_and_names_
     with live.armed(evidence):
         serve(target, draft, PROBES)  # eager: the reference records
     eager = live.evidence_to_capture(evidence, PROBES)
-    for old in (evidence / live_hooks.RECORDS).iterdir():
+    for old in (evidence / live_wire.RECORDS).iterdir():
         old.unlink()
     for inner in (target.model, draft.model):
         body = inner.forward
@@ -439,8 +439,8 @@ def test_the_hooks_disarm_themselves_when_the_gate_is_gone(evidence: Path, serve
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    flag = evidence / live_hooks.ARMED
-    lease = json.loads(live_hooks.lease_text(lease_s=60))
+    flag = evidence / live_wire.ARMED
+    lease = json.loads(live_wire.lease_text(lease_s=60))
     flag.write_text(json.dumps({**lease, "owner_pid": dead.pid}))
     serve(*served, PROBES)
     assert not flag.exists() and live.read_records(evidence) == []

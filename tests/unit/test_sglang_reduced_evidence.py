@@ -29,7 +29,7 @@ from specparity import gate
 from specparity.compare.reduced import Reduction
 from specparity.contract import load_contract, read_contract_probes
 from specparity.serving.results import NODE_MISSING, CaptureResult
-from specparity.serving.sglang import live, live_hooks
+from specparity.serving.sglang import live, live_hooks, live_wire
 from specparity.serving.sglang.engine import SglangEngine
 from specparity.sources import EMBEDDING, FINAL_NORM
 
@@ -140,7 +140,7 @@ def _run(root: Path, monkeypatch: pytest.MonkeyPatch, sources: list[str], reduct
     for d in dirs:
         d.mkdir(mode=0o700)
         if reduction is not None:
-            live_hooks.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
+            live_wire.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
                                           rtol=reduction.rtol, lead=0, served=reduction.served)
     for rank in range(ranks):
         d = dirs[rank * nodes // ranks]

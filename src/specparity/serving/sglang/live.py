@@ -42,7 +42,7 @@ from specparity.serving.results import (
     CaptureResult,
     ServingFailure,
 )
-from specparity.serving.sglang import live_hooks
+from specparity.serving.sglang import live_wire
 from specparity.serving.sglang.live_stand_ins import ENV_STAND_INS, SITE_DIR
 from specparity.testpoints import pause
 
@@ -143,10 +143,10 @@ def armed(evidence_dir: str | Path, *, lease_s: float = LEASE_S) -> Any:
     hooks themselves when its lease (``lease_s`` from now, this process alive) ends (``live_hooks``)."""
     from specparity.serving.child import reaper
 
-    flag = Path(evidence_dir) / live_hooks.ARMED
+    flag = Path(evidence_dir) / live_wire.ARMED
     fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.write(fd, live_hooks.lease_text(lease_s=lease_s).encode())
+        os.write(fd, live_wire.lease_text(lease_s=lease_s).encode())
     finally:
         os.close(fd)
     reaper.adopt_file(flag)
@@ -160,7 +160,7 @@ def armed(evidence_dir: str | Path, *, lease_s: float = LEASE_S) -> Any:
 
 def lease_ends(evidence_dir: str | Path) -> list[str]:
     """Why the hooks disarmed themselves during the last probe run (``lease/<pid>.json``), if they did."""
-    return [e for entries in _notes(evidence_dir, live_hooks.LEASE).values() for e in entries]
+    return [e for entries in _notes(evidence_dir, live_wire.LEASE).values() for e in entries]
 
 
 def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequence[Sequence[int]],
@@ -192,7 +192,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
     for d in dirs:
         # an earlier probe run's files are not this one's; this run's go at its end, or with the watchdog if the gate
         # is killed (they hold the probes' and any other client's token ids and hidden states)
-        for folder in (live_hooks.RECORDS, live_hooks.EXPECT, live_hooks.LEASE):
+        for folder in (live_wire.RECORDS, live_wire.EXPECT, live_wire.LEASE):
             for old in (d / folder).glob("*") if (d / folder).is_dir() else []:
                 with contextlib.suppress(OSError):
                     old.unlink()
@@ -201,7 +201,7 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
     try:
         if reduction is not None:
             for d in dirs:
-                live_hooks.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
+                live_wire.write_expectations(d, probes, reduction.recorded, expected=list(reduction.expected),
                                               rtol=reduction.rtol, lead=0, served=reduction.served)
         with contextlib.ExitStack() as stack:
             for d in dirs:
@@ -226,12 +226,12 @@ def live_capture(client: Any, *, evidence_dir: str | Path | None, probes: Sequen
         result = evidence_to_capture(evidence_dir, probes, deployment=replace(dep, timings=timings),
                                      node_dirs=node_dirs)
         ended = [f"{d}: {why}" for d in dirs for why in lease_ends(d)]
-        moved = sum(f.stat().st_size for d in dirs if (d / live_hooks.RECORDS).is_dir()
-                    for f in (d / live_hooks.RECORDS).iterdir() if f.is_file())
+        moved = sum(f.stat().st_size for d in dirs if (d / live_wire.RECORDS).is_dir()
+                    for f in (d / live_wire.RECORDS).iterdir() if f.is_file())
         result = replace(result, loop={**(result.loop or {}), "evidence_bytes": moved})
     finally:
         for d in dirs:
-            for folder in (live_hooks.RECORDS, live_hooks.EXPECT, live_hooks.LEASE):
+            for folder in (live_wire.RECORDS, live_wire.EXPECT, live_wire.LEASE):
                 reaper.release_dir(d / folder, remove=True)
     if ended:  # the hooks stopped recording before the gate disarmed: what they wrote is not the whole run
         result = replace(result, failures=(*result.failures, ServingFailure(HOOKS_MISSING, (
@@ -262,7 +262,7 @@ def mark_evidence_dir(evidence_dir: Path) -> str:
     import secrets
 
     evidence_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    problem = live_hooks.evidence_dir_problem(evidence_dir)
+    problem = live_wire.evidence_dir_problem(evidence_dir)
     if problem is not None:
         from specparity.errors import InputError
 
@@ -284,7 +284,7 @@ def marker_problem(evidence_dir: Path) -> str | None:
     (a regular file of this user's, 0600), or a token other than the one ``launch-flags`` kept for it; or None."""
     import stat
 
-    problem = live_hooks.evidence_dir_problem(evidence_dir)
+    problem = live_wire.evidence_dir_problem(evidence_dir)
     if problem is not None:
         return problem
     marker = evidence_dir / MARKER

@@ -24,7 +24,7 @@ from specparity.serving.results import (
     ResolvedDeployment,
     ServingFailure,
 )
-from specparity.serving.sglang import live_hooks
+from specparity.serving.sglang import live_wire
 from specparity.serving.sglang.live_records import (
     EXTEND_MODES,
     Record,
@@ -197,11 +197,11 @@ def _gather_probe(run: _Gathered, i: int, probe: Sequence[int], by_rank: Mapping
     aux = _rows(match.target, "aux")
     if aux is not None:
         run.aux_rows.append(aux)
-    elif match.target[0][0].meta.get(live_hooks.AUX_WIDTH):  # reduced: the states were not kept, their width was
-        run.aux_widths.append(int(match.target[0][0].meta[live_hooks.AUX_WIDTH]))
+    elif match.target[0][0].meta.get(live_wire.AUX_WIDTH):  # reduced: the states were not kept, their width was
+        run.aux_widths.append(int(match.target[0][0].meta[live_wire.AUX_WIDTH]))
     keys = [k for k in match.target[0][0].tensors if k == "embedding" or k == "final_norm" or k.startswith("layer:")]
     run.atlas_rows.append({k: v for k in keys if (v := _rows(match.target, k)) is not None})
-    held = any(rec.meta.get(live_hooks.EVIDENCE_KEY) == "reduced" for rec, _, _ in match.target)
+    held = any(rec.meta.get(live_wire.EVIDENCE_KEY) == "reduced" for rec, _, _ in match.target)
     red, why_not = _reduced_of(match.draft, i, probes) if held else (None, "")
     if held and red is None:
         run.failures.append(ServingFailure(HOOKS_MISSING, (
@@ -356,12 +356,12 @@ def _reduced_of(parts: Sequence[tuple[Record, int, int]], i: int,
         return None, f"its prefill came in {len(parts)} chunks"
     rec = parts[0][0]
     for j in _probe_indices(i, probes):
-        meta = rec.meta.get(f"{live_hooks.REDUCED_META}{j}")
+        meta = rec.meta.get(f"{live_wire.REDUCED_META}{j}")
         if meta is not None:
-            prefix = f"{live_hooks.REDUCED_PREFIX}{j}/"
+            prefix = f"{live_wire.REDUCED_PREFIX}{j}/"
             tensors = {"reduced/" + k.removeprefix(prefix): v for k, v in rec.tensors.items() if k.startswith(prefix)}
             return from_tensors(tensors, {META_KEY: meta}), ""
-        error = rec.meta.get(f"{live_hooks.REDUCE_ERROR}/{j}")
+        error = rec.meta.get(f"{live_wire.REDUCE_ERROR}/{j}")
         if error is not None:
             return None, f"the reduction raised {error}"
     return None, "no reduced statistics in its record"
@@ -372,7 +372,7 @@ def _digest_of(parts: Sequence[tuple[Record, int, int]], i: int, probes: Sequenc
     if len(parts) != 1:
         return None
     for j in _probe_indices(i, probes):
-        digest = parts[0][0].meta.get(f"{live_hooks.DIGEST_META}{j}")
+        digest = parts[0][0].meta.get(f"{live_wire.DIGEST_META}{j}")
         if digest is not None:
             return digest
     return None

@@ -59,13 +59,17 @@ Inside SGLang's processes this module imports only the standard library at impor
 a record is written.
 """
 
+# Over 400 lines, on purpose: this file is everything of specparity that runs inside the user's SGLang server, one
+# class (_Process) whose methods are the hook's whole life in a scheduler process (adopt, arm on the lease, tap, write,
+# hold, reduce), so that what a live check does inside a production server can be audited in one read. What the gate
+# and the hooks exchange through the evidence directory is live_wire.py; the reduction's arithmetic is
+# compare/reduced.py.
 from __future__ import annotations
 
 import contextlib
 import itertools
 import json
 import os
-import stat
 import sys
 import tempfile
 import threading
@@ -74,39 +78,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ARMED = "ARMED"
-RECORDS = "records"
-EXPECT = "expect"  # the gate's per-probe expectations while armed (reduced evidence)
-EXPECT_FORMAT = "specparity-live-sglang-expect/1"
-EVIDENCE_KEY = "evidence"  # a record's meta: "full" or "reduced"
-REDUCED_META = "specparity_reduced/"  # + probe index: compare/reduced.py META_KEY's JSON, per probe
-REDUCED_PREFIX = "reduced"  # tensors "reduced<i>/<stat>" of probe i
-DIGEST_META = "specparity_fc_digest/"  # + probe index: a non-lead rank's SHA-256 of its fc rows
-REDUCE_ERROR = "reduce_error"
-AUX_HELD = "\0aux"  # the held aux rows, beside the boundaries (never a source name)
-AUX_WIDTH = "aux_width"  # a reduced target record's meta: the aux states' width (the states themselves not kept)
-LEASE = "lease"  # notes of the hooks disarming themselves: lease/<pid>.json
-FACTORY_CALLS = "factory_calls"
-READY = "ready"
-RECORD_FORMAT = "specparity-live-sglang/1"
+from specparity.serving.sglang.live_wire import (  # the evidence directory's layout, shared with the gate's side
+    ARMED,
+    AUX_HELD,
+    AUX_WIDTH,
+    DIGEST_META,
+    EVIDENCE_KEY,
+    FACTORY_CALLS,
+    LEASE,
+    READY,
+    RECORD_FORMAT,
+    RECORDS,
+    REDUCE_ERROR,
+    REDUCED_META,
+    REDUCED_PREFIX,
+    evidence_dir_problem,
+    lease_ended,
+    read_expectations,
+    read_lease,
+    save_atomic,
+    segments,
+)
+
 # forward modes never written (sglang 0.5.23 model_executor/forward_batch_info.py:198-222)
 SKIPPED_MODES = frozenset({"DECODE", "IDLE"})
-
-
-def evidence_dir_problem(path: Path) -> str | None:
-    """Why ``path`` is not a safe evidence directory (not a directory, another owner, readable by others), or
-    None."""
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        return f"{path}: {e.strerror}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
-    if st.st_uid != os.getuid():
-        return f"{path} belongs to uid {st.st_uid}, not {os.getuid()}"
-    if st.st_mode & 0o077:
-        return f"{path} has mode {oct(st.st_mode & 0o777)}; evidence directories are 0700"
-    return None
 
 
 class _Process:
@@ -159,10 +154,10 @@ class _Process:
             armed = False
         if armed and (st.st_ino, st.st_mtime_ns) != self.arming:  # a new arming: its expectations, nothing held
             self.arming, self.held = (st.st_ino, st.st_mtime_ns), {}
-            self.expect = _expectations(self.evidence)
-            self.lease = _read_lease(self.flag)
+            self.expect = read_expectations(self.evidence)
+            self.lease = read_lease(self.flag)
         if armed:
-            ended = _lease_ended(self.lease)
+            ended = lease_ended(self.lease)
             if ended is not None:  # the gate did not drain in time, or is gone: disarm, for every rank
                 with contextlib.suppress(OSError):
                     os.unlink(self.flag)
@@ -271,7 +266,7 @@ class _Process:
                 EVIDENCE_KEY: "reduced" if reduced else "full", **reduced}
         self.records.mkdir(mode=0o700, exist_ok=True)
         final = self.records / f"r{rank}-{runner}-{os.getpid()}-{seq:08d}.safetensors"
-        _save_atomic({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, meta, final)
+        save_atomic({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, meta, final)
 
     # ------------------------------------------------------------------ reduced evidence
     def _hold(self, batch: Any, ids: Any, tensors: dict[str, Any], rank: int) -> dict[str, str]:
@@ -349,48 +344,6 @@ class _Process:
         return meta
 
 
-def lease_text(*, lease_s: float) -> str:
-    """The ARMED file's content the gate writes: its pid, its pid namespace and the lease's deadline."""
-    import time
-
-    return json.dumps({"owner_pid": os.getpid(), "pid_ns": _pid_ns(), "deadline": time.time() + lease_s})
-
-
-def _pid_ns() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _read_lease(flag: str) -> dict[str, Any]:
-    try:
-        with open(flag) as f:
-            lease = json.loads(f.read() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return lease if isinstance(lease, dict) else {}
-
-
-def _lease_ended(lease: dict[str, Any]) -> str | None:
-    """Why an armed lease has ended (its deadline passed; its owner, in this pid namespace, is gone), or None. An
-    ARMED file without a lease (a gate before leases) never ends here."""
-    import time
-
-    deadline = lease.get("deadline")
-    if isinstance(deadline, (int, float)) and time.time() > deadline:
-        return f"lease expired at {deadline:.0f} (the gate did not disarm in time)"
-    owner = lease.get("owner_pid")
-    if isinstance(owner, int) and owner > 0 and lease.get("pid_ns") == _pid_ns():
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            return f"the gate (pid {owner}) is gone"
-        except OSError:
-            pass  # alive, another user's
-    return None
-
-
 def _atlas_key(key: str) -> bool:
     return key == "embedding" or key.startswith("layer:")
 
@@ -415,57 +368,6 @@ def _segments(batch: Any, rows: int) -> list[tuple[int, int, int, int]]:
     """``(row start, rows, prefix length, req_pool_index)`` per request of a ForwardBatch-like ``batch``."""
     return segments(getattr(batch, "extend_seq_lens", None), getattr(batch, "extend_prefix_lens", None),
                     getattr(batch, "req_pool_indices", None), rows)
-
-
-def segments(lens: Any, prefix: Any, pool: Any, rows: int) -> list[tuple[int, int, int, int]]:
-    """``(row start, rows, prefix length, req_pool_index)`` per request, from a batch's ``extend_seq_lens``,
-    ``extend_prefix_lens`` and ``req_pool_indices`` (one segment of ``rows`` rows where the batch has no lengths)."""
-    if lens is None:
-        return [(0, rows, 0, -1)]
-    out, start = [], 0
-    for j, n in enumerate(int(x) for x in lens.tolist()):
-        out.append((start, n, int(prefix[j]) if prefix is not None else 0,
-                    int(pool[j]) if pool is not None and j < len(pool) else -1))
-        start += n
-    return out
-
-
-def _expectations(evidence: Path) -> list[dict[str, Any]]:
-    """The gate's per-probe expectations of this arming (``expect/p<i>.safetensors``), or [] (full evidence)."""
-    folder = evidence / EXPECT
-    if not folder.is_dir() or evidence_dir_problem(evidence) is not None:
-        return []
-    from safetensors import safe_open
-
-    out = []
-    for path in sorted(folder.glob("p*.safetensors")):
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                meta = dict(f.metadata() or {})
-                if meta.get("format") != EXPECT_FORMAT:
-                    continue
-                spec = json.loads(meta["spec"])
-                out.append({"index": int(spec["index"]), "ids": [int(t) for t in f.get_tensor("input_ids").tolist()],
-                            "recorded": f.get_tensor("recorded"), "expected": list(spec["expected"]),
-                            "rtol": dict(spec["rtol"]), "lead": int(spec["lead"]),
-                            "served": str(spec.get("served") or "fc")})
-        except Exception as exc:  # a torn or foreign file: no reduction from it (its probe's record stays full)
-            sys.stderr.write(f"specparity live hook: expectation {path.name} not read: {type(exc).__name__}: {exc}\n")
-    return out
-
-
-def write_expectations(evidence: Path, probes: Any, recorded: Any, *, expected: list[str],
-                       rtol: dict[str, list[float]], lead: int = 0, served: str = "fc") -> None:
-    """The gate's side: one expectation file per probe (written before arming; removed after the probe run)."""
-    import torch
-
-    folder = evidence / EXPECT
-    folder.mkdir(mode=0o700, exist_ok=True)
-    for i, (probe, rec) in enumerate(zip(probes, recorded, strict=True)):
-        spec = {"index": i, "expected": list(expected), "rtol": rtol, "lead": lead, "served": served}
-        _save_atomic({"input_ids": torch.tensor([int(t) for t in probe], dtype=torch.int64),
-                      "recorded": rec.detach().to("cpu").contiguous()},
-                     {"format": EXPECT_FORMAT, "spec": json.dumps(spec)}, folder / f"p{i:05d}.safetensors")
 
 
 def _take(tap: str, args: tuple[Any, ...], output: Any) -> Any:
@@ -520,20 +422,6 @@ def _rank() -> tuple[int, int]:
     except Exception:
         pass
     return 0, 1
-
-
-def _save_atomic(tensors: dict[str, Any], meta: dict[str, str], final: Path) -> None:
-    from safetensors.torch import save_file
-
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".safetensors")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=meta)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 _PROCESSES: dict[str, _Process] = {}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specparity.serving.sglang import live_hooks
+from specparity.serving.sglang import live_wire
 from specparity.serving.sglang.live_stand_ins import STAND_INS_DIR
 
 EXTEND_MODES = frozenset({"EXTEND", "MIXED"})
@@ -37,7 +37,7 @@ class Record:
         """``(row start, rows, prefix length, req_pool_index)`` per request of the batch."""
         ids = self.tensors.get("input_ids")
         t = self.tensors
-        return live_hooks.segments(t.get("extend_seq_lens"), t.get("extend_prefix_lens"), t.get("req_pool_indices"),
+        return live_wire.segments(t.get("extend_seq_lens"), t.get("extend_prefix_lens"), t.get("req_pool_indices"),
                                    int(ids.shape[0]) if ids is not None else 0)
 
 
@@ -47,14 +47,14 @@ def read_records(evidence_dir: str | Path | Sequence[str | Path]) -> list[Record
     from safetensors import safe_open
 
     dirs = [evidence_dir] if isinstance(evidence_dir, (str, Path)) else list(evidence_dir)
-    paths = [p for d in dirs if (Path(d) / live_hooks.RECORDS).is_dir()
-             for p in sorted((Path(d) / live_hooks.RECORDS).glob("r*.safetensors"))]
+    paths = [p for d in dirs if (Path(d) / live_wire.RECORDS).is_dir()
+             for p in sorted((Path(d) / live_wire.RECORDS).glob("r*.safetensors"))]
     out: list[Record] = []
     for path in paths:
         with safe_open(str(path), framework="pt") as f:
             meta = dict(f.metadata() or {})
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-        if meta.get("format") != live_hooks.RECORD_FORMAT:
+        if meta.get("format") != live_wire.RECORD_FORMAT:
             continue
         out.append(Record(path, meta["runner"], int(meta["rank"]), int(meta["world_size"]), meta["forward_mode"],
                           int(meta["call"]), int(meta["seq"]), int(meta["pid"]), meta, tensors))
@@ -104,18 +104,18 @@ def hooks_registered(evidence_dir: str | Path | Sequence[str | Path]) -> dict[in
     """``{pid: specs}`` of the server processes where SGLang called specparity's hook factory
     (``factory_calls/<pid>.json``: one entry per model runner), over every directory given."""
     dirs = [evidence_dir] if isinstance(evidence_dir, (str, Path)) else list(evidence_dir)
-    return {pid: v for d in dirs for pid, v in _notes(d, live_hooks.FACTORY_CALLS).items()}
+    return {pid: v for d in dirs for pid, v in _notes(d, live_wire.FACTORY_CALLS).items()}
 
 
 def hooks_ready(evidence_dir: str | Path) -> dict[int, list[str]]:
     """``{pid: runners}`` whose hook has adopted its model (after that runner's first forward; ``ready/<pid>.json``)."""
-    return _notes(evidence_dir, live_hooks.READY)
+    return _notes(evidence_dir, live_wire.READY)
 
 
 def settle(evidence_dir: str | Path, *, timeout_s: float = 5.0, quiet_s: float = 0.3) -> None:
     """Wait until no record is being written (no temp file) and the record count held still for ``quiet_s``: a TP
     rank other than the one that answered HTTP may still be writing."""
-    folder = Path(evidence_dir) / live_hooks.RECORDS
+    folder = Path(evidence_dir) / live_wire.RECORDS
     deadline = time.monotonic() + timeout_s
     last, since = -1, time.monotonic()
     while time.monotonic() < deadline:
@@ -168,7 +168,7 @@ def _find_probe(records: Sequence[Record], probe: Sequence[int]) -> tuple[_Match
                 seg_index = [x[0] for x in rec.segments()].index(s)
                 nxt = next((d for d in records if d.runner == "draft" and d.pid == rec.pid and d.seq > rec.seq
                             and ("fc_input" in d.tensors or "spec_hidden" in d.tensors
-                                 or d.meta.get(live_hooks.EVIDENCE_KEY) == "reduced")), None)
+                                 or d.meta.get(live_wire.EVIDENCE_KEY) == "reduced")), None)
                 if nxt is None:
                     break
                 dsegs = nxt.segments()

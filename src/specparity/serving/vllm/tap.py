@@ -49,6 +49,10 @@ An armed tap is bounded and leased, so a gate that dies (SIGKILL) leaves nothing
   (``expired``: the gate's ``tap_lease_expired``, exit 3).
 """
 
+# Over 400 lines, on purpose: this file is everything of specparity that runs inside vLLM's own workers (the plugin
+# entry point, the worker extension's RPC methods, the fc and boundary wrappers, the bounds and the lease), so that
+# what a live check does inside a production server can be audited in one read. The RPC names are tap_wire.py; the
+# reduction is tap_reduce.py; the deployment the describe RPC answers is deployment.py.
 from __future__ import annotations
 
 import functools
