@@ -55,8 +55,8 @@ are never written. Never pickle; the taps only clone (``detach().clone()``) and 
 module output changes. The evidence directory must be a directory of this user with mode 0700, else the factory
 registers nothing (and says so on stderr).
 
-Inside SGLang's processes this module imports only the standard library at import time; torch and safetensors when
-a record is written.
+Inside SGLang's processes this module imports only the standard library and ``live_wire`` (standard library only) at
+import time; torch and safetensors when a record is written.
 """
 
 # Over 400 lines, on purpose: this file is everything of specparity that runs inside the user's SGLang server, one
