@@ -89,5 +89,8 @@ def test_a_warm_launch_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) 
         assert e.value.exit_code == EXIT_BAD_INPUT and "--no-such-flag" in str(e.value)
         errors.append(str(e.value).replace(str(repo), "REPO"))
     assert specs[0] == specs[1] == specs[2]
+    # the warm ones really ran in a zygote (a zygote that cannot serve falls back cold, which this test could
+    # not tell from the warm path)
+    assert any(z.ready and "specparity.serving.sglang.command_parse" in z.proc.args for z in warm._ZYGOTES.values())
     assert specs[0]["speculative"]["algorithm"] == "EAGLE3"
     assert errors[0] == errors[1] == errors[2]

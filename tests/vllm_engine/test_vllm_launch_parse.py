@@ -194,6 +194,9 @@ def test_a_warm_parse_equals_a_cold_one(monkeypatch: pytest.MonkeyPatch) -> None
         assert e.value.exit_code == EXIT_BAD_INPUT
         errors.append(str(e.value))
     assert specs[0] == specs[1] == specs[2]
+    # the warm ones really ran in a zygote (a zygote that cannot serve falls back cold, which this test could
+    # not tell from the warm path)
+    assert any(z.ready and "specparity.serving.vllm.command_parse" in z.proc.args for z in warm._ZYGOTES.values())
     assert errors[0] == errors[1] == errors[2] and "--tensor-parallel-size" in errors[0]
 
 

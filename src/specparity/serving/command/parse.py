@@ -237,8 +237,8 @@ def _run_warm(interpreter: str, module: str, request: dict[str, Any], *, env_for
         out = child.stdout.read_text(errors="replace")
     except OSError:
         out = ""
-    return _answer(out, "\n".join(child.stderr_lines()), code, label=label, interpreter=interpreter), \
-        "\n".join(child.stderr_lines())
+    err = "\n".join(child.stderr_lines())
+    return _answer(out, err, code, label=label, interpreter=interpreter), err
 
 
 def _run_child(interpreter: str, module: str, request: dict[str, Any], *, env: dict[str, str], cwd: str,
