@@ -29,6 +29,8 @@ from specparity.serving.child.worker_common import PROGRESS_PREFIX, WorkerReques
 from specparity.serving.results import CHILD_CRASHED, SGLANG_MISSING, TIMEOUT, ServingFailure
 
 WORKER_MODULE = "specparity.serving.sglang.worker"
+# the workers with a zygote entry (``warm(device)``, ``run(argv, state)``: serving/child/zygote.py), by module name
+WARM_WORKERS = frozenset({WORKER_MODULE, "specparity.serving.vllm.worker"})
 STDERR_TAIL_LINES = 25
 
 
@@ -140,8 +142,8 @@ def run_child(
 ) -> ChildOutcome | ServingFailure:
     """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs.
 
-    With ``SPECPARITY_WARM_START=1`` an SGLang job is forked from a zygote of the same interpreter that has
-    already imported SGLang (:mod:`specparity.serving.child.warm`); otherwise, or when no zygote can serve, it
+    With ``SPECPARITY_WARM_START=1`` an engine job (SGLang's or vLLM's worker) is forked from a zygote of the same
+    interpreter that has already imported the engine (:mod:`specparity.serving.child.warm`); otherwise, or when no zygote can serve, it
     starts a new interpreter. Both run the worker's same code in a fresh process of its own session.
     ``annotate(outcome, stderr_lines)`` may rewrite a result with what the child's stderr says (vLLM's workers log
     their own exception there: :mod:`specparity.serving.vllm.root_cause`)."""
@@ -161,7 +163,7 @@ def run_child(
                 events.put((int(done), int(total)))
 
         child: _ColdChild | warm.WarmChild | ServingFailure | None = None
-        if warm.enabled() and module == WORKER_MODULE:
+        if warm.enabled() and module in WARM_WORKERS:
             child = warm.start_job(interpreter, module, request.device, argv, work, on_stdout=on_stdout,
                                    env_for=lambda w: child_env(w, python=python), deadline=deadline)
         if child is None:

@@ -331,6 +331,38 @@ def capture(request: WorkerRequest) -> Any:
     return assemble_capture(dep, evidence, request.probes, atlas=request.atlas, loop=loop)
 
 
+def warm(device: str) -> str:
+    """A warm zygote's set-up (:mod:`specparity.serving.child.zygote`): the CPU platform choice, then the vLLM modules
+    every job imports (``vllm``, the ``LLM`` entry point, ``EngineArgs``). Nothing of a deployment: no engine, no
+    model, no distributed state; each job still sets its own environment (:func:`_setup_env`: vLLM reads those
+    variables when the engine starts, not when it is imported) and registers the tap itself. An import that fails
+    here fails again in the job, which names it as a cold child does (``vllm_missing``)."""
+    from specparity.serving.vllm.versions import select_cpu_platform
+
+    select_cpu_platform(device)
+    import vllm  # noqa: F401
+    from vllm import LLM  # noqa: F401
+    from vllm.engine.arg_utils import EngineArgs  # noqa: F401
+
+    return device
+
+
+def _reread_import_time_temp_dir() -> None:
+    """In a job forked from the zygote: the one value vLLM computes from the temp directory when it is imported (its
+    download locks' directory, vllm 0.32 model_executor/model_loader/weight_utils.py:73) is read again under this
+    job's scratch directory, as a cold child reads it; a cold child has not imported vLLM yet (nothing to do)."""
+    import tempfile
+
+    utils = sys.modules.get("vllm.model_executor.model_loader.weight_utils")
+    if utils is not None and hasattr(utils, "temp_dir"):
+        utils.temp_dir = tempfile.gettempdir()
+
+
+def run(argv: list[str], warmed: str | None = None) -> int:
+    """One job forked from the zygote (``warmed``: the device it warmed for), or a cold child's whole run."""
+    return main(argv)
+
+
 def main(argv: list[str]) -> int:
     request_path, out_dir = Path(argv[0]), Path(argv[1])
     from specparity.serving.child.transport import write_result
@@ -346,6 +378,7 @@ def main(argv: list[str]) -> int:
     # 107-byte limit below the child's), and Ray's workers on other nodes do not share the child's directory
     local = args.get("distributed_executor_backend") != "ray"
     _setup_env(workers, request.atlas, request_path.parent if local else None, reduced=request.reduce is not None)
+    _reread_import_time_temp_dir()
     select_cpu_platform(request.device)  # before vLLM is imported (serving/vllm/versions.py)
     try:
         import vllm
