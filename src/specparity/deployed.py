@@ -41,14 +41,11 @@ def _drafter_config(directory: Path) -> str | None:
     return next((f"{key} in its config" for key in ("speculators_model_type", "eagle_config") if key in cfg), None)
 
 
-# DSpark drafters are not modelled: each engine serves them through a path of its own, whose ids come from the
-# DSpark config itself and override DFlash's (sglang 0.5.23 model_runner_components/spec_aux_hidden_state.py:260-277,
-# set_dspark_layers_to_capture at attention_backend_setup.py:62-64; vllm 0.32 config/speculative.py:1424-1470), so an
-# answer computed as for an EAGLE-3 head or a DFlash drafter would be a confident wrong one.
-_UNMODELLED = frozenset({DrafterFamily.DSPARK})
-_UNMODELLED_WHY = ("DSpark's target layers come from the DSpark config and its own capture hook (sglang 0.5.23 "
-                   "model_runner_components/spec_aux_hidden_state.py:260-277 and attention_backend_setup.py:62-64; "
-                   "vllm 0.32 config/speculative.py:1424-1470)")
+# Families specparity does not model yet: refused by name before any engine starts (exit 3). Empty since DSpark's
+# static level (each engine's DSpark path asked on its own objects: serving/sglang/since_0_5_11/static_families.py,
+# serving/vllm/drafter_static.py); kept for the next family.
+_UNMODELLED: frozenset[DrafterFamily] = frozenset()
+_UNMODELLED_WHY = "its engine path is not modelled"
 
 
 def drafter_family(draft: Path) -> DrafterFamily:
@@ -85,13 +82,21 @@ _CPU_CAPTURE_REFUSED = {
         "SGLang refuses DFLASH on its CPU platform (sglang 0.5.23 arg_groups/speculative_hook.py:287-300, "
         "_handle_dflash: 'DFLASH speculative decoding is not supported by CpuSRTPlatform'); vLLM's CPU path serves "
         "it (--engine vllm)"),
+    (DrafterFamily.DSPARK, "sglang"): (
+        "SGLang refuses DSPARK on any device but CUDA, NPU or XPU (sglang 0.5.23 arg_groups/speculative_hook.py:"
+        "668-672, _handle_dspark: 'DSpark speculative decoding only supports CUDA, NPU or XPU device.')"),
+    (DrafterFamily.DSPARK, "vllm"): (
+        "vLLM serves DSpark through its V2 model runner's DSparkSpeculator (vllm 0.32 v1/worker/gpu/spec_decode/"
+        "__init__.py:45-50), whose fc specparity's tap does not hook: the tap hooks the V1 runner's proposers "
+        "(v1/spec_decode/llm_base_proposer.py), where the V1 runner would put a DSpark drafter under its EAGLE "
+        "proposer with no aux states (v1/worker/gpu_model_runner.py:638-647)"),
 }
 # What the outcome level cannot run for a family yet (ours: never attempted, exit 3)
 _OUTCOME_LIMITS = {
     family: ("specparity's outcome evidence (SGLang's drafter replay, vLLM's acceptance per draft position) is built "
              "and tested for the Llama-style EAGLE-3 head only; the capture level checks what this drafter's fc is "
              "fed")
-    for family in (DrafterFamily.EAGLE3_MLA, DrafterFamily.DFLASH)
+    for family in (DrafterFamily.EAGLE3_MLA, DrafterFamily.DFLASH, DrafterFamily.DSPARK)
 }
 
 
@@ -99,15 +104,18 @@ def check_family_level(draft: Path, level: str, *, engine: str = "sglang", devic
                        live: bool = False) -> None:
     """An :class:`EnvironmentProblem` (exit 3) for a level that cannot run for the drafter's family here, named:
 
-    - the outcome level (and ``all``) of an MLA EAGLE-3 head or a DFlash drafter: specparity's own limit;
+    - the outcome level (and ``all``) of an MLA EAGLE-3 head, a DFlash or a DSpark drafter: specparity's own limit;
     - an in-process CPU capture the engine itself cannot run (:data:`_CPU_CAPTURE_REFUSED`, with the engine's lines):
-      SGLang's MLA head and DFlash. ``live`` (a launched or attached server) and ``device`` other than cpu go on.
+      SGLang's MLA head, DFlash and DSpark; and vLLM's DSpark capture, which specparity's tap cannot see.
+      ``live`` (a launched or attached server) and ``device`` other than cpu go on, except vLLM's DSpark capture.
     """
     family = drafter_family(draft)
     why = _OUTCOME_LIMITS.get(family) if level in ("outcome", "all") else None
     instead = "--level capture or --level static"
     if why is None and level != "static" and device == "cpu" and not live:
         why, instead = _CPU_CAPTURE_REFUSED.get((family, engine)), "--level static"
+    if why is None and level != "static" and (family, engine) == (DrafterFamily.DSPARK, "vllm"):
+        why, instead = _CPU_CAPTURE_REFUSED[(family, engine)], "--level static"  # on any device: our tap's limit
     if why is not None:
         raise EnvironmentProblem(
             f"{draft} is a {family.label}; the {level} level cannot run for it here: {why}. Run {instead} "
@@ -115,8 +123,9 @@ def check_family_level(draft: Path, level: str, *, engine: str = "sglang", devic
 
 
 def check_family_algorithm(draft: Path, args: Mapping[str, Any]) -> None:
-    """An :class:`EnvironmentProblem` (exit 3) for a DFlash drafter the deployment serves under an EAGLE algorithm, or
-    an EAGLE-3 head under DFLASH: what the engine makes of such a pair (SGLang's EAGLE-3 path reads no
+    """An :class:`EnvironmentProblem` (exit 3) for a DFlash or DSpark drafter the deployment serves under another
+    family's algorithm (an EAGLE algorithm, DFLASH for a DSpark drafter, DSPARK for a DFlash one), or an EAGLE-3 head
+    under DFLASH or DSPARK: what the engine makes of such a pair (SGLang's EAGLE-3 path reads no
     ``dflash_config`` and would serve its three default layers) is not modelled, and an answer computed as for the
     drafter's own path would be a confident wrong one."""
     family = drafter_family(draft)
@@ -127,8 +136,9 @@ def check_family_algorithm(draft: Path, args: Mapping[str, Any]) -> None:
     if not asked:
         return
     want = SGLANG_ALGORITHM[family] if algo else VLLM_METHOD[family]
-    dflash_asked = asked.upper() in ("DFLASH", "DSPARK")
-    if (family is DrafterFamily.DFLASH) != dflash_asked and family is not DrafterFamily.DSPARK:
+    served = {"DFLASH": DrafterFamily.DFLASH, "DSPARK": DrafterFamily.DSPARK}.get(asked.upper())
+    own = family if family in (DrafterFamily.DFLASH, DrafterFamily.DSPARK) else None
+    if served is not own:
         raise EnvironmentProblem(
             f"{draft} is a {family.label}, served with {want}, but the deployment asks for {asked}: specparity does "
             "not model what the engine makes of that pair, so nothing was checked (docs/engines.md, drafter families)")
@@ -142,7 +152,7 @@ def check_deployed_files(target: Path, draft: Path) -> None:
       through ``weights_only`` onto the meta device; the target's, which may be large, are not;
 
     and an :class:`EnvironmentProblem` (exit 3) for a drafter of a family specparity does not model yet
-    (:func:`unmodelled_family`: DSpark), never an EAGLE-3 answer about it.
+    (:func:`unmodelled_family`; none today), never an EAGLE-3 answer about it.
     """
     from specparity.checkpoint_files import check_weight_files
 

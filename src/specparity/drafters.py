@@ -9,7 +9,9 @@ A family decides which engine path serves the drafter, and so which of the engin
   vllm 0.32 ``model_executor/models/deepseek_eagle3.py``).
 - ``dflash``: a block-diffusion drafter reading ``dflash_config.target_layer_ids``: SGLang ``--speculative-algorithm
   DFLASH`` (sglang 0.5.23 ``models/dflash.py``), vLLM ``method: dflash`` (vllm 0.32 ``models/qwen3_dflash.py``).
-- ``dspark``: DSpark drafters (sglang 0.5.23 ``models/dspark.py``; vllm 0.32 ``models/qwen3_dspark.py``): not modelled.
+- ``dspark``: DSpark drafters (a top-level ``target_layer_ids``, ``dspark_target_layer_ids`` or ``dflash_config``'s):
+  SGLang ``--speculative-algorithm DSPARK`` (sglang 0.5.23 ``models/dspark.py``), vLLM ``method: dspark`` (vllm 0.32
+  ``models/qwen3_dspark.py``): the static level and ``explain``.
 
 Pure: reads a dict, imports nothing of specparity.
 """
@@ -74,4 +76,7 @@ def family_words(cfg: Mapping[str, Any]) -> str:
     arch = _architectures(cfg)
     dflash = cfg.get("dflash_config")
     ids = f", dflash_config.target_layer_ids {dflash.get('target_layer_ids')}" if isinstance(dflash, dict) else ""
+    for key in ("dspark_target_layer_ids", "target_layer_ids"):
+        if family is DrafterFamily.DSPARK and key in cfg:
+            ids += f", {key} {cfg[key]}"
     return f"{family.label}: architectures {arch or 'none'}{ids}"

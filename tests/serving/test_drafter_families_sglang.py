@@ -1,4 +1,4 @@
-"""Public MLA EAGLE-3 and DFlash drafter configs through SGLang 0.5.23's static level and ``explain``:
+"""Public MLA EAGLE-3, DFlash and DSpark drafter configs through SGLang 0.5.23's static level and ``explain``:
 the real target and draft classes built on the meta device, SGLang's own id readers and setters
 (tests/unit/data/drafter_families/README.md: the configs and their provenance).
 
@@ -86,3 +86,35 @@ def test_dflash_drafter_on_qwen3_8b(tmp_path: Path, ids: list[int] | None, serve
     assert e.exit_code == 0, e.summary
     assert ("default_ids_fallback" in _warnings(e.data)) is fallback
     assert e.data["drafter_family"] == "dflash" and e.data["block_size"] == 16
+
+
+@pytest.mark.parametrize(("ids", "fallback"), [
+    ([1, 9, 17, 25, 33], False),  # as published
+    (None, True),  # no ids: DFlash's build_target_layer_ids(36, 5), which SGLang's DSpark path keeps
+    ([2, 10, 18, 26, 34], False),  # ids other than the default, so that a default served in their place shows
+])
+def test_dspark_drafter_on_qwen3_8b(tmp_path: Path, ids: list[int] | None, fallback: bool) -> None:
+    draft = _draft("dspark_qwen3_8b_block7.json")
+    if ids is None:
+        del draft["target_layer_ids"]
+    else:
+        draft["target_layer_ids"] = ids
+    r = resolve_static(ADAPTER, _request(tmp_path, "Qwen--Qwen3-8B.json", draft))
+    assert isinstance(r, ResolvedDeployment), r
+    assert (r.drafter_family, r.speculative_algorithm, r.draft_model_class) == ("dspark", "DSPARK", "Qwen3DSparkModel")
+    served = [f"layer:{i}" for i in (ids or [1, 9, 17, 25, 33])]
+    assert list(r.served_sources) == served  # id k = layer:k
+    # Qwen3 has no set_dspark_layers_to_capture: SGLang calls its DFlash setter, +1 (attention_backend_setup.py:62-66)
+    assert list(r.layers_to_capture) == [int(s.split(":")[1]) + 1 for s in served]
+    assert r.capture_rule_source and r.capture_rule_source[-1][0].endswith("set_dflash_layers_to_capture")
+    assert r.draft_fc_module == (5 * 4096, 4096, False) and r.num_aux_hidden_states == 5
+    assert r.block_size == 7  # gamma; _handle_dspark serves gamma + 1 draft tokens
+    assert (r.resolved_spec.num_steps, r.resolved_spec.eagle_topk, r.resolved_spec.num_draft_tokens) == (1, 1, 8)
+    assert r.draft_vocab_size == 151936  # the target's lm_head
+    e = explain_resolved(r)
+    assert e.exit_code == 0, e.summary
+    assert "family   DSpark, served as DSPARK" in e.lines
+    assert _warnings(e.data) == ["speculative_algorithm_assumed"] + (["default_ids_fallback"] if fallback else [])
+    assert e.data["drafter_family"] == "dspark" and e.data["block_size"] == 7
+    if not fallback:
+        assert any("from draft config.json: target_layer_ids" in line for line in e.lines), e.lines

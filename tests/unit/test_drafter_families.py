@@ -1,4 +1,4 @@
-"""Drafter families (specparity.drafters, deployed.py): DSpark is refused by name, exit 3, before any engine starts;
+"""Drafter families (specparity.drafters, deployed.py): DSpark capture and outcome levels are refused by name, exit 3;
 an MLA EAGLE-3 head and a DFlash drafter reach the static level; their capture runs where the engine's CPU path can
 try it (vLLM's), and is refused by name with the engine's own line where it cannot (SGLang's, in-process on a CPU);
 their outcome level is refused by name, exit 3. A DFlash drafter is never explained or gated as a Llama-style EAGLE-3 head (it was explained on
@@ -59,11 +59,29 @@ def test_the_eagle3_heads_specparity_models_are_llama_style() -> None:
         assert unmodelled_family(draft) is None, draft
 
 
-def test_only_dspark_is_unmodelled(tmp_path: Path) -> None:
+def test_no_family_is_unmodelled_now(tmp_path: Path) -> None:
     assert unmodelled_family(_draft(tmp_path / "a", DFLASH)) is None
     assert unmodelled_family(_draft(tmp_path / "b", _load("kimi_k25_eagle3_moe.json"))) is None
-    found = unmodelled_family(_draft(tmp_path / "c", DSPARK))
-    assert found is not None and found.startswith("DSpark"), found
+    assert unmodelled_family(_draft(tmp_path / "c", DSPARK)) is None  # static level and explain on both engines
+    assert unmodelled_family(_draft(tmp_path / "d", _load("dspark_qwen3_8b_block7.json"))) is None
+
+
+def test_dspark_capture_and_outcome_are_refused_by_name(tmp_path: Path) -> None:
+    draft = _draft(tmp_path / "s", _load("dspark_qwen3_8b_block7.json"))
+    check_family_level(draft, "static", engine="sglang")
+    check_family_level(draft, "static", engine="vllm")
+    for engine, level, device, line in [("sglang", "capture", "cpu", "speculative_hook.py:668-672"),
+                                        ("vllm", "capture", "cuda", "spec_decode/__init__.py:45-50"),
+                                        ("sglang", "outcome", "cuda", "Llama-style EAGLE-3 head only")]:
+        with pytest.raises(EnvironmentProblem, match="DSpark") as info:
+            check_family_level(draft, level, engine=engine, device=device)
+        assert line in str(info.value), info.value
+    check_family_level(draft, "capture", engine="sglang", device="cuda")  # on the deployment's GPU: attempted
+    with pytest.raises(EnvironmentProblem, match="DSpark"):
+        check_family_algorithm(draft, {"speculative_algorithm": "DFLASH"})
+    with pytest.raises(EnvironmentProblem, match="DFlash"):
+        check_family_algorithm(_draft(tmp_path / "f", DFLASH), {"speculative_config": {"method": "dspark"}})
+    check_family_algorithm(draft, {"speculative_algorithm": "DSPARK"})
 
 
 @pytest.mark.parametrize(("cfg", "sglang_line"), [
@@ -101,8 +119,9 @@ def test_a_dflash_drafter_under_an_eagle_algorithm_is_refused(tmp_path: Path) ->
                                {"speculative_algorithm": "DFLASH"})
 
 
-def test_explain_refuses_dspark_and_gate_refuses_a_dflash_capture_by_name_exit_3(tmp_path: Path) -> None:
-    runs = [(["explain"], _draft(tmp_path / "s", DSPARK), "DSpark"),
+def test_gate_refuses_dspark_and_dflash_captures_by_name_exit_3(tmp_path: Path) -> None:
+    runs = [(["gate", "--contract", str(ROOT / "contracts" / "tiny-llama-eagle3.json")], _draft(tmp_path / "s", DSPARK),
+             "DSpark"),
             (["gate", "--contract", str(ROOT / "contracts" / "tiny-llama-eagle3.json")], _draft(tmp_path / "d", DFLASH),
              "DFlash")]
     for words, draft, named in runs:

@@ -1,4 +1,4 @@
-"""Public MLA EAGLE-3 and DFlash drafter configs through vLLM's static level and ``explain --engine vllm`` (the configs
+"""Public MLA EAGLE-3, DFlash and DSpark drafter configs through vLLM's static level and ``explain --engine vllm`` (the configs
 and their provenance: tests/unit/data/drafter_families/README.md): vLLM's own EngineArgs and
 SpeculativeConfig, its reader and, for DFlash, its own fc-width function, in this interpreter."""
 
@@ -79,3 +79,16 @@ def test_kimi_mla_eagle3_head_on_kimi_k25(tmp_path: Path) -> None:
     assert (e.data["drafter_family"], e.data["speculative_algorithm"]) == ("eagle3-mla", "eagle3")
     assert e.data["fc_in_features"] == 3 * 7168  # deepseek_eagle3.py:189-209
     assert _warnings(e.data) == ["speculative_algorithm_assumed", "engine_convention_mismatch"]
+
+
+def test_dspark_static_is_refused_by_name_where_vllm_has_no_triton(tmp_path: Path) -> None:
+    # vLLM implements DSpark only in its V2 model runner (config/vllm.py:2976-2979), which needs Triton
+    # (:724-728); this CPU build has none, so vLLM takes V1 and refuses the deployment (:3198-3203)
+    from vllm.triton_utils import HAS_TRITON
+
+    if HAS_TRITON:
+        pytest.skip("this vLLM has Triton: its V2 runner resolves DSpark")
+    e = explain_in_process(*_deployment(tmp_path, "Qwen--Qwen3-8B.json", _draft("dspark_qwen3_8b_block7.json")))
+    assert e.exit_code == 3, e.summary
+    assert "DSpark only on its V2 model runner" in e.summary and "config/vllm.py:2976-2979" in e.summary
+

@@ -15,7 +15,9 @@ def family_lines(dep: ResolvedDeployment) -> list[str]:
     family = DrafterFamily(dep.drafter_family)
     if family is not DrafterFamily.EAGLE3:
         lines.append(f"family   {family.label}, served as {dep.speculative_algorithm or '?'}")
-    if dep.block_size is not None:
+    if dep.block_size is not None and family is DrafterFamily.DSPARK:
+        lines.append(f"block    {dep.block_size} tokens drafted per block (gamma; the engine verifies gamma + 1)")
+    elif dep.block_size is not None:
         lines.append(f"block    {dep.block_size} tokens per draft block (the engine's speculative draft tokens)")
     for name, sw in sorted(dep.aux_env.items()):
         where = "read by this target's aux capture" if sw.get("applies") else "not read by this target"

@@ -32,7 +32,7 @@ from specparity.training.hfdir import FINGERPRINT_FIELDS, TargetInfo
 
 def draft_family_for_contract(draft: Path) -> DrafterFamily:
     """The drafter's family, for the contract to record; an :class:`EnvironmentProblem` (exit 3) for a drafter whose
-    contract specparity cannot write: a DSpark drafter (not modelled), and a DFlash drafter whose config names no
+    contract specparity cannot write: a DSpark drafter (no DSpark contract yet: the static level and explain only), and a DFlash drafter whose config names no
     ``dflash_config.target_layer_ids``: then the layers are the serving engine's own choice, and the engines differ
     (sglang 0.5.23 speculative/dflash_utils.py:348-385 picks build_target_layer_ids(L, draft layers); vllm 0.32 serves
     its EAGLE-3 default, v1/worker/gpu_model_runner.py:5251-5285), which a contract written without an engine must not

@@ -42,6 +42,12 @@ DFLASH_IDS_KEY = "dflash_config.target_layer_ids"
 # without ids SGLang picks them itself (speculative/dflash_utils.py:348-385)
 _DFLASH_RULE = ("DFlash: boundary = id + 1 (id k = layer:k), default ids build_target_layer_ids(L, draft layers) "
                 "= evenly from 1 to L-3")
+# the DSpark path (model_runner_components/spec_aux_hidden_state.py:260-277): the ids its own parse names
+# (speculative/dspark_components/dspark_config.py:214-322), else DFlash's default; the target's
+# set_dspark_layers_to_capture where it has one, else its set_dflash_layers_to_capture (attention_backend_setup.py:62-66)
+DSPARK_IDS_KEY = "target_layer_ids"
+_DSPARK_RULE = ("DSpark: id k = layer:k (the target's set_dflash_layers_to_capture stores id + 1), default ids "
+                "DFlash's build_target_layer_ids(L, draft layers) = evenly from 1 to L-3")
 # Where sglang 0.5.23 keeps each setter family's rule (domain.md §3.1). A last resort, quoted only when the child
 # recorded no setter (capture_rule_source empty), and then labelled as 0.5.23's.
 _RULES: dict[ArchFamily, str] = {
@@ -115,7 +121,8 @@ def _rule_words(dep: ResolvedDeployment, family: ArchFamily) -> str:
 
 def _rule(dep: ResolvedDeployment, family: ArchFamily) -> tuple[str, dict[str, Any]]:
     """The rule line and its JSON: the setters that ran on the resolved release, else 0.5.23's lines, labelled."""
-    words = (_DFLASH_RULE if dep.drafter_family == DrafterFamily.DFLASH.value else _rule_words(dep, family))
+    words = {DrafterFamily.DFLASH.value: _DFLASH_RULE, DrafterFamily.DSPARK.value: _DSPARK_RULE}.get(
+        dep.drafter_family or "") or _rule_words(dep, family)
     cites = dep.capture_rule_source
     if cites:
         *outer, inner = cites
@@ -136,7 +143,8 @@ def _rule(dep: ResolvedDeployment, family: ArchFamily) -> tuple[str, dict[str, A
 def _ids(dep: ResolvedDeployment) -> tuple[str, str, list[int] | None, str | None]:
     """``(ids line, ids_source, draft_ids for the JSON, why the answer is unknown or None)``."""
     v = dep.engine_version
-    key = DFLASH_IDS_KEY if dep.drafter_family == DrafterFamily.DFLASH.value else IDS_KEY
+    key = {DrafterFamily.DFLASH.value: DFLASH_IDS_KEY, DrafterFamily.DSPARK.value: DSPARK_IDS_KEY}.get(
+        dep.drafter_family or "", IDS_KEY)
     if not dep.ids_read:  # family A (D1): the release never reads them
         asked = dep.ignored_config_ids
         source = f"draft config.json, ignored by sglang {v} (its setter takes no ids)"

@@ -70,6 +70,11 @@ def deployment_from_config(request: Any, vllm_config: Any, kw: dict[str, Any], n
     selected = family_for(str(vllm.__version__))
     # the release's own reader, through its family's adapter folder (serving/vllm/families.py)
     reader = importlib.import_module(adapter_module(selected.family))
+    if sc is not None and getattr(sc, "method", None) == "dspark":
+        # vLLM serves DSpark only through its V2 model runner (0.32 v1/worker/gpu/spec_decode/__init__.py:45-50),
+        # whose reader (0.32 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:100-140, via set_eagle3_aux_hidden_state_layers
+        # at v1/worker/gpu/model_runner.py:405-407) reads DSpark's ids: the V2 family's adapter asks it
+        reader = importlib.import_module("specparity.serving.vllm.since_0_34.reader")
     read = reader.vllm_reading(sc) if sc is not None else None
     notes: list[tuple[str, str, str, str]] = []
     if selected.untested:

@@ -57,7 +57,10 @@ def with_family(dep: ResolvedDeployment, vllm_config: Any, *, request: Any, meth
                           f"{name}={sw['value']} (default {sw['default']}) chooses the stream this target hands the "
                           f"drafter: {sw['effect']}; a drafter trained on the other stream is served it with no error",
                           f"vllm {dep.engine_version} {sw['cite']}"))
-    if family is DrafterFamily.DFLASH:
+    if family is DrafterFamily.DSPARK:  # gamma draft tokens per block (config/speculative.py:1424-1470)
+        dep = replace(dep, block_size=int(getattr(sc, "num_speculative_tokens", 0) or 0) or None)
+    if family in (DrafterFamily.DFLASH, DrafterFamily.DSPARK):
+        # Qwen3DSparkModel is a DFlashQwen3Model (vllm 0.32 models/qwen3_dspark.py:192): the same fc width function
         from vllm.model_executor.models.qwen3_dflash import _get_dflash_fc_input_size
 
         fc_in = int(_get_dflash_fc_input_size(vllm_config))
@@ -69,6 +72,7 @@ def with_family(dep: ResolvedDeployment, vllm_config: Any, *, request: Any, meth
                    f"serves its EAGLE-3 default {', '.join(dep.served_sources)} ({DEFAULT}), while the drafter's fc "
                    f"is sized from its {fc_in // max(1, dep.target_hidden_size)} layers ({FC_WIDTH})")
             dep = replace(dep, ids_fallback_reason=why)
+            key = "target_layer_ids" if family is DrafterFamily.DSPARK else "dflash_config.target_layer_ids"
             notes.append(("default_ids_fallback", "warning", why + "; write the ids the drafter was trained on as "
-                          "dflash_config.target_layer_ids", f"vllm {dep.engine_version} {READER}"))
+                          + key, f"vllm {dep.engine_version} {READER}"))
     return replace(dep, adapter_notes=(*dep.adapter_notes, *notes))

@@ -146,6 +146,28 @@ def cpu_capture_refusal(request: WorkerRequest, exc: BaseException) -> Any:
                           "it here as deployed, the capture needs the deployment's GPU")
 
 
+def v2_runner_refusal(request: WorkerRequest, exc: BaseException) -> Any:
+    """A DSpark deployment this machine's vLLM resolves without its V2 model runner: vLLM implements DSpark only there
+    (0.32 ``config/vllm.py:2976-2979``, refused on V1 at ``:3198-3203``) and falls back to V1 where Triton is missing
+    (``config/vllm.py:724-728``), as on this CPU build. The machine's limit (exit 3), named; None otherwise."""
+    from vllm.triton_utils import HAS_TRITON
+
+    from specparity.drafters import DrafterFamily
+    from specparity.serving.results import NEEDS_HARDWARE, ServingFailure
+    from specparity.serving.vllm.drafter_static import draft_family
+
+    if (HAS_TRITON or "Model Runner V1 does not support" not in str(exc)
+            or draft_family(request.draft) is not DrafterFamily.DSPARK):
+        return None
+    import vllm
+
+    return ServingFailure(NEEDS_HARDWARE, f"vllm {vllm.__version__} serves DSpark only on its V2 model runner "
+                          "(config/vllm.py:2976-2979: 'DSpark is implemented only by the V2 GPU model runner'), which "
+                          "needs Triton; this machine's vLLM has none, so it takes the V1 runner (config/vllm.py:"
+                          "724-728) and refuses the deployment (:3198-3203). The static level needs a machine whose "
+                          "vLLM has Triton (the deployment's GPU)")
+
+
 def cpu_backend_refusal(request: WorkerRequest) -> Any:
     """A static resolution that failed only because this machine is a CPU: a release with a V0 fallback (0.11.0's
     ``EngineArgs._is_v1_supported_oracle``) sends a sliding-window target off its V1 engine on vLLM's CPU backend
@@ -403,7 +425,8 @@ def main(argv: list[str]) -> int:
     try:
         result = resolve(request) if request.op == "resolve" else capture(request)
     except BaseException as exc:  # vLLM raising is a finding, not a crash of the gate
-        failure = cpu_capture_refusal(request, exc) or cpu_backend_refusal(request) or exception_failure(exc)
+        failure = (cpu_capture_refusal(request, exc) or v2_runner_refusal(request, exc)
+                   or cpu_backend_refusal(request) or exception_failure(exc))
         result = failure if request.op == "resolve" else CaptureResult(None, None, None, (failure,),
                                                                          loop={"layout": requested_layout(request)})
     from dataclasses import replace

@@ -99,9 +99,10 @@ def _fallback_reason(draft_hf_config: Any, ids: Any) -> str | None:
 def _draft_vocab(draft_hf_config: Any, target_vocab: int) -> int | None:
     """The vocabulary the drafter drafts in: its ``draft_vocab_size`` (an EAGLE-3 head sets it to ``vocab_size`` when
     built, models/llama_eagle3.py:306-308); a DFlash drafter has none and drafts over the target's lm_head
-    (sglang 0.5.23 models/dflash.py:92-127), so its vocabulary is the target's."""
+    (sglang 0.5.23 models/dflash.py:92-127), and so has a DSpark drafter (models/dspark.py:539, 550-555: the target's
+    lm_head attached), so its vocabulary is the target's."""
     value = getattr(draft_hf_config, "draft_vocab_size", None)
-    if value is None and family_of(draft_hf_config.to_dict()) is DrafterFamily.DFLASH:
+    if value is None and family_of(draft_hf_config.to_dict()) in (DrafterFamily.DFLASH, DrafterFamily.DSPARK):
         return target_vocab
     return int(value) if value is not None else None
 

@@ -21,6 +21,13 @@ DFLASH_IDS = "model_runner_components/spec_aux_hidden_state.py:199-283 (_resolve
 DFLASH_DEFAULT = "speculative/dflash_utils.py:348-385 (build_target_layer_ids) via :556-585 (resolve_target_layer_ids)"
 DFLASH_OFFSET = "the target's set_dflash_layers_to_capture, e.g. models/qwen3.py:793-805 and models/llama.py:943-953"
 DFLASH_BLOCK = "arg_groups/speculative_hook.py:368-425 (_handle_dflash: speculative_num_draft_tokens = block size)"
+# sglang 0.5.23: the DSpark path runs the DFlash one, then takes the ids its own parse names
+# (model_runner_components/spec_aux_hidden_state.py:260-277, speculative/dspark_components/dspark_config.py:214-322:
+# dspark_target_layer_ids, else dflash_config's or the top-level target_layer_ids); the setter is the target's
+# set_dspark_layers_to_capture where it has one, else set_dflash_layers_to_capture (attention_backend_setup.py:62-66);
+# speculative_num_draft_tokens = gamma + 1 (arg_groups/speculative_hook.py:806-839, _handle_dspark)
+DSPARK_IDS = ("model_runner_components/spec_aux_hidden_state.py:260-277 (_resolve_dflash_aux_hidden_state, "
+              "DSpark branch; parse_dspark_draft_config at speculative/dspark_components/dspark_config.py:214-322)")
 
 
 @dataclass(frozen=True)
@@ -34,18 +41,34 @@ class DflashFacts:
 
 
 def dflash_facts(spec: Any, draft_hf: Any, sa: Any) -> DflashFacts:
-    """The DFlash facts from SGLang's own parse of the draft config and its resolved server args."""
+    """The DFlash facts from SGLang's own parse of the draft config and its resolved server args (a DSpark
+    drafter's from its own parse: its ids, and its block gamma, which SGLang serves as gamma + 1 draft tokens)."""
     from sglang.srt.arg_groups.model_override_base import resolved_view
     from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config
 
+    view = resolved_view(sa)
+    block = getattr(view, "speculative_num_draft_tokens", None)
+    if spec.is_dspark:
+        from sglang.srt.speculative.dspark_components.dspark_config import (
+            dspark_gamma_from_num_draft_tokens,
+            parse_dspark_draft_config,
+        )
+
+        parsed_ds = parse_dspark_draft_config(draft_hf_config=draft_hf)
+        named = None if parsed_ds.target_layer_ids is None else [int(i) for i in parsed_ds.target_layer_ids]
+        reason = None
+        if named is None:
+            reason = (f"the DSpark config names no target_layer_ids: SGLang picks {list(spec.dflash_target_layer_ids)} "
+                      f"for {spec.dflash_draft_num_layers} draft layers, DFlash's default (sglang 0.5.23 "
+                      f"{DFLASH_DEFAULT}, kept by {DSPARK_IDS})")
+        gamma = dspark_gamma_from_num_draft_tokens(int(block)) if block is not None else None
+        return DflashFacts(named, reason, gamma)
     parsed = parse_dflash_draft_config(draft_hf_config=draft_hf)
     named = None if parsed.target_layer_ids is None else [int(i) for i in parsed.target_layer_ids]
     reason = None
     if named is None:
         reason = (f"dflash_config.target_layer_ids is not set: SGLang picks {list(spec.dflash_target_layer_ids)} "
                   f"for {spec.dflash_draft_num_layers} draft layers (sglang 0.5.23 {DFLASH_DEFAULT})")
-    view = resolved_view(sa)
-    block = getattr(view, "speculative_num_draft_tokens", None)
     return DflashFacts(named, reason, int(block) if block is not None else None)
 
 
@@ -82,10 +105,12 @@ def family_notes(request: Any, family: DrafterFamily, dep: ResolvedDeployment,
                       f"the deployment names no --speculative-algorithm; a {family.label} is served with "
                       f"{dep.speculative_algorithm}, which specparity assumed from the draft config", "drafters.py"))
     if dflash is not None and dflash.config_ids is None and dflash.fallback_reason:
+        dspark = family is DrafterFamily.DSPARK
         notes.append(("default_ids_fallback", "warning",
                       f"{dflash.fallback_reason}; a drafter trained on other layers loses its acceptance with no "
-                      "error: write the ids it was trained on as dflash_config.target_layer_ids",
-                      f"sglang {dep.engine_version} {DFLASH_IDS}"))
+                      "error: write the ids it was trained on as "
+                      + ("target_layer_ids" if dspark else "dflash_config.target_layer_ids"),
+                      f"sglang {dep.engine_version} {DSPARK_IDS if dspark else DFLASH_IDS}"))
     elif dflash is None and dep.draft_config_ids is None and dep.ids_read:
         notes.append(("default_ids_fallback", "warning",
                       f"no ids reached the target ({dep.ids_fallback_reason}): SGLang serves its default "
