@@ -118,3 +118,24 @@ def test_dspark_drafter_on_qwen3_8b(tmp_path: Path, ids: list[int] | None, fallb
     assert e.data["drafter_family"] == "dspark" and e.data["block_size"] == 7
     if not fallback:
         assert any("from draft config.json: target_layer_ids" in line for line in e.lines), e.lines
+
+
+def test_dspark_over_a_target_with_its_own_dspark_setter_is_refused_by_name(tmp_path: Path) -> None:
+    """SGLang calls such a target's own set_dspark_layers_to_capture (attention_backend_setup.py:63-64), which stores
+    the ids where the read-back does not look: exit 3 naming it, never an answer read as for DFlash's setter."""
+    from static_configs import target_config
+
+    (tmp_path / "target").mkdir()
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "target" / "config.json").write_text(
+        json.dumps(target_config("MiniMaxM3SparseForConditionalGeneration")))
+    draft = _draft("dspark_qwen3_8b_block7.json")
+    draft["target_layer_ids"] = [1, 2, 3]
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(draft))
+    r = resolve_static(ADAPTER, WorkerRequest(op="resolve", target=str(tmp_path / "target"),
+                                              draft=str(tmp_path / "draft"), server_args={}))
+    assert not isinstance(r, ResolvedDeployment), r
+    assert r.kind == "unsupported_version", r
+    assert "MiniMaxM3SparseForConditionalGeneration has its own set_dspark_layers_to_capture" in r.message
+    assert "attention_backend_setup.py:63-64" in r.message
+    assert explain_failure(r).exit_code == 3

@@ -29,7 +29,7 @@ import torch
 from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
 from specparity.serving.engine_values import decode_args
-from specparity.serving.results import ResolvedDeployment, ServingFailure
+from specparity.serving.results import UNSUPPORTED_VERSION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules
 from specparity.serving.sglang.common import (
     collect_sglang_warnings,
@@ -213,6 +213,8 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
     t1 = time.perf_counter()
     try:
         built = _meta_build(sa, kw, notes)
+    except OwnDSparkSetter as exc:
+        return exc.failure()
     except Exception as exc:  # SGLang raising while building is a typed result, not a crash
         return (gpu_query_failure(exc, stage="while building the models on the meta device")
                 or unknown_architecture_failure(exc, target=request.target, sglang_version=adapter.sglang_version,
@@ -223,6 +225,26 @@ def resolve_static(adapter: Any, request: Any) -> ResolvedDeployment | ServingFa
                "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "registry_limited": float(model_modules.subset_in_use())}
     return _record(adapter, request, sa, warnings, built, notes, timings)
+
+
+class OwnDSparkSetter(Exception):
+    """A DSpark drafter over a target with a DSpark setter of its own: refused by name (exit 3). SGLang calls the
+    target's ``set_dspark_layers_to_capture`` instead of its DFlash setter (sglang 0.5.23
+    model_executor/model_runner_components/attention_backend_setup.py:63-64); those setters (models/kimi_k3.py,
+    models/deepseek_v4.py, models/kimi_linear.py, models/minimax_m3_vl.py, models/bailing_moe_v3.py) store the ids
+    in places and conventions the read-back here does not model, so an answer read as for the DFlash setter could be
+    a confident wrong one."""
+
+    def __init__(self, target_class: str) -> None:
+        super().__init__(target_class)
+        self.target_class = target_class
+
+    def failure(self) -> ServingFailure:
+        return ServingFailure(UNSUPPORTED_VERSION, (
+            f"the target {self.target_class} has its own set_dspark_layers_to_capture, which SGLang calls for a "
+            "DSpark drafter (sglang 0.5.23 model_executor/model_runner_components/attention_backend_setup.py:63-64); "
+            "specparity models DSpark only over targets that take DFlash's setter, so nothing was checked "
+            "(docs/engines.md, drafter families)"))
 
 
 def _resolved_server_args(kw: dict[str, Any], notes: list[str]) -> tuple[Any, list[str], dict[str, Any]] | \
@@ -302,6 +324,8 @@ def _meta_build(sa: Any, kw: dict[str, Any], notes: list[str]) -> _Built:
         spec_algorithm=SpeculativeAlgorithm.from_string(build_sa.speculative_algorithm),
     )
     target = model_modules.build_as_full_registry(build_meta_model, model_config, server_args=build_sa)
+    if spec.is_dspark and hasattr(target, "set_dspark_layers_to_capture"):  # the condition of :63
+        raise OwnDSparkSetter(type(target).__name__)
     setting = read_capture(target, rule := SetterTrace(lambda m: configure_aux_hidden_state_capture(
         model=m,
         eagle_use_aux_hidden_state=spec.eagle_use_aux_hidden_state,
