@@ -38,7 +38,8 @@ from serving_probes import PROBES
 from setter_sources import CPU_SGLANG_PREAMBLE
 from version_facts import FACTS, SGLANG_VERSION, VersionFacts, facts_for
 
-from specparity.idrules.sglang import TYPE_ERROR_HS_NONE, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import TYPE_ERROR_HS_NONE
 from specparity.serving.results import SGLANG_EXCEPTION, UNSUPPORTED_VERSION, ServingFailure
 from specparity.serving.sglang.adapter import REGISTRY, AdapterEntry, parse_version, select_adapter
 from specparity.serving.sglang.families import (
@@ -533,7 +534,7 @@ def _resolve(cache: Any, models: dict[str, Path], name: str, **server_args: obje
 
 def _plan(ids: list[int] | None) -> Any:
     assert SGLANG_VERSION is not None
-    return sglang_capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
+    return sglang.capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
 
 
 def _max_err(fc: torch.Tensor, hs: tuple[torch.Tensor, ...], hf_indices: list[int]) -> float:
@@ -739,7 +740,7 @@ def test_conventions_equal_this_versions_real_setters(real_setter_results: dict[
         arch, layers = key.split("/")
         assert len(rows) == len(_ID_CASES)
         for ids, (flag, stored) in zip(_ID_CASES, rows, strict=True):
-            plan = sglang_capture_plan(ids, num_layers=int(layers), architecture=arch, version=SGLANG_VERSION)
+            plan = sglang.capture_plan(ids, num_layers=int(layers), architecture=arch, version=SGLANG_VERSION)
             assert flag is True, (key, ids)
             assert tuple(stored) == plan.layers_to_capture, (key, ids, stored, plan)
             compared += 1
