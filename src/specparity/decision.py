@@ -32,7 +32,8 @@ CHECKS = ("static", "capture", "outcome")
 ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve the deployment at all)
 _ALL_CHECKS_BEFORE = "sglang"  # what reports written before engine_error called it (report-format.md changelog)
 
-# ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
+# ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"; the strings are the
+# kinds reports carry, each engine's own named for it (sglang_missing beside vllm_missing)
 _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "engine_import", "unsupported_version",
                                    "timeout", "needs_hardware", "server_failed", "server_unreachable",
                                    "hooks_missing", "node_missing", "probe_not_isolated", "tap_overflow",

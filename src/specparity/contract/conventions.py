@@ -240,6 +240,7 @@ def _hf_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
     return [hf_index_to_source(i, num_layers=r.num_layers) for i in ids]
 
 
+# IdConvention.SGLANG's reader and its inverse: that convention is SGLang's own, like each sibling's of _RULES
 def _sglang_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
     plan = sglang.capture_plan(ids, num_layers=r.num_layers, architecture=r.architecture, version=r.sglang_version)
     if plan.crash is not None:

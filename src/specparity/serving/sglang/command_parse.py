@@ -31,7 +31,7 @@ import dataclasses
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -234,14 +234,51 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def dynamo_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Dynamo's own rewrites of SGLang's words before SGLang's parser reads them (ai-dynamo 1.6.1): ``(words,
+    notes)``. ``--disaggregation-mode agg|pd`` becomes ``null`` (``dynamo/sglang/args.py:458-463``; ``encode`` makes a
+    multimodal encode worker, refused); the old ``--disable-piecewise-cuda-graph`` becomes
+    ``--cuda-graph-backend-prefill disabled`` where SGLang has the one and not the other
+    (``dynamo/sglang/_compat.py:194-211``)."""
+    have = set(options)
+    out: list[str] = []
+    notes: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name, eq, value = w.partition("=")
+        if name == "--disaggregation-mode":
+            if not eq:
+                value = words[i + 1] if i + 1 < len(words) else ""
+            if value == "encode":
+                raise dynamo.DynamoRefused("--disaggregation-mode encode makes a Dynamo multimodal encode worker "
+                                    "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
+            if value in ("agg", "pd"):
+                notes.append(f"--disaggregation-mode {value} read as null, as Dynamo rewrites it for SGLang "
+                             "(ai-dynamo 1.6.1 dynamo/sglang/args.py:458-463)")
+                out += ["--disaggregation-mode", "null"]
+                i += 1 if eq else 2
+                continue
+        if (w == "--disable-piecewise-cuda-graph" and "--cuda-graph-backend-prefill" in have
+                and "--disable-piecewise-cuda-graph" not in have):
+            notes.append("--disable-piecewise-cuda-graph read as --cuda-graph-backend-prefill disabled, the flag "
+                         "Dynamo adds to SGLang's parser (ai-dynamo 1.6.1 dynamo/sglang/_compat.py:194-211)")
+            out += ["--cuda-graph-backend-prefill", "disabled"]
+            i += 1
+            continue
+        out.append(w)
+        i += 1
+    return out, notes
+
+
 def _dynamo_argv(args: list[str], parser: argparse.ArgumentParser, notes: list[str]) -> tuple[list[str], tuple[str, ...]]:
     """``python -m dynamo.sglang``: Dynamo's own flags set aside, Dynamo's rewrites of SGLang's words applied
-    (serving/dynamo.py), what SGLang's parser reads returned with the Dynamo releases the split follows."""
+    (:func:`dynamo_rewrites`), what SGLang's parser reads returned with the Dynamo releases the split follows."""
     options = parser._option_string_actions
     try:
         part = dynamo.split(args, engine="sglang", module="dynamo.sglang", label="SGLang",
                             is_engine_option=lambda w: w in options, engine_options=options)
-        words, rewrites = dynamo.sglang_rewrites(part.engine_args, options)
+        words, rewrites = dynamo_rewrites(part.engine_args, options)
     except dynamo.DynamoRefused as e:
         raise Rejected(e.message, flag=e.flag) from None
     part.rewrites += rewrites
