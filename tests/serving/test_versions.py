@@ -282,8 +282,8 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
 def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         checkpoint_has_bias: bool | None, noted: bool) -> None:
     """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
-    from specparity import decision
     from specparity.serving.sglang.since_0_4_4.static_only import fc_bias_note
+    from specparity.verdict import rules
 
     note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
     assert (note is not None) == noted
@@ -291,7 +291,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         return
     assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
     assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
-    [f] = decision.adapter_findings(_static_deployment(engine_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    [f] = rules.adapter_findings(_static_deployment(engine_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
     assert f.kind.value == "config_mismatch" and f.severity.value == "error"
 
 
