@@ -47,10 +47,10 @@ from specparity.serving.command.parse_child import (
     local_model,
     module_runs,
     package_dir,
-    secret_args,
+    parsed_view,
+    transported,
     with_defaults_not_given,
 )
-from specparity.serving.engine_values import encode
 
 # ServerArgs keywords that are not engine arguments of the in-process resolve: the models (target and draft have
 # their own fields), where it listens, and secrets
@@ -83,8 +83,7 @@ def transported_args(values: dict[str, Any], explicit: list[str], fields: set[st
     rebuilds the values SGLang's parser made, serving/engine_values.py), and their plain view for the reports."""
     keys = {k: _FIELD_OF.get(k, k) if k not in fields else k for k in explicit
             if (k in fields or _FIELD_OF.get(k) in fields) and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)}
-    return ({key: encode(values[k]) for k, key in keys.items()},
-            {key: json_safe(values[k]) for k, key in keys.items()})
+    return transported({key: values[k] for k, key in keys.items()})
 
 
 def _serve_argv(args: list[str]) -> tuple[list[str], list[str]]:
@@ -213,18 +212,16 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     draft_name = values.get("speculative_draft_model_path")
     draft, draft_note = local_model(draft_name, cwd)
     notes += [n for n in (target_note, draft_note) if n]
-    secrets = [values[k] for k in values if SECRET_DEST.search(k)]
     return {
         "engine": "sglang", "engine_version": version, "entry": entry, "python": sys.executable,
         "package_dir": package_dir("sglang"),
         "parser": f"sglang {version} srt/server_args.py prepare_server_args (argparse, ServerArgs.add_cli_args)",
-        "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
+        **parsed_view(values, args),
         "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": values.get("model_path"), "target": target, "target_flag": "--model-path",
         "draft_name": draft_name, "draft": draft, "draft_flag": "--speculative-draft-model-path",
         "host": values.get("host"), "port": values.get("port"),
         "api_key_set": any(values.get(k) for k in values if SECRET_DEST.search(k) and "api_key" in k),
-        "secret_args": secret_args(args, secrets),
         "speculative": {"algorithm": values.get("speculative_algorithm"),
                         **{k.removeprefix("speculative_"): values.get(k)
                            for k in SPEC_KEYS[1:]}},
