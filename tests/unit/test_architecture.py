@@ -5,6 +5,8 @@ A room is a top-level module or subpackage of specparity (``gate``, ``serving``,
 package face). Imports are read with ``ast`` from every .py file under src/specparity: module-level and
 function-local, absolute and relative. What ``importlib.import_module`` loads by a computed name is not an
 import here (the SGLang adapter registry, the zygote's worker module: both inside ``serving``).
+
+Under ``serving/``, no function runs past 80 lines, and no file past 400 unless a comment in it says why.
 """
 
 from __future__ import annotations
