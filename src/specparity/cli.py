@@ -2,7 +2,7 @@
 
 Exit codes: 0 pass, 1 the deployment does not match the contract (SGLang refusing or crashing on it
 and a wrong target included), 2 the user's own files are malformed, 3 the check could not run here
-(:mod:`specparity.errors`, :mod:`specparity.decision`). Errors print one short line naming the file and field; never a traceback
+(:mod:`specparity.errors`, :mod:`specparity.verdict.rules`). Errors print one short line naming the file and field; never a traceback
 (set ``SPECPARITY_DEBUG=1`` to see one).
 """
 

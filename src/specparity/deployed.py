@@ -70,7 +70,7 @@ def unmodelled_family(draft: Path) -> str | None:
 # specparity's fc taps find their fc where the Llama-style head keeps it (vllm 0.32 models/deepseek_eagle3.py:201-209
 # and qwen3_dflash.py:494-504, both `model.fc`; sglang 0.5.23 models/kimi_k25_eagle3.py:212-219). vLLM's CPU capture
 # of an MLA head is attempted too: vLLM refuses it itself (v1/worker/utils.py:554, "No common block size ...
-# CPU_MLA"), a named machine limit (decision.py), exit 3.
+# CPU_MLA"), a named machine limit (verdict/rules.py), exit 3.
 _CPU_CAPTURE_REFUSED = {
     (DrafterFamily.EAGLE3_MLA, "sglang"): (
         "SGLang 0.5.23 cannot run the MLA head on this CPU: at start-up its set_embed calls torch.cuda.synchronize "

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specparity import decision
 from specparity.compare.attribution import attribute
 from specparity.compare.reduced import RTOL_CHUNKS, Reduction, rtol_table
 from specparity.compare.tolerances import resolve_tolerance, tolerances_from_contract
@@ -34,6 +33,7 @@ from specparity.errors import InputError
 from specparity.gate_live import apply_launch, attach, capture_launched, resolve_launched
 from specparity.gate_verdict import GateRun, pair_tolerances, verdict_of
 from specparity.replay.outcome import check_outcome
+from specparity.report.items import item_report
 from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import engine_args_for, get_engine, outcome_request
 from specparity.serving.live.capture import StartedServer, capture_attached
@@ -240,7 +240,7 @@ def _attribute(run: GateRun, pack: ProbePack, capture: CaptureResult) -> None:
         a, b = got.float(), sample.fc_input.float()
         err = float((a - b).abs().max()) if same else math.inf
         tok = ((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)) if same else None
-        # the status is filled in from the verdict's findings (decision.probe_status): one rule for every face
+        # the status is filled in from the verdict's findings (verdict/rules.py probe_status): one rule for every face
         probes.append({"index": i, "tokens": int(got.shape[0]), "status": "pending",
                        "max_abs_err": err if finite else math.nan, "chunks": int(got.shape[-1] // h),
                        "rel_err_max": float(tok.max()) if tok is not None and finite else math.nan})
@@ -249,4 +249,4 @@ def _attribute(run: GateRun, pack: ProbePack, capture: CaptureResult) -> None:
 
 def check_failures(verdict: Verdict, check: str, *, probe: int | None = None) -> str | None:
     """The report text for one pytest item (``static``, ``capture``, ``outcome``), or None when it passes."""
-    return decision.item_report(verdict, check, probe=probe)
+    return item_report(verdict, check, probe=probe)

@@ -6,17 +6,15 @@ the fix, the status and the layout. Pure: no engine is started here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specparity import decision
 from specparity.compare.agreement import static_capture_findings
 from specparity.compare.attribution import AttributionTable
 from specparity.compare.diagnosis import DeploymentFacts, ExpectedFacts, diagnose, layout_findings
 from specparity.compare.findings import (
-    ENVIRONMENT_KINDS,
     Finding,
     FindingKind,
     Severity,
@@ -34,20 +32,7 @@ from specparity.serving.command.parse import LaunchSpec
 from specparity.serving.engine import convention_findings, get_engine
 from specparity.serving.layout import served_layout as layout_of
 from specparity.serving.results import ResolvedDeployment, ServingFailure
-from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict
-
-# findings the static check owns; everything else found with tensors belongs to the capture check
-_STATIC_KINDS = frozenset({FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.LAYOUT_ASSUMED,
-                           FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
-                           FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
-                           FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
-                           FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
-                           FindingKind.CUDA_GRAPH_IDS_HAZARD, FindingKind.TOKENIZER_MISMATCH,
-                           FindingKind.CHAT_TEMPLATE_MISMATCH, FindingKind.SPECULATIVE_ALGORITHM_ASSUMED,
-                           FindingKind.DRAFTER_FAMILY_MISMATCH})
-_OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
-                            FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
-
+from specparity.verdict import ChunkReport, FixSuggestion, Heatmap, Level, OutcomeSummary, Verdict, rules
 
 
 @dataclass
@@ -112,32 +97,6 @@ def _explain_unsupported_norms(findings: list[Finding], dep: ResolvedDeployment 
     return out
 
 
-def _check_of(f: Finding) -> str:
-    if f.kind in _OUTCOME_KINDS:
-        return "outcome"
-    if f.kind in ENVIRONMENT_KINDS:
-        return str(f.details.get("check", decision.ALL_CHECKS))
-    if f.kind in _STATIC_KINDS:
-        return "static"
-    return str(f.details.get("check", "capture"))
-
-
-def _tag(findings: Sequence[Finding], level: str, static_layout: bool, run: GateRun) -> list[Finding]:
-    """Each finding with the check (pytest item) it fails; an engine error also names the engine and release."""
-    out = []
-    named = {"engine": run.engine, "version": _engine_version(run)}
-    for f in findings:
-        check = "static" if (level == "static" or (static_layout and f.chunk is None and
-                                                   f.kind not in _OUTCOME_KINDS)) else _check_of(f)
-        details = {**f.details}
-        if f.kind in ENVIRONMENT_KINDS:
-            details = {**named, **details}
-            if "check" not in f.details:
-                check = decision.ALL_CHECKS
-        out.append(Finding(f.kind, f.severity, f.message, f.chunk, {**details, "check": check}, f.fix))
-    return out
-
-
 def _chunks(contract: Contract, run: GateRun) -> list[ChunkReport]:
     expected = list(contract.fc_input.sources)
     if run.table is None:
@@ -192,7 +151,7 @@ def _missing_evidence(run: GateRun, level: str) -> list[Finding]:
 def verdict_of(run: GateRun, *, level: Level, timings: Mapping[str, float]) -> Verdict:
     c, dep = run.contract, run.deployment
     cfg, d2t, observed, keys, skipped = _draft_facts(run.draft)
-    findings = decision.serving_findings(run.failures, engine=run.engine, version=_engine_version(run)) + skipped
+    findings = rules.serving_findings(run.failures, engine=run.engine, version=_engine_version(run)) + skipped
     fix: FixSuggestion | None = None
     layout_fix_text = None
     if dep is not None:
@@ -239,7 +198,8 @@ def verdict_of(run: GateRun, *, level: Level, timings: Mapping[str, float]) -> V
                                 details={"check": "static", "trainer": a.trainer,
                                          "trainer_sglang_version": a.trainer_sglang_version,
                                          "trainer_sglang_version_assumed": a.trainer_sglang_version_assumed}))
-    findings = _tag(explained_by_partial_load(findings), level, static_layout, run)
+    findings = rules.tag_checks(explained_by_partial_load(findings), level, static_layout, engine=run.engine,
+                                version=_engine_version(run))
     if fix is None:
         spec_fix = next((f.fix for f in findings if f.kind is FindingKind.SPEC_CONFIG_REWRITTEN and f.fix), None)
         fix = FixSuggestion(spec_fix) if spec_fix else None
@@ -247,12 +207,12 @@ def verdict_of(run: GateRun, *, level: Level, timings: Mapping[str, float]) -> V
         # never a pass without the engine having resolved the deployment
         findings.append(Finding(FindingKind.ENGINE_ERROR, Severity.ERROR,
                                 f"{engine_label(run.engine)} never resolved the deployment",
-                                details={"check": decision.ALL_CHECKS, "cause": "environment", "engine": run.engine,
+                                details={"check": rules.ALL_CHECKS, "cause": "environment", "engine": run.engine,
                                          "version": _engine_version(run)}))
     ran = {"static": dep is not None, "capture": run.table is not None, "outcome": run.outcome is not None}
-    findings += decision.blocked_checks(findings, level, ran)
-    status = decision.status_of(findings)
-    probes = [{**p, "status": decision.probe_status(findings, int(p["index"]))} for p in run.probes]
+    findings += rules.blocked_checks(findings, level, ran)
+    status = rules.status_of(findings)
+    probes = [{**p, "status": rules.probe_status(findings, int(p["index"]))} for p in run.probes]
     served_layout: list[str | None] | None = (
         run.table.served_sources() if run.table is not None
         else (list(dep.served_sources) if dep and not run.failures else None))

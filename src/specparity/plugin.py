@@ -17,8 +17,9 @@ run: the first worker runs it and the others read its result. A check that could
 nothing is skipped. Collection reads only JSON and TOML: torch and the engine load when an item runs.
 
 Fixtures: ``parity_contract``, ``parity_verdict`` (the whole gate, one deployment), ``parity_verdicts``
-(by deployment name), ``sglang_resolve`` and ``sglang_capture`` (session-cached factories over the
-serving adapter, keyed by target, draft and server args).
+(by deployment name), ``parity_resolve`` and ``parity_capture`` (session-cached factories over the
+serving adapter, keyed by target, draft and server args; ``sglang_resolve`` and ``sglang_capture`` are their older
+names, still served).
 
 This module holds the options, the hooks and the fixtures; the items and the shared gate run are in
 :mod:`specparity.plugin_items` (re-exported here by name).
@@ -342,24 +343,41 @@ def parity_verdicts(request: pytest.FixtureRequest) -> dict[str, Verdict]:
         pytest.fail(f"specparity: {e}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def sglang_resolve() -> Callable[..., Any]:
-    """``sglang_resolve(target, draft, **server_args)`` -> ResolvedDeployment | ServingFailure (session-cached)."""
+def _resolve(target: str | os.PathLike[str], draft: str | os.PathLike[str], **server_args: object) -> Any:
     from specparity.serving.cache import SESSION_CACHE
 
-    def resolve(target: str | os.PathLike[str], draft: str | os.PathLike[str], **server_args: object) -> Any:
-        return SESSION_CACHE.resolve(Path(target), Path(draft), server_args=server_args)
+    return SESSION_CACHE.resolve(Path(target), Path(draft), server_args=server_args)
 
-    return resolve
+
+def _capture(target: str | os.PathLike[str], draft: str | os.PathLike[str], probes: Sequence[Sequence[int]],
+             **server_args: object) -> Any:
+    from specparity.serving.cache import SESSION_CACHE
+
+    return SESSION_CACHE.capture(Path(target), Path(draft), probes=probes, server_args=server_args)
+
+
+@pytest.fixture(scope="session")
+def parity_resolve() -> Callable[..., Any]:
+    """``parity_resolve(target, draft, **server_args)`` -> ResolvedDeployment | ServingFailure (session-cached;
+    the session cache serves SGLang, serving/cache.py)."""
+    return _resolve
+
+
+@pytest.fixture(scope="session")
+def parity_capture() -> Callable[..., Any]:
+    """``parity_capture(target, draft, probes, **server_args)`` -> CaptureResult with fc input and atlas (cached;
+    the session cache serves SGLang, serving/cache.py)."""
+    return _capture
+
+
+# the older names of parity_resolve and parity_capture, kept as aliases: users' own conftests and tests may ask for them
+@pytest.fixture(scope="session")
+def sglang_resolve() -> Callable[..., Any]:
+    """The older name of :func:`parity_resolve`, the same factory."""
+    return _resolve
 
 
 @pytest.fixture(scope="session")
 def sglang_capture() -> Callable[..., Any]:
-    """``sglang_capture(target, draft, probes, **server_args)`` -> CaptureResult with fc input and atlas (cached)."""
-    from specparity.serving.cache import SESSION_CACHE
-
-    def capture(target: str | os.PathLike[str], draft: str | os.PathLike[str], probes: Sequence[Sequence[int]],
-                **server_args: object) -> Any:
-        return SESSION_CACHE.capture(Path(target), Path(draft), probes=probes, server_args=server_args)
-
-    return capture
+    """The older name of :func:`parity_capture`, the same factory."""
+    return _capture

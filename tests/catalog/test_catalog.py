@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from specparity.gate import run_gate
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.serving.sglang.adapter import AdapterEntry, parse_version, select_adapter
 from specparity.verdict import Verdict
 
@@ -37,7 +37,7 @@ def kinds(v: Verdict) -> set[str]:
 
 
 def _serves(ids: list[int]) -> bool:
-    return sglang_capture_plan(ids, num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash is None
+    return sglang.capture_plan(ids, num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash is None
 
 
 # D5 (domain.md §7): before 0.5.12 the drafter builds fc = Linear(3*H_t, H_d) whatever the config says
@@ -152,7 +152,7 @@ def test_silent_num_draft_tokens_rewrite(catalog: dict[str, Any]) -> None:
 def test_static_level_sees_the_layout_without_a_forward(catalog: dict[str, Any]) -> None:
     v = gate(catalog, "ids_plus_one", level="static")
     if STATIC_ONLY:  # D1: the configured [2, 4, 6] is never read; SGLang's default [1, L//2-1, L-4] is served
-        plan = sglang_capture_plan([2, 4, 6], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG)
+        plan = sglang.capture_plan([2, 4, 6], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG)
         assert plan.used_default and v.served_layout == list(plan.served_sources) == ["layer:1", "layer:3", "layer:4"]
         assert v.exit_code == 1 and v.chunks[0].cosine is None
         # against the contract's layer:1,3,5 only chunk 2 differs, one layer early
@@ -198,7 +198,7 @@ def test_a_config_sglang_crashes_on_is_reported_as_that_crash(catalog: dict[str,
     """[-1,1,3]: where the installed version crashes (llama before 0.5.22), the verdict is that crash alone,
     SGLang's own message quoted, with the fix; no layout finding for a layout SGLang never served."""
     v = gate(catalog, "embedding_plus_layers")
-    crash = sglang_capture_plan([-1, 1, 3], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash
+    crash = sglang.capture_plan([-1, 1, 3], num_layers=L, architecture="LlamaForCausalLM", version=SGLANG).crash
     if STATIC_ONLY:  # the ids are never read (D1): no crash, and the capture level is refused
         assert crash is None
         assert_capture_refused(v)

@@ -9,7 +9,8 @@ from typing import Any
 
 from meta_static import INSTALLED
 
-from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import SGLangCapturePlan
 from specparity.serving import ResolvedDeployment
 
 
@@ -25,7 +26,7 @@ def assert_resolved_as_planned(r: object, *, architecture: str, num_layers: int,
     installed version; returns ``r`` and that plan."""
     assert isinstance(r, ResolvedDeployment), r
     assert r.target_architecture == architecture and r.num_layers == num_layers
-    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=str(INSTALLED))
+    plan = sglang.capture_plan(ids, num_layers=num_layers, architecture=architecture, version=str(INSTALLED))
     assert r.layers_to_capture == plan.layers_to_capture
     assert r.served_sources == plan.served_sources
     return r, plan

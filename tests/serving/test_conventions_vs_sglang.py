@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from version_facts import SGLANG_VERSION as _INSTALLED
 
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
 from specparity.serving.sglang.worker import install_kernel_stub_if_needed
 
@@ -103,7 +103,7 @@ def _run_real_setter(architecture: str, num_layers: int, ids: list[int] | None) 
 @pytest.mark.parametrize("architecture", sorted(SETTERS))
 def test_layers_to_capture_matches_real_setter(architecture: str, ids: list[int] | None, num_layers: int) -> None:
     fake = _run_real_setter(architecture, num_layers, ids)
-    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=SGLANG_VERSION)
+    plan = sglang.capture_plan(ids, num_layers=num_layers, architecture=architecture, version=SGLANG_VERSION)
     assert tuple(fake.model.layers_to_capture) == plan.layers_to_capture
     assert plan.used_default is (ids is None)
 
@@ -114,7 +114,7 @@ def test_minimax_layer_flags_match_reachable_boundaries(architecture: str, ids: 
     """MiniMax-M3's loop reads per-layer flags (minimax_m3.py:1946-1950), plus boundary L at the final norm."""
     fake = _run_real_setter(architecture, 8, ids)
     flagged = {i for i, lyr in enumerate(fake.model.layers) if getattr(lyr, "_is_layer_to_capture", False)}
-    plan = sglang_capture_plan(ids, num_layers=8, architecture=architecture, version=SGLANG_VERSION)
+    plan = sglang.capture_plan(ids, num_layers=8, architecture=architecture, version=SGLANG_VERSION)
     in_loop = {b for b in plan.layers_to_capture if 0 <= b < 8}
     assert flagged == in_loop
 
@@ -128,7 +128,7 @@ def test_kimi_k25_delegates_to_deepseek_v3(ids: list[int] | None) -> None:
     kimi = types.SimpleNamespace(language_model=inner)
     kimi_k25.KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture(kimi, ids)
     assert inner.capture_aux_hidden_states is True
-    plan = sglang_capture_plan(
+    plan = sglang.capture_plan(
         ids, num_layers=61, architecture="KimiK25ForConditionalGeneration", version=SGLANG_VERSION
     )
     assert tuple(inner.model.layers_to_capture) == plan.layers_to_capture

@@ -19,7 +19,8 @@ from setter_sources import cited, installed_setters
 from version_facts import SGLANG_VERSION, installed_facts
 
 from specparity.cli import main
-from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import SGLangCapturePlan
 
 pytestmark = pytest.mark.sglang
 
@@ -133,7 +134,7 @@ def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> 
         assert code == 0 and not errors, text
     # the wrapper delegates to its DeepSeek-V3 language model (models/kimi_k25.py:928-939): resolved on the object
     # SGLang builds, never on a hand-built one (0.5.10 included, family B's meta-device build)
-    plan = sglang_capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
+    plan = sglang.capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
                                version=str(SGLANG_VERSION))
     assert tuple(data["served_sources"]) == plan.served_sources  # type: ignore[arg-type]
     assert tuple(data["layers_to_capture"]) == plan.layers_to_capture  # type: ignore[arg-type]
@@ -157,7 +158,7 @@ def test_kimi_k25_61_layers_ids_2_30_58_serve_layers_1_29_57(tmp_path: Path) -> 
 
 def _bundled_plan(ids: list[int]) -> SGLangCapturePlan:
     """What the installed SGLang does with ``ids`` on the bundled 8-layer llama target."""
-    return sglang_capture_plan(ids, num_layers=8, architecture="LlamaForCausalLM", version=str(SGLANG_VERSION))
+    return sglang.capture_plan(ids, num_layers=8, architecture="LlamaForCausalLM", version=str(SGLANG_VERSION))
 
 
 def test_speculators_draft_is_refused_with_how_to_convert(tmp_path: Path) -> None:
@@ -233,7 +234,7 @@ def test_kimi_drafter_trained_before_0_5_13_fails_the_static_gate_on_0_5_23(tmp_
     if not HAS_KIMI_K25:
         assert code == 1 and any(m in text for m in UNKNOWN_ARCH), text
         return
-    plan = sglang_capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
+    plan = sglang.capture_plan([2, 30, 58], num_layers=61, architecture="KimiK25ForConditionalGeneration",
                                version=str(SGLANG_VERSION))
     if not NEW_ARCHS:  # before 0.5.13 SGLang serves these ids as the trainer's 0.5.12 captured them (eager)...
         assert plan.served_sources == ("layer:2", "layer:30", "layer:58"), plan
@@ -259,7 +260,7 @@ def test_qwen35_hybrid_resolves_with_the_hardware_check_as_a_note(tmp_path: Path
     assert data["target_architecture"] == "Qwen3_5MoeForConditionalGeneration" and data["num_layers"] == 40
     assert data["served_sources"] == ["layer:1", "layer:19", "layer:35"]
     assert any("hardware check skipped" in n and "mamba_hook.py" in n for n in data["notes"])  # type: ignore[union-attr]
-    plan = sglang_capture_plan([1, 19, 35], num_layers=40, architecture="Qwen3_5MoeForConditionalGeneration",
+    plan = sglang.capture_plan([1, 19, 35], num_layers=40, architecture="Qwen3_5MoeForConditionalGeneration",
                                version=str(SGLANG_VERSION))
     assert tuple(data["served_sources"]) == plan.served_sources  # type: ignore[arg-type]
 

@@ -18,7 +18,8 @@ from setter_sources import cited, installed_setters
 from version_facts import SGLANG_VERSION
 
 from specparity.cli import main
-from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import SGLangCapturePlan
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "fixtures" / "default"
@@ -26,7 +27,7 @@ Run = tuple[int, str, dict[str, object]]
 
 
 def _plan(ids: list[int]) -> SGLangCapturePlan:
-    return sglang_capture_plan(ids, num_layers=8, architecture="LlamaForCausalLM", version=str(SGLANG_VERSION))
+    return sglang.capture_plan(ids, num_layers=8, architecture="LlamaForCausalLM", version=str(SGLANG_VERSION))
 
 
 @pytest.fixture(scope="module")

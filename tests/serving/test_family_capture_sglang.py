@@ -13,7 +13,7 @@ started anyway, measured here with a tiny Kimi-style head (tests/serving/family_
   ``torch.cuda.synchronize`` (models/kimi_k25_eagle3.py:414-415);
 - draft hidden != target hidden (``set_embed`` returns early, :406-411): the target serves, fc is fed (its input is
   captured: layer:1, 3, 5 for ids [1, 3, 5]), and the drafter's MLA attention then fails on the CPU backend
-  (layers/attention/torch_native_backend.py:160), a named machine limit (decision.py).
+  (layers/attention/torch_native_backend.py:160), a named machine limit (verdict/rules.py).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from family_pairs import write_dflash_draft, write_dflash_records, write_mla_dra
 from real_class_targets import write_deployment
 from version_facts import SGLANG_VERSION
 
-from specparity.decision import machine_limit
 from specparity.errors import EnvironmentProblem
 from specparity.gate import run_gate
 from specparity.serving.sglang.client import capture_deployment
 from specparity.training.specforge import contract_from_specforge
+from specparity.verdict.rules import machine_limit
 
 pytestmark = [pytest.mark.sglang, pytest.mark.usefixtures("sglang_required"),
               pytest.mark.skipif(SGLANG_VERSION != "0.5.23", reason="the MLA head's lines are read at sglang 0.5.23")]

@@ -28,7 +28,7 @@ from serving_probes import PROBES
 from version_facts import assert_target_loaded_whole, needs_capture_level
 
 from specparity.gate import run_gate
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.report import render_text
 from specparity.serving.cache import SessionCache
 from specparity.serving.sglang.adapter import AdapterEntry, select_adapter
@@ -109,7 +109,7 @@ def test_healthy_passes_and_static_serves_what_capture_found(deployments: dict[s
 def test_the_seeds_wiring_is_named_and_static_agrees(deployments: dict[str, dict[str, Any]], name: str) -> None:
     dep = deployments[name]
     v = _gate(dep, name, "seed_wiring", "capture")
-    plan = sglang_capture_plan(DRAFTS["seed_wiring"], num_layers=L, architecture=dep["arch"], version=SGLANG)
+    plan = sglang.capture_plan(DRAFTS["seed_wiring"], num_layers=L, architecture=dep["arch"], version=SGLANG)
     if plan.crash is not None:  # this release refuses id -1 for the class: SGLang's own refusal, exit 1
         assert v.status == "fail" and "engine_error" in _kinds(v), [str(f) for f in v.errors]
         return

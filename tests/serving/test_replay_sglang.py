@@ -33,7 +33,7 @@ from version_facts import SGLANG_VERSION, capture_level_supported, needs_capture
 from specparity.compare.findings import FindingKind, Severity
 from specparity.contract.model import Contract
 from specparity.contract.probes import ProbePack, read_probe_pack
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.replay.acceptance import draft_next_ids, greedy_from_final_norm
 from specparity.replay.checkpoint import read_target_lm_head
 from specparity.replay.diagnosis import diagnose
@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "fixtures" / "default"
 LOGIT_ATOL = 2e-5  # fp32, torch_native on CPU; measured max |d| 4.8e-6 (printed with -s)
 # What the installed SGLang does with [-1,1,3] on the bundled llama target (L=8): None serves, else the crash.
-KIMI_CRASH = (sglang_capture_plan([-1, 1, 3], num_layers=8, architecture="LlamaForCausalLM",
+KIMI_CRASH = (sglang.capture_plan([-1, 1, 3], num_layers=8, architecture="LlamaForCausalLM",
                                   version=SGLANG_VERSION).crash if SGLANG_VERSION is not None else None)
 # the outcome level runs on the capture's engine start: none where only the static level is offered (family A)
 OUTCOME = needs_capture_level("tests/serving/test_replay_sglang.py::test_a_static_only_version_refuses_the_outcome_level")

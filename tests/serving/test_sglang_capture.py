@@ -4,7 +4,7 @@ Every deployment starts SGLang once per session (``serving_cache``). Expected te
 independent transformers forward of the same target weights (``hf_hidden_states``).
 
 Resolve tests run on every version, their expectation taken from the conventions model of the installed one
-(``sglang_capture_plan``: family A never reads the configured ids, D1). Family A (0.4.4.post2-0.4.8) is served
+(``sglang.capture_plan``: family A never reads the configured ids, D1). Family A (0.4.4.post2-0.4.8) is served
 at the static level only: there :func:`test_a_static_only_version_refuses_the_capture` pins the refusal, and the
 capture tests are skipped by name with that reason (``version_facts.needs_capture_level``).
 """
@@ -24,7 +24,8 @@ from version_facts import (
     needs_capture_level,
 )
 
-from specparity.idrules.sglang import SGLangCapturePlan, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import SGLangCapturePlan
 from specparity.serving import CaptureResult, ResolvedDeployment, ServingFailure
 from specparity.serving.cache import SessionCache
 from specparity.serving.results import UNSUPPORTED_VERSION
@@ -41,7 +42,7 @@ CAPTURE = needs_capture_level("tests/serving/test_sglang_capture.py::test_a_stat
 def _plan(ids: list[int] | None) -> SGLangCapturePlan:
     """What the installed SGLang does with ``ids`` on the bundled llama target (the conventions model)."""
     assert SGLANG_VERSION is not None, "the sglang tests need SGLang installed"
-    return sglang_capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
+    return sglang.capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
 
 
 def _ids_ignored_note(dep: ResolvedDeployment) -> tuple[str, str, str, str]:

@@ -23,7 +23,7 @@ from packaging.version import Version
 from static_configs import TARGETS
 from version_facts import SGLANG_VERSION, installed_facts, require_sglang
 
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.serving.results import NEEDS_HARDWARE, SGLANG_EXCEPTION, UNSUPPORTED_VERSION
 
 pytestmark = pytest.mark.sglang
@@ -55,7 +55,7 @@ def test_every_class_with_a_setter_has_a_config_and_resolves_or_is_a_pinned_refu
             if expected is not None:
                 problems.append(f"{arch}: resolved, but sglang {SGLANG_VERSION} is pinned to refuse it ({expected})")
                 continue
-            plan = sglang_capture_plan(r["ids"], num_layers=r["num_layers"], architecture=arch,
+            plan = sglang.capture_plan(r["ids"], num_layers=r["num_layers"], architecture=arch,
                                        version=str(SGLANG_VERSION))
             if r["architecture"] != arch or tuple(r["layers_to_capture"]) != plan.layers_to_capture \
                     or tuple(r["served_sources"]) != plan.served_sources:

@@ -38,7 +38,8 @@ from serving_probes import PROBES
 from setter_sources import CPU_SGLANG_PREAMBLE
 from version_facts import FACTS, SGLANG_VERSION, VersionFacts, facts_for
 
-from specparity.idrules.sglang import TYPE_ERROR_HS_NONE, sglang_capture_plan
+from specparity.idrules import sglang
+from specparity.idrules.sglang import TYPE_ERROR_HS_NONE
 from specparity.serving.results import SGLANG_EXCEPTION, UNSUPPORTED_VERSION, ServingFailure
 from specparity.serving.sglang.adapter import REGISTRY, AdapterEntry, parse_version, select_adapter
 from specparity.serving.sglang.families import (
@@ -281,8 +282,8 @@ def test_family_a_names_the_defaults_it_serves_instead_of_the_configured_ids(
 def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         checkpoint_has_bias: bool | None, noted: bool) -> None:
     """D4: <= 0.4.8 builds fc = nn.Linear(3*H_t, H_d) (bias on); only a checkpoint fc.bias fills it."""
-    from specparity import decision
     from specparity.serving.sglang.since_0_4_4.static_only import fc_bias_note
+    from specparity.verdict import rules
 
     note = fc_bias_note(version="0.4.8", checkpoint_has_bias=checkpoint_has_bias)
     assert (note is not None) == noted
@@ -290,7 +291,7 @@ def test_family_a_fc_bias_is_always_built_and_random_without_a_checkpoint_bias(
         return
     assert note[:2] == ("config_mismatch", "error") and "fc.bias" in note[2] and "0.4.8" in note[2]
     assert "models/llama_eagle3.py:109-112" in note[3] and "D4" in note[3]
-    [f] = decision.adapter_findings(_static_deployment(engine_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
+    [f] = rules.adapter_findings(_static_deployment(engine_version="0.4.8", fc_bias=True, adapter_notes=(note,)))
     assert f.kind.value == "config_mismatch" and f.severity.value == "error"
 
 
@@ -533,7 +534,7 @@ def _resolve(cache: Any, models: dict[str, Path], name: str, **server_args: obje
 
 def _plan(ids: list[int] | None) -> Any:
     assert SGLANG_VERSION is not None
-    return sglang_capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
+    return sglang.capture_plan(ids, num_layers=NUM_LAYERS, architecture="LlamaForCausalLM", version=SGLANG_VERSION)
 
 
 def _max_err(fc: torch.Tensor, hs: tuple[torch.Tensor, ...], hf_indices: list[int]) -> float:
@@ -739,7 +740,7 @@ def test_conventions_equal_this_versions_real_setters(real_setter_results: dict[
         arch, layers = key.split("/")
         assert len(rows) == len(_ID_CASES)
         for ids, (flag, stored) in zip(_ID_CASES, rows, strict=True):
-            plan = sglang_capture_plan(ids, num_layers=int(layers), architecture=arch, version=SGLANG_VERSION)
+            plan = sglang.capture_plan(ids, num_layers=int(layers), architecture=arch, version=SGLANG_VERSION)
             assert flag is True, (key, ids)
             assert tuple(stored) == plan.layers_to_capture, (key, ids, stored, plan)
             compared += 1

@@ -5,6 +5,8 @@ A room is a top-level module or subpackage of specparity (``gate``, ``serving``,
 package face). Imports are read with ``ast`` from every .py file under src/specparity: module-level and
 function-local, absolute and relative. What ``importlib.import_module`` loads by a computed name is not an
 import here (the SGLang adapter registry, the zygote's worker module: both inside ``serving``).
+
+Under ``serving/``, no function runs past 80 lines, and no file past 400 unless a comment in it says why.
 """
 
 from __future__ import annotations
@@ -169,3 +171,24 @@ def test_the_doc_names_no_file_that_is_gone() -> None:
                         (PACKAGE / f / m.group(1)).is_file() for f in folders):
                     stale.append(f"{folder}{m.group(1)}")
     assert not stale, f"docs/architecture.md names files src/specparity no longer has: {', '.join(sorted(set(stale)))}"
+
+
+SERVING = PACKAGE / "serving"
+_MAX_FUNCTION_LINES, _MAX_FILE_LINES = 80, 400
+_ARGUED = re.compile(r"^# Over .*400 lines", re.M)  # a file's own comment saying why it is longer
+
+
+def test_serving_functions_and_files_stay_short_or_say_why() -> None:
+    long = []
+    for path in sorted(SERVING.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > _MAX_FILE_LINES and not _ARGUED.search(text):
+            long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines, and no '# Over ... 400 lines' "
+                        "comment saying why")
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > _MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} is {lines} lines")
+    assert not long, (f"under src/specparity/serving/, functions over {_MAX_FUNCTION_LINES} lines and files over "
+                      f"{_MAX_FILE_LINES} lines that do not say why:\n" + "\n".join(long))

@@ -197,9 +197,9 @@ def test_the_committed_schema_says_numbers_are_finite() -> None:
 def test_an_engine_that_cannot_be_imported_is_the_machine_not_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only HOME makes SGLang's import raise (its transformers patches make ~/.cache): exit 3, never 1."""
     import specparity.serving.sglang.adapter as adapter
-    from specparity import decision
     from specparity.compare.findings import status_of
     from specparity.serving.sglang import worker
+    from specparity.verdict import rules
 
     def load_adapter(*args: Any, **kw: Any) -> Any:
         raise OSError(errno.EROFS, "Read-only file system", "/home/ci/.cache")
@@ -208,8 +208,8 @@ def test_an_engine_that_cannot_be_imported_is_the_machine_not_the_deployment(mon
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     failure = worker.prepare("cuda").failure  # cuda: no CPU stand-in is put on this process's sys.path
     assert failure.kind == "engine_import" and "Read-only file system: '/home/ci/.cache'" in failure.message
-    assert decision.failure_cause(failure.kind, failure.message) == "environment"
-    [finding] = decision.serving_findings([failure], engine="sglang", version="0.5.23")
+    assert rules.failure_cause(failure.kind, failure.message) == "environment"
+    [finding] = rules.serving_findings([failure], engine="sglang", version="0.5.23")
     assert status_of([finding]) == "error" and "writable HOME" in str(finding.fix)
 
 

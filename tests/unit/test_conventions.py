@@ -16,14 +16,12 @@ from specparity.contract.conventions import (
     specforge_default_ids,
     specforge_ids_to_sources,
 )
+from specparity.idrules import sglang
 from specparity.idrules.sglang import (
     TYPE_ERROR_HS_NONE,
     ArchFamily,
     arch_family,
     parse_version,
-    sglang_capture_plan,
-    sglang_default_boundaries,
-    sglang_ids_for_sources,
 )
 from specparity.idrules.vllm import sources_to_vllm_ids, vllm_ids_to_sources
 from specparity.sources import EMBEDDING, FINAL_NORM, boundary_to_source, layer
@@ -41,7 +39,7 @@ def L(*i: int) -> tuple[str, ...]:
 
 
 def served(ids: list[int] | None, *, n: int, arch: str, version: str) -> tuple[str, ...]:
-    plan = sglang_capture_plan(ids, num_layers=n, architecture=arch, version=version)
+    plan = sglang.capture_plan(ids, num_layers=n, architecture=arch, version=version)
     assert plan.crash is None, plan.crash
     return plan.served_sources
 
@@ -73,7 +71,7 @@ def test_table_3_2_sglang_llama(ids, _training, llama, _ds, _vllm, version) -> N
 
 @pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.3", "0.5.21"])
 def test_table_3_2_llama_minus_one_crashes_up_to_0_5_21(version) -> None:
-    plan = sglang_capture_plan([-1, 2, 30], num_layers=61, architecture=LLAMA, version=version)
+    plan = sglang.capture_plan([-1, 2, 30], num_layers=61, architecture=LLAMA, version=version)
     assert plan.layers_to_capture == (0, 3, 31)
     assert plan.crash == TYPE_ERROR_HS_NONE
     assert plan.served_sources == ()
@@ -92,7 +90,7 @@ def test_table_3_2_sglang_deepseek_0_5_23(ids, _training, _llama, ds, _vllm) -> 
 
 
 def test_table_3_2_deepseek_minus_one_raises_on_0_5_23_packer() -> None:
-    plan = sglang_capture_plan([-1, 2, 30], num_layers=61, architecture=KIMI, version="0.5.23")
+    plan = sglang.capture_plan([-1, 2, 30], num_layers=61, architecture=KIMI, version="0.5.23")
     assert plan.layers_to_capture == (-1, 2, 30)
     assert plan.unreachable == (-1,)
     assert plan.crash == "RuntimeError: captured 2 of 3 aux hidden states"
@@ -116,7 +114,7 @@ def test_table_3_2_one_config_two_tensor_sets() -> None:
 
 
 def test_table_3_2_last_layer_per_tool() -> None:
-    plan = sglang_capture_plan([1, 29, 60], num_layers=61, architecture=LLAMA, version="0.5.23")
+    plan = sglang.capture_plan([1, 29, 60], num_layers=61, architecture=LLAMA, version="0.5.23")
     assert plan.layers_to_capture == (2, 30, 61)
     assert plan.unreachable == (61,)
     assert plan.served_sources == L(1, 29)  # one state fewer
@@ -143,7 +141,7 @@ def test_table_3_3(ids, training, llama, ds, vllm) -> None:
 
 def test_table_3_3_specforge_default_has_two_states() -> None:
     assert specforge_default_ids(4) == [1, 1, 0]
-    plan = sglang_capture_plan(None, num_layers=4, architecture=LLAMA, version="0.5.23")
+    plan = sglang.capture_plan(None, num_layers=4, architecture=LLAMA, version="0.5.23")
     assert plan.layers_to_capture == (2, 2, 1)  # stored as SGLang has it, duplicate included
     assert plan.served_sources == L(0, 1)
 
@@ -152,7 +150,7 @@ def test_table_3_3_specforge_default_has_two_states() -> None:
 def test_table_3_3_duplicates_crash_deepseek_0_5_23_packer(ids) -> None:
     """Beyond domain.md: the 0.5.23 packer is sized by len(layers_to_capture), duplicates included
     (deepseek_v2.py:3175), so a duplicated boundary raises instead of serving two states."""
-    plan = sglang_capture_plan(ids, num_layers=4, architecture=DEEPSEEK, version="0.5.23")
+    plan = sglang.capture_plan(ids, num_layers=4, architecture=DEEPSEEK, version="0.5.23")
     assert plan.layers_to_capture == (2, 2, 1)
     assert plan.crash == "RuntimeError: captured 2 of 3 aux hidden states"
 
@@ -172,7 +170,7 @@ T34 = [  # draft config ids, layers_to_capture, fc chunks, verdict vs training l
 
 @pytest.mark.parametrize(("ids", "ltc", "chunks", "passes"), T34)
 def test_table_3_4_measured(ids, ltc, chunks, passes) -> None:
-    plan = sglang_capture_plan(ids, num_layers=8, architecture=LLAMA, version="0.5.23")
+    plan = sglang.capture_plan(ids, num_layers=8, architecture=LLAMA, version="0.5.23")
     assert plan.layers_to_capture == ltc
     assert plan.served_sources == chunks
     assert plan.used_default is (ids is None)
@@ -182,7 +180,7 @@ def test_table_3_4_measured(ids, ltc, chunks, passes) -> None:
 
 @pytest.mark.parametrize("version", ["0.5.3", "0.4.10.post2"])
 def test_table_3_4_old_versions_crash_on_minus_one(version) -> None:
-    plan = sglang_capture_plan([-1, 1, 3], num_layers=8, architecture=LLAMA, version=version)
+    plan = sglang.capture_plan([-1, 1, 3], num_layers=8, architecture=LLAMA, version=version)
     assert plan.crash == TYPE_ERROR_HS_NONE
 
 
@@ -190,36 +188,36 @@ def test_table_3_4_old_versions_crash_on_minus_one(version) -> None:
 
 
 def test_0_4_8_ignores_ids_0_4_9_adds_one() -> None:
-    old = sglang_capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.4.8")
-    new = sglang_capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.4.9")
+    old = sglang.capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.4.8")
+    new = sglang.capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.4.9")
     assert (old.used_default, old.ids_used, old.layers_to_capture) == (True, None, (2, 4, 5))
     assert old.served_sources == L(1, 3, 4) and old.notes
     assert (new.used_default, new.ids_used, new.layers_to_capture) == (False, (1, 3, 5), (2, 4, 6))
     assert any("D3" in n for n in new.notes)  # eager vs graph disagreement until 0.5.10
-    assert not sglang_capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.5.11").notes
+    assert not sglang.capture_plan([1, 3, 5], num_layers=8, architecture=LLAMA, version="0.5.11").notes
 
 
 def test_deepseek_0_5_12_plus_one_0_5_13_raw() -> None:
-    assert sglang_capture_plan([2, 4, 6], num_layers=8, architecture=DEEPSEEK, version="0.5.12").layers_to_capture == (
+    assert sglang.capture_plan([2, 4, 6], num_layers=8, architecture=DEEPSEEK, version="0.5.12").layers_to_capture == (
         3, 5, 7,
     )
-    assert sglang_capture_plan([2, 4, 6], num_layers=8, architecture=DEEPSEEK, version="0.5.13").layers_to_capture == (
+    assert sglang.capture_plan([2, 4, 6], num_layers=8, architecture=DEEPSEEK, version="0.5.13").layers_to_capture == (
         2, 4, 6,
     )
 
 
 def test_deepseek_before_0_5_6_has_no_setter() -> None:
-    plan = sglang_capture_plan([1, 3, 5], num_layers=8, architecture=DEEPSEEK, version="0.5.5")
+    plan = sglang.capture_plan([1, 3, 5], num_layers=8, architecture=DEEPSEEK, version="0.5.5")
     assert plan.crash is not None and "0.5.6" in plan.crash
-    assert sglang_ids_for_sources(L(1, 3, 5), num_layers=8, architecture=DEEPSEEK, version="0.5.5") is None
+    assert sglang.ids_for_sources(L(1, 3, 5), num_layers=8, architecture=DEEPSEEK, version="0.5.5") is None
 
 
 def test_gpt_oss_0_5_16_vs_0_5_17_incident_i2() -> None:
     """sglang #32334: gpt-oss-120b-Eagle3-v3 ids [24,30,36] on a 36-layer target."""
-    old = sglang_capture_plan([24, 30, 36], num_layers=36, architecture=GPT_OSS, version="0.5.16")
+    old = sglang.capture_plan([24, 30, 36], num_layers=36, architecture=GPT_OSS, version="0.5.16")
     assert old.layers_to_capture == (25, 31, 37) and old.unreachable == (37,)
     assert old.served_sources == L(24, 30)
-    new = sglang_capture_plan([24, 30, 36], num_layers=36, architecture=GPT_OSS, version="0.5.17")
+    new = sglang.capture_plan([24, 30, 36], num_layers=36, architecture=GPT_OSS, version="0.5.17")
     assert new.layers_to_capture == (24, 30, 36) and new.unreachable == ()
     assert new.served_sources == L(23, 29, 35)  # layer:L-1 is capturable (pre-norm)
     assert served([1, 3, 5], n=8, arch=GPT_OSS, version="0.5.17") == L(1, 3, 5)  # max != L: +1
@@ -227,14 +225,14 @@ def test_gpt_oss_0_5_16_vs_0_5_17_incident_i2() -> None:
 
 @pytest.mark.parametrize(("version", "crashes"), [("0.5.16", True), ("0.5.17", False)])
 def test_gpt_oss_boundary_zero(version, crashes) -> None:
-    plan = sglang_capture_plan([-1, 1, 3], num_layers=8, architecture=GPT_OSS, version=version)
+    plan = sglang.capture_plan([-1, 1, 3], num_layers=8, architecture=GPT_OSS, version=version)
     assert (plan.crash == TYPE_ERROR_HS_NONE) is crashes
     assert plan.served_sources == (() if crashes else (EMBEDDING, *L(1, 3)))
 
 
 @pytest.mark.parametrize(("version", "crashes"), [("0.5.21", True), ("0.5.22", False)])
 def test_llama_minus_one_0_5_21_vs_0_5_22(version, crashes) -> None:
-    plan = sglang_capture_plan([-1, 1, 3], num_layers=8, architecture="MistralForCausalLM", version=version)
+    plan = sglang.capture_plan([-1, 1, 3], num_layers=8, architecture="MistralForCausalLM", version=version)
     assert (plan.crash == TYPE_ERROR_HS_NONE) is crashes
 
 
@@ -244,21 +242,21 @@ def test_qwen_serves_embedding_since_0_4_9(arch) -> None:
 
 
 def test_minimax_default_plus_one_from_0_5_18() -> None:
-    assert sglang_default_boundaries(62, architecture=MINIMAX_VL, version="0.5.17") == (2, 31, 59)
-    assert sglang_default_boundaries(62, architecture=MINIMAX_VL, version="0.5.18") == (3, 32, 60)
+    assert sglang.default_boundaries(62, architecture=MINIMAX_VL, version="0.5.17") == (2, 31, 59)
+    assert sglang.default_boundaries(62, architecture=MINIMAX_VL, version="0.5.18") == (3, 32, 60)
     assert served(None, n=62, arch=MINIMAX_VL, version="0.5.23") == L(2, 31, 59)
     # 0.5.23 minimax_m3.py:2062-2067: the text-only class keeps the plain default (domain.md D8 says both)
-    assert sglang_default_boundaries(62, architecture=MINIMAX_TEXT, version="0.5.23") == (2, 31, 59)
+    assert sglang.default_boundaries(62, architecture=MINIMAX_TEXT, version="0.5.23") == (2, 31, 59)
     assert served([1, 30, 58], n=62, arch=MINIMAX_TEXT, version="0.5.23") == L(1, 30, 58)
 
 
 def test_version_before_eagle3_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"0\.4\.4\.post2"):
-        sglang_capture_plan(None, num_layers=8, architecture=LLAMA, version="0.4.4.post1")
+        sglang.capture_plan(None, num_layers=8, architecture=LLAMA, version="0.4.4.post1")
 
 
 def test_empty_ids_capture_nothing_and_say_so() -> None:
-    plan = sglang_capture_plan([], num_layers=8, architecture=LLAMA, version="0.5.23")
+    plan = sglang.capture_plan([], num_layers=8, architecture=LLAMA, version="0.5.23")
     assert plan.layers_to_capture == () and plan.served_sources == ()
     assert plan.crash is not None and "no aux hidden state" in plan.crash
 
@@ -320,11 +318,11 @@ def test_specforge_on_deepseek_first_id_rule() -> None:
 
 def test_deepseek_layer0_first_needs_a_non_ascending_config() -> None:
     """On DeepSeek >= 0.5.13 a layer:0-first layout is only reachable with first id != 1 (D6, D12)."""
-    ids = sglang_ids_for_sources(L(0, 5), num_layers=8, architecture=DEEPSEEK, version="0.5.23")
+    ids = sglang.ids_for_sources(L(0, 5), num_layers=8, architecture=DEEPSEEK, version="0.5.23")
     assert ids == [6, 1]
     assert served(ids, n=8, arch=DEEPSEEK, version="0.5.23") == L(0, 5)
-    assert sglang_ids_for_sources(L(0), num_layers=8, architecture=DEEPSEEK, version="0.5.23") is None
-    assert sglang_ids_for_sources(L(0), num_layers=8, architecture=DEEPSEEK, version="0.5.12") == [0]
+    assert sglang.ids_for_sources(L(0), num_layers=8, architecture=DEEPSEEK, version="0.5.23") is None
+    assert sglang.ids_for_sources(L(0), num_layers=8, architecture=DEEPSEEK, version="0.5.12") == [0]
 
 
 @pytest.mark.parametrize(
@@ -340,7 +338,7 @@ def test_deepseek_layer0_first_needs_a_non_ascending_config() -> None:
     ],
 )
 def test_sglang_ids_for_sources_impossible(sources, arch, version) -> None:
-    assert sglang_ids_for_sources(sources, num_layers=8, architecture=arch, version=version) is None
+    assert sglang.ids_for_sources(sources, num_layers=8, architecture=arch, version=version) is None
 
 
 @pytest.mark.parametrize(
@@ -355,7 +353,7 @@ def test_sglang_ids_for_sources_impossible(sources, arch, version) -> None:
     ],
 )
 def test_sglang_ids_for_sources_examples(sources, arch, version, ids) -> None:
-    assert sglang_ids_for_sources(sources, num_layers=8, architecture=arch, version=version) == ids
+    assert sglang.ids_for_sources(sources, num_layers=8, architecture=arch, version=version) == ids
 
 
 def test_dispatcher_accepts_enum_and_string() -> None:
@@ -423,7 +421,7 @@ VERSIONS = ["0.4.4.post2", "0.4.8", "0.4.9", "0.5.3", "0.5.6", "0.5.10", "0.5.11
 def test_sglang_ids_for_sources_round_trip(case: tuple[int, list[int]], arch: str, version: str) -> None:
     n, bs = case
     sources = [boundary_to_source(b, n) for b in bs]
-    ids = sglang_ids_for_sources(sources, num_layers=n, architecture=arch, version=version)
+    ids = sglang.ids_for_sources(sources, num_layers=n, architecture=arch, version=version)
     family = arch_family(arch)
     v = parse_version(version)
     honoured = v >= (0, 4, 9) and not (family is ArchFamily.DEEPSEEK and v < (0, 5, 6))
@@ -433,7 +431,7 @@ def test_sglang_ids_for_sources_round_trip(case: tuple[int, list[int]], arch: st
         assert ids is not None  # layer:0..layer:L-2 is servable wherever ids are read at all
     if ids is not None:
         assert len(ids) == len(sources)  # SGLang >= 0.5.12 sizes fc from len(ids) (llama_eagle3.py:151-167)
-        plan = sglang_capture_plan(ids, num_layers=n, architecture=arch, version=version)
+        plan = sglang.capture_plan(ids, num_layers=n, architecture=arch, version=version)
         assert plan.crash is None
         assert plan.served_sources == tuple(sources)
 
@@ -449,7 +447,7 @@ def test_sglang_ids_for_sources_round_trip(case: tuple[int, list[int]], arch: st
 def test_plan_invariants(case: tuple[int, list[int]], arch: str, version: str) -> None:
     """For any ids: served is ascending and deduplicated (D12), a subset of what the setter stored."""
     n, ids = case
-    plan = sglang_capture_plan(ids, num_layers=n, architecture=arch, version=version)
+    plan = sglang.capture_plan(ids, num_layers=n, architecture=arch, version=version)
     positions = [
         -1 if s == EMBEDDING else int(s.split(":")[1]) for s in plan.served_sources
     ]

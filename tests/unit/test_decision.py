@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specparity import decision
 from specparity.compare.findings import Finding, FindingKind, Severity
+from specparity.verdict import rules
 
 
 @pytest.mark.parametrize(("kind", "message", "cause"), [
@@ -28,7 +28,7 @@ from specparity.compare.findings import Finding, FindingKind, Severity
     ("bad_deployment", "draft directory d has no config.json", "deployment"),
 ])
 def test_failure_cause(kind: str, message: str, cause: str) -> None:
-    assert decision.failure_cause(kind, message) == cause
+    assert rules.failure_cause(kind, message) == cause
 
 
 def _f(kind: FindingKind, severity: Severity = Severity.ERROR, **details: object) -> Finding:
@@ -40,10 +40,10 @@ def test_status_and_exit_codes_follow_the_worst_cause() -> None:
     oom = _f(FindingKind.ENGINE_ERROR, check="engine", cause="environment")
     timeout = _f(FindingKind.TIMEOUT, check="engine")
     drift = _f(FindingKind.NUMERIC_DRIFT, Severity.WARNING, check="capture")
-    assert decision.status_of([]) == decision.status_of([drift]) == "pass"
-    assert decision.status_of([oom]) == decision.status_of([timeout, oom]) == "error"
-    assert decision.status_of([crash]) == decision.status_of([crash, timeout]) == "fail"
-    assert decision.status_of([_f(FindingKind.TARGET_MISMATCH, check="static")]) == "fail"
+    assert rules.status_of([]) == rules.status_of([drift]) == "pass"
+    assert rules.status_of([oom]) == rules.status_of([timeout, oom]) == "error"
+    assert rules.status_of([crash]) == rules.status_of([crash, timeout]) == "fail"
+    assert rules.status_of([_f(FindingKind.TARGET_MISMATCH, check="static")]) == "fail"
 
 
 def test_an_item_fails_iff_an_error_finding_is_on_its_check_or_probe() -> None:
@@ -52,12 +52,12 @@ def test_an_item_fails_iff_an_error_finding_is_on_its_check_or_probe() -> None:
     everywhere = _f(FindingKind.ENGINE_ERROR, check="engine", cause="deployment")
     warning = _f(FindingKind.NUMERIC_DRIFT, Severity.WARNING, check="capture")
     findings = [static, probe2, warning]
-    assert decision.item_findings(findings, "static") == [static]
-    assert decision.item_findings(findings, "capture", 2) == [probe2]
-    assert decision.item_findings(findings, "capture", 1) == []
-    assert decision.item_findings(findings, "outcome") == []
-    assert [decision.probe_status(findings, i) for i in range(4)] == ["pass", "pass", "fail", "pass"]
-    assert all(decision.on_item(everywhere, c, p) for c in decision.CHECKS for p in (None, 0, 3))
-    blocked = decision.not_run("outcome", [everywhere])
-    assert decision.on_item(blocked, "outcome") and not decision.on_item(blocked, "static")
-    assert decision.status_of([blocked]) == "fail"  # the cause is carried over: a crash stays exit 1
+    assert rules.item_findings(findings, "static") == [static]
+    assert rules.item_findings(findings, "capture", 2) == [probe2]
+    assert rules.item_findings(findings, "capture", 1) == []
+    assert rules.item_findings(findings, "outcome") == []
+    assert [rules.probe_status(findings, i) for i in range(4)] == ["pass", "pass", "fail", "pass"]
+    assert all(rules.on_item(everywhere, c, p) for c in rules.CHECKS for p in (None, 0, 3))
+    blocked = rules.not_run("outcome", [everywhere])
+    assert rules.on_item(blocked, "outcome") and not rules.on_item(blocked, "static")
+    assert rules.status_of([blocked]) == "fail"  # the cause is carried over: a crash stays exit 1

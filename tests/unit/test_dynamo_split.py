@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specparity.serving import dynamo
+from specparity.serving.sglang.command_parse import dynamo_rewrites
 
 ENGINE = {"--model-path", "--speculative-algorithm", "--speculative-num-steps", "--tp-size", "--enable-multimodal",
           "--cuda-graph-backend-prefill", "--disaggregation-mode", "--mem-fraction-static"}
@@ -74,14 +75,14 @@ def test_an_unknown_flag_goes_to_the_engine_whose_parser_rejects_it() -> None:
 
 
 def test_dynamos_rewrites_of_sglangs_words() -> None:
-    words, notes = dynamo.sglang_rewrites(["--disaggregation-mode", "agg", "--disable-piecewise-cuda-graph"], ENGINE)
+    words, notes = dynamo_rewrites(["--disaggregation-mode", "agg", "--disable-piecewise-cuda-graph"], ENGINE)
     assert words == ["--disaggregation-mode", "null", "--cuda-graph-backend-prefill", "disabled"]
     assert any("_compat.py:194-211" in n for n in notes) and any("args.py:458-463" in n for n in notes)
-    assert dynamo.sglang_rewrites(["--disaggregation-mode=pd"], ENGINE)[0] == ["--disaggregation-mode", "null"]
-    assert dynamo.sglang_rewrites(["--disaggregation-mode", "decode"], ENGINE)[0] == ["--disaggregation-mode",
+    assert dynamo_rewrites(["--disaggregation-mode=pd"], ENGINE)[0] == ["--disaggregation-mode", "null"]
+    assert dynamo_rewrites(["--disaggregation-mode", "decode"], ENGINE)[0] == ["--disaggregation-mode",
                                                                                       "decode"]
     with pytest.raises(dynamo.DynamoRefused, match="encode worker"):
-        dynamo.sglang_rewrites(["--disaggregation-mode", "encode"], ENGINE)
+        dynamo_rewrites(["--disaggregation-mode", "encode"], ENGINE)
 
 
 def test_the_capture_levels_refuse_a_dynamo_worker() -> None:

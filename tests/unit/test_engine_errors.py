@@ -8,7 +8,6 @@ import math
 import pytest
 from pydantic import BaseModel, ValidationError, field_validator
 
-from specparity import decision
 from specparity.compare.attribution import ChunkAttribution
 from specparity.compare.findings import Finding, FindingKind, Severity
 from specparity.compare.recorded import room_text, separation_text
@@ -16,7 +15,7 @@ from specparity.compare.tolerances import pair_tolerance
 from specparity.report import render_text
 from specparity.serving.child.exception_text import LINE_LIMIT, TOTAL_LIMIT, exception_text
 from specparity.serving.results import ServingFailure
-from specparity.verdict import ChunkReport, Verdict
+from specparity.verdict import ChunkReport, Verdict, rules
 
 EXPECTED = ("layer:1", "layer:3", "layer:5")
 
@@ -70,7 +69,7 @@ def test_long_messages_are_shortened_but_the_reason_survives() -> None:
     ("RuntimeError: Engine core initialization failed. See root cause above.", "environment"),
 ])
 def test_vllm_failures_are_the_machines_or_the_deployments(message: str, cause: str) -> None:
-    assert decision.failure_cause("vllm_exception", message) == cause
+    assert rules.failure_cause("vllm_exception", message) == cause
 
 
 # Measured on reduced DeepSeek-V3 and GPT-OSS targets: a CPU backend refuses what a GPU serves
@@ -94,22 +93,22 @@ CPU_BACKEND_REFUSALS = [
 def test_a_cpu_backends_refusal_is_the_machines_named_limit(engine: str, kind: str, message: str,
                                                                   why: str) -> None:
     """Was exit 1, "does not match": the deployment is fine, this machine's attention backend cannot serve it."""
-    assert decision.failure_cause(kind, message) == "environment"
-    [f] = decision.serving_findings([ServingFailure(kind, message)], engine=engine, version="1")
+    assert rules.failure_cause(kind, message) == "environment"
+    [f] = rules.serving_findings([ServingFailure(kind, message)], engine=engine, version="1")
     assert f.details["cause"] == "environment" and why in str(f.details["machine_limit"]) and why in f.message
     assert message in f.message and f.fix is not None and "GPU" in f.fix
-    assert decision.status_of([f]) == "error"
+    assert rules.status_of([f]) == "error"
     # a failure in the same file that is not that refusal stays the deployment's
-    assert decision.machine_limit(message.replace("batch2", "batch1").replace("CPU_MLA", "CPU_X")
+    assert rules.machine_limit(message.replace("batch2", "batch1").replace("CPU_MLA", "CPU_X")
                                   .replace("torch_native", "triton").replace("platform cpu", "platform xpu")) is None
 
 
 def test_an_engine_failure_is_an_engine_error_naming_engine_and_release() -> None:
-    [f] = decision.serving_findings([ServingFailure("vllm_exception", "ValidationError: ... divisible ...",
+    [f] = rules.serving_findings([ServingFailure("vllm_exception", "ValidationError: ... divisible ...",
                                                     engine_version="0.32.0")], engine="vllm", version="0.32.0")
     assert f.kind is FindingKind.ENGINE_ERROR and f.kind.value == "engine_error"
     assert (f.details["engine"], f.details["version"], f.details["cause"]) == ("vllm", "0.32.0", "deployment")
-    blocked = decision.not_run("outcome", [f])
+    blocked = rules.not_run("outcome", [f])
     assert (blocked.kind, blocked.details["engine"], blocked.details["version"]) == (
         FindingKind.ENGINE_ERROR, "vllm", "0.32.0")
 
@@ -122,12 +121,12 @@ def test_the_failure_carries_the_release_through_json() -> None:
 
 def test_a_report_from_before_engine_error_still_reads_and_decides_the_same() -> None:
     old = Finding(FindingKind("sglang_error"), Severity.ERROR, "m", details={"check": "sglang", "cause": "deployment"})
-    assert decision.status_of([old]) == "fail"
-    assert all(decision.on_item(old, c) for c in decision.CHECKS)
+    assert rules.status_of([old]) == "fail"
+    assert all(rules.on_item(old, c) for c in rules.CHECKS)
 
 
 def _verdict(findings: tuple[Finding, ...], chunks: tuple[ChunkReport, ...], **kw: object) -> Verdict:
-    return Verdict(contract_name="c", contract_hash="ab" * 32, level="capture", status=decision.status_of(findings),
+    return Verdict(contract_name="c", contract_hash="ab" * 32, level="capture", status=rules.status_of(findings),
                    engine_version="0.32.0", target_architecture="LlamaForCausalLM", draft_path="d",
                    expected_layout=EXPECTED, served_layout=None, chunks=chunks, findings=findings,
                    engine="vllm", **kw)  # type: ignore[arg-type]

@@ -12,10 +12,10 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specparity import decision
 from specparity.compare.findings import ENVIRONMENT_KINDS, Finding, FindingKind, Severity, engine_label
 from specparity.report import render_html, render_json, render_junit, render_text
-from specparity.verdict import ChunkReport, Verdict
+from specparity.report.items import item_report
+from specparity.verdict import ChunkReport, Verdict, rules
 
 VERSIONS = {"sglang": ("0.4.8", "0.5.10", "0.5.23"), "vllm": ("0.32.0", "0.33.0")}
 CHECKS_OF_LEVEL = {"static": ("static",), "capture": ("static", "capture"),
@@ -31,7 +31,7 @@ _TEXT = st.text(alphabet="abcdefhijkmnopqrtuwxyz ", min_size=1, max_size=20).map
 def verdicts(draw: st.DrawFn) -> Verdict:
     engine = draw(st.sampled_from(sorted(VERSIONS)))
     level = draw(st.sampled_from(sorted(CHECKS_OF_LEVEL)))
-    checks = (*CHECKS_OF_LEVEL[level], decision.ALL_CHECKS)
+    checks = (*CHECKS_OF_LEVEL[level], rules.ALL_CHECKS)
     findings = []
     for _ in range(draw(st.integers(0, 5))):
         kind = draw(st.sampled_from(EMITTED))
@@ -44,7 +44,7 @@ def verdicts(draw: st.DrawFn) -> Verdict:
     chunks = tuple(ChunkReport(i, s, s if captured else None, cosine=0.99 if captured else None,
                                max_abs_err=0.01 if captured else None) for i, s in enumerate(EXPECTED))
     return Verdict(contract_name="c", contract_hash="ab" * 32, level=level,  # type: ignore[arg-type]
-                   status=decision.status_of(findings),  # type: ignore[arg-type]
+                   status=rules.status_of(findings),  # type: ignore[arg-type]
                    engine_version=draw(st.sampled_from(VERSIONS[engine])), target_architecture="LlamaForCausalLM",
                    draft_path="d", expected_layout=EXPECTED, served_layout=EXPECTED if captured else None,
                    chunks=chunks, findings=tuple(findings), engine=engine)
@@ -118,10 +118,10 @@ def test_every_face_agrees_on_the_decision_the_engine_and_the_kinds(v: Verdict) 
     assert other not in bodies.lower()
 
     # pytest: an item fails iff an error is on its check; some item fails iff the verdict does not pass
-    reports = {check: decision.item_report(v, check) for check in CHECKS_OF_LEVEL[v.level]}
+    reports = {check: item_report(v, check) for check in CHECKS_OF_LEVEL[v.level]}
     assert any(r is not None for r in reports.values()) == (v.status != "pass")
     for check, report in reports.items():
-        assert (report is not None) == bool(decision.item_findings(v.findings, check))
+        assert (report is not None) == bool(rules.item_findings(v.findings, check))
         if report is not None:
             assert report.splitlines()[0] == text.splitlines()[0]  # the same summary line as the terminal
             assert other not in report.lower()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specparity.compare.fix import IDS_KEY, apply_json_patch, layout_fix, spec_fix
 from specparity.errors import InputError
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.sources import layer
 
 LLAMA = "LlamaForCausalLM"
@@ -22,7 +22,7 @@ def _served(config: dict[str, Any], *, num_layers: int, architecture: str, versi
     """What SGLang serves for this draft config, per the capture model (D11: only the nested key counts)."""
     eagle = config.get("eagle_config")
     ids = eagle.get(IDS_KEY) if isinstance(eagle, dict) else None
-    plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
+    plan = sglang.capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
     assert plan.crash is None
     return plan.served_sources
 

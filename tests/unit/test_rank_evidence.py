@@ -13,14 +13,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specparity import decision
 from specparity.compare.findings import FindingKind
 from specparity.report import render_text
 from specparity.report.junit import render_junit
 from specparity.report.layout import layout_line, layout_rows
 from specparity.serving.results import ServingFailure
 from specparity.serving.vllm.ranks import RPC, RankEvidence, layout, rank_failures
-from specparity.verdict import Verdict, verdict_from_dict
+from specparity.verdict import Verdict, rules, verdict_from_dict
 
 
 class _Workers:
@@ -91,9 +90,9 @@ def test_a_rank_without_the_tap_is_rank_missing_naming_the_entry_point() -> None
 
 
 def test_rank_missing_is_its_own_kind_and_exit_1() -> None:
-    [f] = decision.serving_findings([ServingFailure("rank_missing", "rank 1 of 2 never reported")], engine="vllm")
+    [f] = rules.serving_findings([ServingFailure("rank_missing", "rank 1 of 2 never reported")], engine="vllm")
     assert f.kind is FindingKind.RANK_MISSING and f.kind.value == "rank_missing"
-    assert decision.status_of([f]) == "fail" and f.details["cause"] == "deployment"
+    assert rules.status_of([f]) == "fail" and f.details["cause"] == "deployment"
 
 
 def _pc(**kw: Any) -> SimpleNamespace:

@@ -240,7 +240,7 @@ def test_two_nodes_are_accounted_for_rank_by_rank(tmp_path: Path, monkeypatch: p
         load_contract(CONTRACT), CONTRACT).samples], deployment=both.deployment)
     assert [f.kind for f in half.failures] == [NODE_MISSING]
     assert "node 1 of 2 (ranks 2-3)" in half.failures[0].message and "--node-evidence" in half.failures[0].message
-    from specparity.decision import serving_findings, status_of
+    from specparity.verdict.rules import serving_findings, status_of
 
     findings = serving_findings(half.failures, engine="sglang", version="0.5.23")
     assert status_of(findings) == "error"  # exit 3: the gate's reach, never the deployment's fault

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specparity import decision
 from specparity.serving.child.transport import ChildOutcome
 from specparity.serving.results import ServingFailure
 from specparity.serving.vllm.root_cause import with_worker_root_cause, worker_root_cause
+from specparity.verdict import rules
 
 GENERIC = ("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {} "
            "at vllm/v1/engine/utils.py:1431")
@@ -39,11 +39,11 @@ def test_without_the_workers_log_the_engine_cores_account_is_used() -> None:
 
 def test_the_worker_exception_decides_the_exit_code_and_the_engines_text_stays() -> None:
     before = ServingFailure("vllm_exception", GENERIC)
-    assert decision.failure_cause(before.kind, before.message) == "environment"  # a dead engine process: exit 3
+    assert rules.failure_cause(before.kind, before.message) == "environment"  # a dead engine process: exit 3
     out = with_worker_root_cause(ChildOutcome(None, None, None, (before,)), LOGGED)
     [after] = out.failures
     assert after.message.startswith("AttributeError: 'CPUModelRunner'") and GENERIC in after.message
-    assert decision.failure_cause(after.kind, after.message) == "deployment"  # vLLM's code raised: exit 1
+    assert rules.failure_cause(after.kind, after.message) == "deployment"  # vLLM's code raised: exit 1
     # nothing in the log: unchanged, still the machine's; and a message already led is never led twice
     assert with_worker_root_cause(before, ["Killed"]) == before
     assert with_worker_root_cause(after, LOGGED) == after
@@ -51,7 +51,7 @@ def test_the_worker_exception_decides_the_exit_code_and_the_engines_text_stays()
     numa = [P + "Traceback (most recent call last):",
             P + "AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers."]
     led = with_worker_root_cause(before, numa)
-    assert decision.failure_cause(led.kind, led.message) == "environment"
+    assert rules.failure_cause(led.kind, led.message) == "environment"
 
 
 def test_a_workers_segfault_in_the_cpu_moe_kernel_is_named_and_the_machines() -> None:
@@ -66,7 +66,7 @@ def test_a_workers_segfault_in_the_cpu_moe_kernel_is_named_and_the_machines() ->
                           "(above) for the root cause. at vllm/v1/engine/core_client.py:996")
     led = with_worker_root_cause(dead, stderr)
     assert led.message.startswith("Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242")
-    [f] = decision.serving_findings([led], engine="vllm", version="0.32.0")
+    [f] = rules.serving_findings([led], engine="vllm", version="0.32.0")
     assert f.details["cause"] == "environment" and "expert" in str(f.details["machine_limit"])
 
 
@@ -79,12 +79,12 @@ def test_whichever_generic_error_the_front_end_raises_the_worker_leads() -> None
                     "RuntimeError: some other front-end text"):
         led = with_worker_root_cause(ServingFailure("vllm_exception", generic), segfault)
         assert led.message.startswith("Segfault in vllm/csrc/cpu/cpu_fused_moe.cpp:242"), led.message
-        assert decision.failure_cause(led.kind, led.message) == "environment"
+        assert rules.failure_cause(led.kind, led.message) == "environment"
     worker = ServingFailure("vllm_exception", "RuntimeError: Worker failed with error ''CPUModelRunner' object has no "
                             "attribute 'drafter'', please check the stack trace above for the root cause")
     led = with_worker_root_cause(worker, LOGGED)
     assert led.message.startswith("AttributeError: 'CPUModelRunner'") and "gpu_model_runner.py:6873" in led.message
-    assert decision.failure_cause(led.kind, led.message) == "deployment"
+    assert rules.failure_cause(led.kind, led.message) == "deployment"
     # no worker evidence, not a generic report: an engine's own refusal is never rewritten
     refusal = ServingFailure("vllm_exception", "ValidationError: ... divisible by tensor parallel size (3).")
     assert with_worker_root_cause(refusal, LOGGED) == refusal
@@ -110,7 +110,7 @@ def test_an_engine_core_that_failed_before_its_workers_is_named_with_vllms_file_
     [f] = with_worker_root_cause(ChildOutcome(None, None, None, (ServingFailure("vllm_exception", GENERIC),)),
                                  RAY_ON_CPU).failures
     assert f.message.startswith("ValueError: current platform cpu does not support ray.") and GENERIC in f.message
-    [finding] = decision.serving_findings([f], engine="vllm", version="0.32.0")
+    [finding] = rules.serving_findings([f], engine="vllm", version="0.32.0")
     assert finding.details["cause"] == "environment" and "ray_device_key" in str(finding.details["machine_limit"])
     # a bare traceback with no frame is not taken for a root cause
     assert worker_root_cause(["Process EngineCore:", "ValueError: x"]) is None

@@ -17,11 +17,11 @@ import pytest
 import torch
 from tests.resolved_deployments import tiny_deployment
 
-from specparity import decision
 from specparity.serving.results import FAILURE_KINDS, TAP_LEASE_EXPIRED, TAP_OVERFLOW
 from specparity.serving.vllm import tap
 from specparity.serving.vllm.evidence import assemble_capture
 from specparity.serving.vllm.ranks import RankEvidence
+from specparity.verdict import rules
 
 BUNDLE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 
@@ -85,7 +85,7 @@ def test_past_its_bound_the_tap_disarms_drops_everything_and_the_gate_reads_exit
     result = assemble_capture(vllm_resolved(), evidence, [[1, 2, 3]], atlas=False, loop={}, shared=True)
     assert [f.kind for f in result.failures] == [TAP_OVERFLOW]  # not fc_not_called (exit 1) for the empty probe
     assert "past its bound" in result.failures[0].message
-    assert decision.failure_cause(TAP_OVERFLOW, result.failures[0].message) == "environment"
+    assert rules.failure_cause(TAP_OVERFLOW, result.failures[0].message) == "environment"
     # the byte bound as well
     tap.arm(worker, "", max_bytes="100")
     _forward(worker)
@@ -111,7 +111,7 @@ def test_an_undrained_tap_disarms_itself_when_its_lease_runs_out_with_no_traffic
     evidence.identity = {0: {k: v for k, v in reply.items() if k != "calls"}}
     result = assemble_capture(vllm_resolved(), evidence, [[1, 2, 3]], atlas=False, loop={}, shared=True)
     assert [f.kind for f in result.failures] == [TAP_LEASE_EXPIRED]
-    assert decision.failure_cause(TAP_LEASE_EXPIRED, result.failures[0].message) == "environment"
+    assert rules.failure_cause(TAP_LEASE_EXPIRED, result.failures[0].message) == "environment"
 
 
 def test_a_gate_that_drains_within_the_lease_keeps_it_armed(worker: Any) -> None:

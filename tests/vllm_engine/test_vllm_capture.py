@@ -28,7 +28,7 @@ needs_cpu_capture = pytest.mark.skipif(_refused() is not None, reason="this rele
 
 @pytest.mark.skipif(_refused() is None, reason="this release captures on CPU")
 def test_a_release_whose_cpu_runner_refuses_spec_decode_is_exit_3_by_name(pack, vllm_python) -> None:  # type: ignore[no-untyped-def]
-    from specparity.decision import failure_cause
+    from specparity.verdict.rules import failure_cause
 
     result = _capture(pack, vllm_python)
     assert not result.ok and result.failures[0].kind == "unsupported_version", result.failures

@@ -88,7 +88,7 @@ class FindingKind(str, enum.Enum):
 
 
 # Separates an engine worker's own exception, put first in a failure's message, from the engine's generic report
-# after it (serving/vllm/root_cause.py); the exit code is decided on the text before it (decision.failure_cause).
+# after it (serving/vllm/root_cause.py); the exit code is decided on the text before it (verdict/rules.py failure_cause).
 ENGINE_THEN = "; vLLM's engine then reported: "
 
 

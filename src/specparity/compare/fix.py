@@ -2,7 +2,7 @@
 
 - :func:`layout_fix`: for one SGLang version and target architecture, the draft ``config.json`` edit
   (an RFC 6902 JSON patch plus a one-line human fix) whose ids SGLang turns into exactly the
-  contract's sources, derived with :func:`specparity.idrules.sglang.sglang_ids_for_sources`.
+  contract's sources, derived with :func:`specparity.idrules.sglang.ids_for_sources`.
 - :func:`spec_fix`: the server flags that stop SGLang rewriting the speculative settings.
 - :func:`apply_json_patch`: a small RFC 6902 applier (add / replace / remove / test) so callers and
   tests can apply the patch to a config dict.
@@ -105,7 +105,7 @@ def layout_fix(
     ``draft_config`` is the draft's ``config.json`` as a dict (not modified). The patch is empty when
     the config already holds the right ids.
     """
-    from specparity.idrules.sglang import sglang_ids_for_sources
+    from specparity.idrules import sglang
 
     file = f"{draft_path.rstrip('/')}/config.json"
     dflash = dflash_layout_fix(sources, draft_config, num_layers=num_layers, file=file,
@@ -114,7 +114,7 @@ def layout_fix(
     if dflash is not None:
         return dflash
     try:
-        ids = sglang_ids_for_sources(list(sources), num_layers=num_layers, architecture=architecture, version=version)
+        ids = sglang.ids_for_sources(list(sources), num_layers=num_layers, architecture=architecture, version=version)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
     if ids is None:

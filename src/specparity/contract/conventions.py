@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from specparity.idrules.sglang import sglang_capture_plan, sglang_ids_for_sources
+from specparity.idrules import sglang
 from specparity.idrules.vllm import sources_to_vllm_ids, vllm_ids_to_sources
 from specparity.sources import (
     EMBEDDING,
@@ -103,11 +103,11 @@ def specforge_ids_to_sources(
     """The sources SpecForge recorded for ``ids`` (None -> :func:`specforge_default_ids`).
 
     SpecForge passes the ids explicitly (defaults included) to the target's SGLang setter, so this is the
-    served layout of :func:`sglang_capture_plan` for ``sglang_version``/``architecture``. Raises ValueError
+    served layout of :func:`sglang.capture_plan` for ``sglang_version``/``architecture``. Raises ValueError
     naming the bad id for a negative or non-integer id, and ValueError when that SGLang capture crashes.
     """
     resolved = specforge_default_ids(num_layers) if ids is None else _validate_specforge_ids(ids)
-    plan = sglang_capture_plan(
+    plan = sglang.capture_plan(
         resolved, num_layers=num_layers, architecture=architecture, version=sglang_version
     )
     if plan.crash is not None:
@@ -130,7 +130,7 @@ def sources_to_specforge_ids(
     Inverse of :func:`specforge_ids_to_sources`. ``embedding`` is only expressible where the target's
     setter reads a raw 0 (DeepSeek family, first id not 1, sglang >= 0.5.13), since SpecForge rejects -1.
     """
-    ids = sglang_ids_for_sources(
+    ids = sglang.ids_for_sources(
         sources, num_layers=num_layers, architecture=architecture, version=sglang_version
     )
     if ids is None or any(i < 0 for i in ids):
@@ -240,15 +240,16 @@ def _hf_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
     return [hf_index_to_source(i, num_layers=r.num_layers) for i in ids]
 
 
+# IdConvention.SGLANG's reader and its inverse: that convention is SGLang's own, like each sibling's of _RULES
 def _sglang_ids_to_sources(ids: Sequence[int] | None, r: _Reading) -> list[str]:
-    plan = sglang_capture_plan(ids, num_layers=r.num_layers, architecture=r.architecture, version=r.sglang_version)
+    plan = sglang.capture_plan(ids, num_layers=r.num_layers, architecture=r.architecture, version=r.sglang_version)
     if plan.crash is not None:
         raise ValueError(f"sglang {r.version} on {r.architecture} does not serve ids {ids}: {plan.crash}")
     return list(plan.served_sources)
 
 
 def _sources_to_sglang_ids(sources: Sequence[str], r: _Reading) -> list[int]:
-    ids = sglang_ids_for_sources(sources, num_layers=r.num_layers, architecture=r.architecture,
+    ids = sglang.ids_for_sources(sources, num_layers=r.num_layers, architecture=r.architecture,
                                  version=r.sglang_version)
     if ids is None:
         raise ValueError(f"no draft-config ids make sglang {r.version} on {r.architecture} serve {list(sources)}")

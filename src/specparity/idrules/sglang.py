@@ -9,7 +9,7 @@ version serve a given source list.
 Evidence: every rule below cites the SGLang file it was read from. Rules read only in the 0.5.23 wheel
 (installed here) and extended to other versions are marked ``[inferred]`` in the comments; where a
 version's behaviour is unknown the model predicts the conservative outcome (a crash or an unreachable
-boundary), so :func:`sglang_ids_for_sources` never promises a layout it cannot vouch for.
+boundary), so :func:`ids_for_sources` never promises a layout it cannot vouch for.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ __all__ = [
     "ArchFamily",
     "SGLangCapturePlan",
     "arch_family",
+    "capture_plan",
+    "default_boundaries",
+    "ids_for_sources",
     "parse_version",
-    "sglang_capture_plan",
-    "sglang_default_boundaries",
-    "sglang_ids_for_sources",
 ]
 
 
@@ -180,7 +180,7 @@ def _check_args(num_layers: int, version: str) -> tuple[int, ...]:
     return v
 
 
-def sglang_default_boundaries(num_layers: int, *, architecture: str, version: str) -> tuple[int, ...]:
+def default_boundaries(num_layers: int, *, architecture: str, version: str) -> tuple[int, ...]:
     """The boundaries SGLang's setter stores when the draft config has no ids (or when ids are ignored).
 
     ``[2, L//2, L-3]`` everywhere (models/llama.py:933-936, 0.5.23), except MiniMax-M3's VL class from
@@ -227,7 +227,7 @@ def _embedding_from(architecture: str, family: ArchFamily) -> tuple[int, ...]:
     return _EMBEDDING_FROM_ARCH.get(architecture, _EMBEDDING_FROM_FAMILY[family])
 
 
-def sglang_capture_plan(
+def capture_plan(
     config_ids: Sequence[int] | None, *, num_layers: int, architecture: str, version: str
 ) -> SGLangCapturePlan:
     """Model ``set_eagle3_layers_to_capture(config_ids)`` and the target forward for one SGLang version.
@@ -251,7 +251,7 @@ def sglang_capture_plan(
 
     if ids is None or v < _IDS_HONOURED:
         # D1: <=0.4.8 the setter is called with no args (models/llama.py:700, 0.4.8) and ignores the config.
-        stored = list(sglang_default_boundaries(num_layers, architecture=architecture, version=version))
+        stored = list(default_boundaries(num_layers, architecture=architecture, version=version))
         ids_used: tuple[int, ...] | None = None
         used_default = True
         if ids is not None:
@@ -260,7 +260,7 @@ def sglang_capture_plan(
         stored = _setter(ids, family, v, num_layers)
         ids_used = ids
         used_default = False
-        default = list(sglang_default_boundaries(num_layers, architecture=architecture, version=version))
+        default = list(default_boundaries(num_layers, architecture=architecture, version=version))
         if v < _CUDA_GRAPH_ORDER_FIXED and stored != default:
             notes.append(
                 "D3 [inferred]: on sglang 0.4.9-0.5.10 CUDA-graph-replayed batches (decode/verify) capture the "
@@ -305,7 +305,7 @@ def _candidates(boundaries: list[int], family: ArchFamily, v: tuple[int, ...]) -
     return out
 
 
-def sglang_ids_for_sources(
+def ids_for_sources(
     sources: Sequence[str], *, num_layers: int, architecture: str, version: str
 ) -> list[int] | None:
     """The draft-config ids that make this SGLang version/architecture serve exactly ``sources`` to ``fc``.
@@ -314,7 +314,7 @@ def sglang_ids_for_sources(
     loop stops at ``L-1``, ``embedding`` where boundary 0 crashes, anything but the default on <=0.4.8).
     Prefers the ``+1`` form (``layer:v`` -> ``v``), which SpecForge and every llama-style file read the same
     way. Raises ValueError for a malformed or out-of-range source name.
-    Guarantee: ``sglang_capture_plan(ids, ...).served_sources == tuple(sources)`` whenever ids is not None.
+    Guarantee: ``capture_plan(ids, ...).served_sources == tuple(sources)`` whenever ids is not None.
     """
     for s in sources:
         check_in_range(s, num_layers)
@@ -326,7 +326,7 @@ def sglang_ids_for_sources(
         return None  # D12: every version concatenates ascending and collapses duplicates
     v = parse_version(version)
     for ids in _candidates(boundaries, arch_family(architecture), v):
-        plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
+        plan = capture_plan(ids, num_layers=num_layers, architecture=architecture, version=version)
         if plan.crash is None and plan.served_sources == tuple(sources):
             return ids
     return None

@@ -116,6 +116,7 @@ def vllm_shift_hint(ids: Sequence[int], key: str | None, served: Sequence[str], 
             f"[{', '.join(str(int(s.split(':')[1]) + 1) for s in theirs)}] for vLLM")
 
 
+# named for the engine it warns on: SGLang's reading of the ids, the converse of vllm_shift_hint's, not a rule of both
 def sglang_shift_hint(config: Mapping[str, Any], ids: Sequence[int] | None, served: Sequence[str], *,
                       num_layers: int) -> str | None:
     """On SGLang: the draft's ids look like vLLM's/speculators' (a top-level key, where speculators writes them, or

@@ -24,6 +24,7 @@ from specparity.errors import InputError
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 SPECULATORS = "speculators"
+# the draft-config format SGLang reads and exports (and SpecForge writes): SGLang's own, beside SPECULATORS
 SGLANG_EXPORT = "sglang_export"
 
 
@@ -125,6 +126,7 @@ def _sizes(cfg: dict[str, Any], *, path: str | Path, num_aux: int, draft_vocab: 
         raise InputError(f"draft config lacks or mangles a size field: {e}", path=path) from None
 
 
+# a key of SGLang's export format, looked up as SGLang's llama_eagle3.py looks it up (eagle_config first)
 def _sglang_value(cfg: dict[str, Any], key: str) -> Any:
     ec = cfg.get("eagle_config")
     if isinstance(ec, dict) and key in ec:
@@ -132,6 +134,7 @@ def _sglang_value(cfg: dict[str, Any], key: str) -> Any:
     return cfg.get(key)
 
 
+# the reader of SGLANG_EXPORT, SGLang's format (its sibling _speculators reads the other)
 def _sglang_export(cfg: dict[str, Any], *, path: str | Path) -> DraftConfig:
     refuse = _refuser(path)
     archs = cfg.get("architectures") or []

@@ -10,7 +10,8 @@ the wheel of tag v1.6.1; paths are the wheel's, ``components/src/`` in the repos
   and Dynamo's rewrite of ``--disaggregation-mode agg|pd`` to ``null`` (:458-463); ``ServerArgs.from_cli_args``
   builds the record (:887). Dynamo adds one flag of its own to SGLang's parser, the old
   ``--disable-piecewise-cuda-graph``, read as ``--cuda-graph-backend-prefill disabled`` when SGLang has the one and
-  not the other (``dynamo/sglang/_compat.py:194-211``).
+  not the other (``dynamo/sglang/_compat.py:194-211``). Those two rewrites are SGLang's alone, so they live with
+  SGLang's parse (``serving/sglang/command_parse.py`` ``dynamo_rewrites``).
 - vLLM (``dynamo/vllm/args.py``): the same split with ``allow_abbrev=False`` (:122-126, :150, :153-154), then a
   ``FlexibleArgumentParser`` with ``AsyncEngineArgs.add_cli_args(..., async_args_only=False)`` (:136-137) reads
   the rest (:156) and ``AsyncEngineArgs.from_cli_args`` builds the engine's arguments (:166). No frontend flags
@@ -194,40 +195,3 @@ def unknown_note(flag: str | None, releases: Sequence[str], label: str) -> str:
             f"{', '.join(releases)} (the releases whose source specparity has read, scripts/dynamo_flags.py); if it "
             "is another Dynamo release's own flag, specparity cannot tell it from the engine's without Dynamo, and "
             "refuses rather than guess")
-
-
-def sglang_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Dynamo's own rewrites of SGLang's words before SGLang's parser reads them (ai-dynamo 1.6.1): ``(words,
-    notes)``. ``--disaggregation-mode agg|pd`` becomes ``null`` (``dynamo/sglang/args.py:458-463``; ``encode`` makes a
-    multimodal encode worker, refused); the old ``--disable-piecewise-cuda-graph`` becomes
-    ``--cuda-graph-backend-prefill disabled`` where SGLang has the one and not the other
-    (``dynamo/sglang/_compat.py:194-211``)."""
-    have = set(options)
-    out: list[str] = []
-    notes: list[str] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        name, eq, value = w.partition("=")
-        if name == "--disaggregation-mode":
-            if not eq:
-                value = words[i + 1] if i + 1 < len(words) else ""
-            if value == "encode":
-                raise DynamoRefused("--disaggregation-mode encode makes a Dynamo multimodal encode worker "
-                                    "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
-            if value in ("agg", "pd"):
-                notes.append(f"--disaggregation-mode {value} read as null, as Dynamo rewrites it for SGLang "
-                             "(ai-dynamo 1.6.1 dynamo/sglang/args.py:458-463)")
-                out += ["--disaggregation-mode", "null"]
-                i += 1 if eq else 2
-                continue
-        if (w == "--disable-piecewise-cuda-graph" and "--cuda-graph-backend-prefill" in have
-                and "--disable-piecewise-cuda-graph" not in have):
-            notes.append("--disable-piecewise-cuda-graph read as --cuda-graph-backend-prefill disabled, the flag "
-                         "Dynamo adds to SGLang's parser (ai-dynamo 1.6.1 dynamo/sglang/_compat.py:194-211)")
-            out += ["--cuda-graph-backend-prefill", "disabled"]
-            i += 1
-            continue
-        out.append(w)
-        i += 1
-    return out, notes

@@ -43,7 +43,7 @@ from specparity.contract.model import (
     TargetSpec,
 )
 from specparity.errors import InputError
-from specparity.idrules import sglang as sglang_rules
+from specparity.idrules import sglang
 from specparity.idrules import vllm as vllm_rules
 from specparity.training.builder import draft_family_for_contract
 from specparity.training.drafts import DraftInfo, read_specforge_draft, read_speculators_draft
@@ -112,7 +112,7 @@ def contract_from_config(
     version_assumed = trainer == "specforge" and trainer_sglang_version is None and not dflash
     sglang_version = trainer_sglang_version or conventions.SPECFORGE_SGLANG_VERSION
     try:
-        sglang_rules.parse_version(sglang_version)
+        sglang.parse_version(sglang_version)
         sources, used, convention, rule = _sources(trainer, dft, tgt, sglang_version)
     except ValueError as e:
         field = "--trainer-sglang-version" if "version" in str(e) else (

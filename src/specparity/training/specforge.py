@@ -32,7 +32,7 @@ from specparity.contract import conventions
 from specparity.contract.model import Contract, IdConvention, RawLayerIds, SpecConfig, TrainingOutcome
 from specparity.contract.probes import ProbeSample
 from specparity.errors import InputError
-from specparity.idrules.sglang import sglang_capture_plan
+from specparity.idrules import sglang
 from specparity.training.builder import check_fc_width, draft_family_for_contract, dtype_name, write_contract
 from specparity.training.drafts import DraftInfo, read_specforge_draft, read_vocab_mapping
 from specparity.training.hfdir import TargetInfo, read_target, safe_torch_load
@@ -154,7 +154,7 @@ def _sources_for(draft: DraftInfo, target: TargetInfo) -> tuple[list[str], RawLa
     if draft.ids is not None:
         # SpecForge hands the ids to its SGLang's setter; a boundary the layer loop never reaches is
         # silently not captured there, so it can only be a mistake here.
-        plan = sglang_capture_plan(
+        plan = sglang.capture_plan(
             draft.ids, num_layers=target.num_layers, architecture=target.architecture,
             version=conventions.SPECFORGE_SGLANG_VERSION,
         )

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specparity.serving.engine_values import encode
+
 RESULT_PREFIX = "@@specparity-launch "
 SENTINEL_REPR = "<specparity:not-given>"
 # an argument whose value is a secret: its value never leaves the child, only where it stood in argv
@@ -157,6 +159,21 @@ def secret_args(args: Sequence[str], values: Sequence[object]) -> list[int]:
             wanted |= {str(x) for x in v if x}
     return [i for i, a in enumerate(args) if a in wanted or (a.startswith("--") and a.split("=", 1)[-1] in wanted
                                                                 and "=" in a)]
+
+
+
+def transported(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Engine arguments as they cross to the resolve/capture child (encoded: that child rebuilds the values the
+    engine's parser made, serving/engine_values.py), and their plain view for the reports."""
+    return {k: encode(v) for k, v in values.items()}, {k: json_safe(v) for k, v in values.items()}
+
+
+def parsed_view(values: Mapping[str, Any], args: Sequence[str]) -> dict[str, Any]:
+    """The parse as the answer carries it: every value but the secret-named ones (``parsed``), and where the
+    secrets stand in the command's words (``secret_args``), never the secrets themselves."""
+    secrets = [values[k] for k in values if SECRET_DEST.search(k)]
+    return {"parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
+            "secret_args": secret_args(args, secrets)}
 
 
 def module_runs(module: str) -> bool:

@@ -31,7 +31,7 @@ import dataclasses
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -47,10 +47,10 @@ from specparity.serving.command.parse_child import (
     local_model,
     module_runs,
     package_dir,
-    secret_args,
+    parsed_view,
+    transported,
     with_defaults_not_given,
 )
-from specparity.serving.engine_values import encode
 
 # ServerArgs keywords that are not engine arguments of the in-process resolve: the models (target and draft have
 # their own fields), where it listens, and secrets
@@ -83,8 +83,7 @@ def transported_args(values: dict[str, Any], explicit: list[str], fields: set[st
     rebuilds the values SGLang's parser made, serving/engine_values.py), and their plain view for the reports."""
     keys = {k: _FIELD_OF.get(k, k) if k not in fields else k for k in explicit
             if (k in fields or _FIELD_OF.get(k) in fields) and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)}
-    return ({key: encode(values[k]) for k, key in keys.items()},
-            {key: json_safe(values[k]) for k, key in keys.items()})
+    return transported({key: values[k] for k, key in keys.items()})
 
 
 def _serve_argv(args: list[str]) -> tuple[list[str], list[str]]:
@@ -213,18 +212,16 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     draft_name = values.get("speculative_draft_model_path")
     draft, draft_note = local_model(draft_name, cwd)
     notes += [n for n in (target_note, draft_note) if n]
-    secrets = [values[k] for k in values if SECRET_DEST.search(k)]
     return {
         "engine": "sglang", "engine_version": version, "entry": entry, "python": sys.executable,
         "package_dir": package_dir("sglang"),
         "parser": f"sglang {version} srt/server_args.py prepare_server_args (argparse, ServerArgs.add_cli_args)",
-        "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
+        **parsed_view(values, args),
         "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": values.get("model_path"), "target": target, "target_flag": "--model-path",
         "draft_name": draft_name, "draft": draft, "draft_flag": "--speculative-draft-model-path",
         "host": values.get("host"), "port": values.get("port"),
         "api_key_set": any(values.get(k) for k in values if SECRET_DEST.search(k) and "api_key" in k),
-        "secret_args": secret_args(args, secrets),
         "speculative": {"algorithm": values.get("speculative_algorithm"),
                         **{k.removeprefix("speculative_"): values.get(k)
                            for k in SPEC_KEYS[1:]}},
@@ -234,14 +231,51 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def dynamo_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Dynamo's own rewrites of SGLang's words before SGLang's parser reads them (ai-dynamo 1.6.1): ``(words,
+    notes)``. ``--disaggregation-mode agg|pd`` becomes ``null`` (``dynamo/sglang/args.py:458-463``; ``encode`` makes a
+    multimodal encode worker, refused); the old ``--disable-piecewise-cuda-graph`` becomes
+    ``--cuda-graph-backend-prefill disabled`` where SGLang has the one and not the other
+    (``dynamo/sglang/_compat.py:194-211``)."""
+    have = set(options)
+    out: list[str] = []
+    notes: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name, eq, value = w.partition("=")
+        if name == "--disaggregation-mode":
+            if not eq:
+                value = words[i + 1] if i + 1 < len(words) else ""
+            if value == "encode":
+                raise dynamo.DynamoRefused("--disaggregation-mode encode makes a Dynamo multimodal encode worker "
+                                    "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
+            if value in ("agg", "pd"):
+                notes.append(f"--disaggregation-mode {value} read as null, as Dynamo rewrites it for SGLang "
+                             "(ai-dynamo 1.6.1 dynamo/sglang/args.py:458-463)")
+                out += ["--disaggregation-mode", "null"]
+                i += 1 if eq else 2
+                continue
+        if (w == "--disable-piecewise-cuda-graph" and "--cuda-graph-backend-prefill" in have
+                and "--disable-piecewise-cuda-graph" not in have):
+            notes.append("--disable-piecewise-cuda-graph read as --cuda-graph-backend-prefill disabled, the flag "
+                         "Dynamo adds to SGLang's parser (ai-dynamo 1.6.1 dynamo/sglang/_compat.py:194-211)")
+            out += ["--cuda-graph-backend-prefill", "disabled"]
+            i += 1
+            continue
+        out.append(w)
+        i += 1
+    return out, notes
+
+
 def _dynamo_argv(args: list[str], parser: argparse.ArgumentParser, notes: list[str]) -> tuple[list[str], tuple[str, ...]]:
     """``python -m dynamo.sglang``: Dynamo's own flags set aside, Dynamo's rewrites of SGLang's words applied
-    (serving/dynamo.py), what SGLang's parser reads returned with the Dynamo releases the split follows."""
+    (:func:`dynamo_rewrites`), what SGLang's parser reads returned with the Dynamo releases the split follows."""
     options = parser._option_string_actions
     try:
         part = dynamo.split(args, engine="sglang", module="dynamo.sglang", label="SGLang",
                             is_engine_option=lambda w: w in options, engine_options=options)
-        words, rewrites = dynamo.sglang_rewrites(part.engine_args, options)
+        words, rewrites = dynamo_rewrites(part.engine_args, options)
     except dynamo.DynamoRefused as e:
         raise Rejected(e.message, flag=e.flag) from None
     part.rewrites += rewrites

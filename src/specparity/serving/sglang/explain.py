@@ -25,12 +25,8 @@ from typing import Any
 
 from specparity.drafters import DrafterFamily
 from specparity.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_PARITY_FAILURE, EXIT_PASS
-from specparity.idrules.sglang import (
-    ArchFamily,
-    arch_family,
-    parse_version,
-    sglang_default_boundaries,
-)
+from specparity.idrules import sglang
+from specparity.idrules.sglang import ArchFamily, arch_family, parse_version
 from specparity.serving.explain_families import family_data, family_lines
 from specparity.serving.results import Explanation, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang.setter_source import citation_text
@@ -103,7 +99,7 @@ def _rule_words(dep: ResolvedDeployment, family: ArchFamily) -> str:
     """The rule of this release's setter family, in words, with the default it stores for this target."""
     try:
         v = parse_version(dep.engine_version)
-        stored = sglang_default_boundaries(dep.num_layers, architecture=dep.target_architecture,
+        stored = sglang.default_boundaries(dep.num_layers, architecture=dep.target_architecture,
                                            version=dep.engine_version)
         default = f"default boundaries {list(stored)}"
     except ValueError:

@@ -17,7 +17,7 @@ The user's server is ``python -m sglang.launch_server ...`` (or ``sglang serve .
   (so a 16 -> 2 draft-token rewrite is shown by the server itself) and, from 0.5.20, ``launch_command``, the argv as
   given (the requested values). The aux ids are not in it: the draft's ``config.json`` at the
   ``speculative_draft_model_path`` the server names is read here and put through SGLang's own id rule
-  (:func:`specparity.idrules.sglang.sglang_capture_plan`).
+  (:func:`specparity.idrules.sglang.capture_plan`).
 - **capture** (:func:`live_capture`, :func:`evidence_to_capture`): the gate arms the hooks (``<evidence>/ARMED``),
   flushes the radix cache (``POST /flush_cache``, ``http_server.py:1025``) and sends each probe as token ids to
   ``POST /generate`` (greedy, ``max_new_tokens`` 1: the prefill is where the drafter's fc sees every prompt token,

@@ -184,7 +184,7 @@ def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mappin
     directory, for ``fc``'s shape from the checkpoint header (else from the config). The resolved speculative
     settings are the server's own values; the requested ones come from ``launch_command`` (0.5.20+), so a rewrite
     shows as requested 16, resolved 2, with SGLang's own warning text."""
-    from specparity.idrules.sglang import sglang_capture_plan
+    from specparity.idrules import sglang
 
     version = str(info.get("version", "?"))
     target = _text_config(target_config or {})
@@ -202,7 +202,7 @@ def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mappin
     unreachable: tuple[int, ...] = ()
     if num_layers > 0 and arch != "?":
         try:
-            plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=arch, version=version)
+            plan = sglang.capture_plan(ids, num_layers=num_layers, architecture=arch, version=version)
         except ValueError as e:
             notes.append(f"SGLang's id rule not applied: {e}")
         else:

@@ -40,14 +40,13 @@ from specparity.serving.command.parse_child import (
     answer_request,
     argparse_errors,
     given,
-    json_safe,
     local_model,
     module_runs,
     package_dir,
-    secret_args,
+    parsed_view,
+    transported,
     with_defaults_not_given,
 )
-from specparity.serving.engine_values import encode
 
 # AsyncEngineArgs fields that are not engine arguments of the in-process resolve/capture: the target (its own
 # field) and secrets
@@ -59,7 +58,7 @@ def transported_args(engine_args: Any, explicit: list[str], fields: set[str]) ->
     rebuilds the values vLLM's parser made, an enum, a tuple or a config object included; serving/engine_values.py),
     and their plain view for the reports."""
     keys = [k for k in explicit if k in fields and k not in _NOT_ENGINE_ARGS and not SECRET_DEST.search(k)]
-    return ({k: encode(getattr(engine_args, k)) for k in keys}, {k: json_safe(getattr(engine_args, k)) for k in keys})
+    return transported({k: getattr(engine_args, k) for k in keys})
 
 
 def _version() -> str:
@@ -249,12 +248,13 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
     notes += [n for n in (target_note, draft_note) if n]
     engine_args, shown_args = transported_args(engine_args_obj, explicit, fields)
     if spec is not None:
-        engine_args["speculative_config"], shown_args["speculative_config"] = encode(spec), json_safe(spec)
+        spec_arg, spec_shown = transported({"speculative_config": spec})
+        engine_args.update(spec_arg)
+        shown_args.update(spec_shown)
         if spec.get("num_speculative_tokens") is not None:
             # specparity's vLLM keyword for the chain length (serving/vllm/worker.py llm_kwargs)
             engine_args["num_speculative_tokens"] = shown_args["num_speculative_tokens"] = \
                 int(spec["num_speculative_tokens"])
-    secrets = [values[k] for k in values if SECRET_DEST.search(k)]
     n = spec.get("num_speculative_tokens") if spec else None
     return {
         "engine": "vllm", "engine_version": version, "entry": entry, "python": sys.executable,
@@ -262,12 +262,12 @@ def parse(request: dict[str, Any]) -> dict[str, Any]:
         "parser": (f"vllm {version} engine/arg_utils.py AsyncEngineArgs.add_cli_args (FlexibleArgumentParser), as "
                    "Dynamo's worker builds it" if entry == "dynamo.vllm" else
                    f"vllm {version} entrypoints/launchers/cli_args.py make_arg_parser (FlexibleArgumentParser)"),
-        "parsed": json_safe({k: v for k, v in values.items() if not SECRET_DEST.search(k)}),
+        **parsed_view(values, args),
         "explicit": explicit, "engine_args": engine_args, "engine_args_shown": shown_args,
         "target_name": target_name, "target": target, "target_flag": target_flag,
         "draft_name": draft_name, "draft": draft, "draft_flag": draft_flag, "draft_from_config": from_config,
         "host": values.get("host"), "port": values.get("port"),
-        "api_key_set": bool(values.get("api_key")), "secret_args": secret_args(args, secrets),
+        "api_key_set": bool(values.get("api_key")),
         "speculative": {"method": spec.get("method") if spec else None, "effective_method": _effective_method(spec),
                         "num_steps": n, "eagle_topk": 1 if n is not None else None,
                         "num_draft_tokens": int(n) + 1 if n is not None else None},

@@ -6,7 +6,7 @@ EngineDeadError): the reason is only in the workers' log lines, which go to the 
 ``(Worker_PP0 pid=N) ERROR ... [multiproc_executor.py:N] <traceback line>``. Reported alone, that generic error
 reads as the machine's failure (an engine process died: exit 3), even where vLLM's own code raised on the
 deployment. This finds the first worker traceback's exception and where vLLM raised it, and puts it first in the
-failure's message, so the report and the exit code follow the real reason (decision.failure_cause reads the text
+failure's message, so the report and the exit code follow the real reason (verdict/rules.py failure_cause reads the text
 before :data:`ENGINE_THEN`). No traceback in the log (a worker killed by the kernel, say): the failure is unchanged.
 """
 

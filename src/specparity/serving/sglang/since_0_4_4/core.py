@@ -151,15 +151,15 @@ class LegacyAdapter:
                          model_class: str) -> ServingFailure | None:
         """The static path cannot run the forward; a capture list holding the embedding boundary is
         known to crash these versions' llama-style layer loops (D9), so resolving must not claim it is
-        served. The rule comes from :func:`~specparity.idrules.sglang.sglang_capture_plan`,
+        served. The rule comes from :func:`~specparity.idrules.sglang.capture_plan`,
         which the version tests pin against this SGLang's real forward.
         """
         if 0 not in layers:
             return None
-        from specparity.idrules.sglang import sglang_capture_plan
+        from specparity.idrules import sglang
 
         num_layers = int(model_config.hf_config.num_hidden_layers)
-        plan = sglang_capture_plan(ids, num_layers=num_layers, architecture=model_class,
+        plan = sglang.capture_plan(ids, num_layers=num_layers, architecture=model_class,
                                    version=self.sglang_version)
         if plan.crash is None or not plan.crash.startswith("TypeError"):
             return None

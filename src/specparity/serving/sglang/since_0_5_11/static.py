@@ -373,7 +373,7 @@ def _record(adapter: Any, request: Any, sa: Any, warnings: list[str], built: _Bu
         if draft.fc_in_features is not None else None,
         draft_model_class=draft.architecture,
         notes=tuple(notes),
-        # the same notes for every report (decision.adapter_findings renders adapter_notes as findings)
+        # the same notes for every report (compare/findings.py adapter_findings renders adapter_notes as findings)
         adapter_notes=(*dep.adapter_notes,
                        *(("resolution_note", "info", n, "serving/sglang/since_0_5_11/static.py") for n in notes)),
     )

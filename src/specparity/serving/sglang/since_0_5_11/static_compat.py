@@ -82,9 +82,9 @@ def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_lay
     """Boundary 0 crashes llama-style loops before 0.5.22 (D9): never claim it is served."""
     if 0 not in layers:
         return None
-    from specparity.idrules.sglang import sglang_capture_plan
+    from specparity.idrules import sglang
 
-    plan = sglang_capture_plan(None if ids is None else list(ids), num_layers=num_layers, architecture=model_class,
+    plan = sglang.capture_plan(None if ids is None else list(ids), num_layers=num_layers, architecture=model_class,
                                version=version)
     if plan.crash is None:
         return None

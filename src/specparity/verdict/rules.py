@@ -1,8 +1,11 @@
-"""One decision for every face: the verdict's status, its exit code, and which pytest item each finding fails.
+"""The rules of a verdict, one for every face: which check each finding fails, the status, the exit code, and which
+pytest item each finding fails.
 
 The gate (gate.py) computes the findings once; everything here is a pure function of them, so the CLI
 exit code, the JSON/HTML/JUnit reports and every pytest item are views of the same decision:
 
+- each finding is tagged with the check it fails (:func:`tag_checks`): ``static``, ``capture``, ``outcome``, or
+  ``engine`` (every check).
 - status ``pass`` iff no finding is an error; ``error`` iff every error is environmental (the check
   could not run here); otherwise ``fail``.
 - exit codes (errors.py): 0 pass; 1 the deployment does not match the contract, including a
@@ -12,7 +15,7 @@ exit code, the JSON/HTML/JUnit reports and every pytest item are views of the sa
 - a pytest item (``static``, ``capture[probe-i]``, ``outcome``) fails iff an error finding is on its
   check (``details["check"]``; ``engine`` means every check, ``sglang`` in older reports: docs/report-format.md,
   changelog) and, for a probe item, on no other probe
-  (``details["sample"]`` absent or equal to the probe).
+  (``details["sample"]`` absent or equal to the probe). The item's failure text is ``report/items.py``'s.
 """
 
 from __future__ import annotations
@@ -32,7 +35,47 @@ CHECKS = ("static", "capture", "outcome")
 ALL_CHECKS = "engine"  # a finding on every check (the engine could not serve the deployment at all)
 _ALL_CHECKS_BEFORE = "sglang"  # what reports written before engine_error called it (report-format.md changelog)
 
-# ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"
+# findings the static check owns; everything else found with tensors belongs to the capture check
+_STATIC_KINDS = frozenset({FindingKind.ENGINE_CONVENTION_MISMATCH, FindingKind.LAYOUT_ASSUMED,
+                           FindingKind.RESOLUTION_NOTE, FindingKind.DEFAULT_IDS_FALLBACK,
+                           FindingKind.SPEC_CONFIG_REWRITTEN, FindingKind.VOCAB_MAP_MISMATCH,
+                           FindingKind.CONFIG_MISMATCH, FindingKind.NORM_MISMATCH,
+                           FindingKind.UNTESTED_VERSION, FindingKind.DRAFT_IDS_IGNORED,
+                           FindingKind.CUDA_GRAPH_IDS_HAZARD, FindingKind.TOKENIZER_MISMATCH,
+                           FindingKind.CHAT_TEMPLATE_MISMATCH, FindingKind.SPECULATIVE_ALGORITHM_ASSUMED,
+                           FindingKind.DRAFTER_FAMILY_MISMATCH})
+_OUTCOME_KINDS = frozenset({FindingKind.ACCEPTANCE_COLLAPSE, FindingKind.ACCEPTANCE_BELOW_CONTRACT,
+                            FindingKind.MODEL_QUALITY, FindingKind.ACCEPTANCE_INCONCLUSIVE})
+
+
+def _check_of(f: Finding) -> str:
+    if f.kind in _OUTCOME_KINDS:
+        return "outcome"
+    if f.kind in ENVIRONMENT_KINDS:
+        return str(f.details.get("check", ALL_CHECKS))
+    if f.kind in _STATIC_KINDS:
+        return "static"
+    return str(f.details.get("check", "capture"))
+
+
+def tag_checks(findings: Sequence[Finding], level: str, static_layout: bool, *, engine: str,
+               version: str | None) -> list[Finding]:
+    """Each finding with the check (pytest item) it fails; an engine error also names the engine and release."""
+    out = []
+    named = {"engine": engine, "version": version}
+    for f in findings:
+        check = "static" if (level == "static" or (static_layout and f.chunk is None and
+                                                   f.kind not in _OUTCOME_KINDS)) else _check_of(f)
+        details = {**f.details}
+        if f.kind in ENVIRONMENT_KINDS:
+            details = {**named, **details}
+            if "check" not in f.details:
+                check = ALL_CHECKS
+        out.append(Finding(f.kind, f.severity, f.message, f.chunk, {**details, "check": check}, f.fix))
+    return out
+
+# ServingFailure kinds (serving/results.py) that mean "this machine cannot run the check"; the strings are the
+# kinds reports carry, each engine's own named for it (sglang_missing beside vllm_missing)
 _ENVIRONMENT_FAILURES = frozenset({"sglang_missing", "vllm_missing", "engine_import", "unsupported_version",
                                    "timeout", "needs_hardware", "server_failed", "server_unreachable",
                                    "hooks_missing", "node_missing", "probe_not_isolated", "tap_overflow",
@@ -225,24 +268,3 @@ def blocked_checks(findings: Sequence[Finding], level: str, ran: Mapping[str, bo
         if blockers:
             out.append(not_run(check, blockers))
     return out
-
-
-def item_report(verdict: Any, check: str, *, probe: int | None = None) -> str | None:
-    """The failure text of one pytest item, or None when it passes (no error finding is on it).
-
-    Its first line is the verdict's summary line, which for a failing item is FAIL or ERROR, never
-    PASS (an error finding makes the verdict fail); the ``Fix:`` line follows only then.
-    """
-    from specparity.report.terminal import chunk_lines, finding_lines, fix_text, summary_line
-
-    mine = item_findings(verdict.findings, check, probe)
-    if not mine:
-        return None
-    lines = [summary_line(verdict), f"Fix: {fix_text(verdict)}"]
-    if check == "capture":
-        lines += chunk_lines(verdict.chunks)
-        if probe is not None and probe < len(verdict.probes):
-            p = verdict.probes[probe]
-            lines.append(f"probe {probe} ({p.get('tokens')} tokens): max|d| {p.get('max_abs_err')}")
-    lines += finding_lines(mine)
-    return "\n".join(lines)
