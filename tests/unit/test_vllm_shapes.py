@@ -19,7 +19,7 @@ from specparity.idrules.vllm_shapes import (
     vllm_shift_hint,
 )
 from specparity.serving.vllm.deployment import fallback_reason, text_config_of
-from specparity.serving.vllm.worker import raised_in_specparity, target_quantization
+from specparity.serving.vllm.worker_failures import raised_in_specparity, target_quantization
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 BASE = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 8192}
@@ -144,7 +144,7 @@ def test_target_readers_take_the_text_config_of_any_nesting(top: dict[str, Any],
 
 
 def test_an_exception_in_specparitys_vllm_folder_is_never_quoted_as_vllms_code() -> None:
-    from specparity.serving.vllm.worker import exception_failure, innermost_vllm_frame
+    from specparity.serving.vllm.worker_failures import exception_failure, innermost_vllm_frame
 
     try:
         text_config_of(SimpleNamespace())

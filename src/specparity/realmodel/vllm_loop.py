@@ -25,7 +25,7 @@ from typing import Any
 
 
 def _error(exc: BaseException) -> str:
-    from specparity.serving.vllm.worker import innermost_vllm_frame
+    from specparity.serving.vllm.worker_failures import innermost_vllm_frame
 
     text = " ".join(str(exc).strip().splitlines()[:3])
     return f"{type(exc).__name__}: {text[:600]}{innermost_vllm_frame(exc)}"
