@@ -301,7 +301,7 @@ def _reread_import_time_temp_dir() -> None:
 
     utils = sys.modules.get("vllm.model_executor.model_loader.weight_utils")
     if utils is not None and hasattr(utils, "temp_dir"):
-        utils.temp_dir = tempfile.gettempdir()
+        setattr(utils, "temp_dir", tempfile.gettempdir())  # noqa: B010  (a module mypy cannot see here)
 
 
 def run(argv: list[str], warmed: str | None = None) -> int:
