@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from serving_probes import PROBES
+from tests.capture_equality import assert_same_evidence
 from version_facts import SGLANG_VERSION, needs_capture_level
 
 from specparity.serving.child import warm
@@ -34,15 +34,7 @@ def test_a_warm_capture_equals_a_cold_one(base_models: Path, monkeypatch: pytest
     hot = _capture(base_models, monkeypatch, warm_start=True)
     again = _capture(base_models, monkeypatch, warm_start=True)  # a second job of the same zygote
     for got in (hot, again):
-        assert not cold.failures and not got.failures, (cold.failures, got.failures)
-        assert cold.fc is not None and got.fc is not None and cold.atlas is not None and got.atlas is not None
-        assert len(got.fc.per_sample) == len(cold.fc.per_sample) == 2
-        for a, b in zip(cold.fc.per_sample, got.fc.per_sample, strict=True):
-            torch.testing.assert_close(b, a, rtol=0, atol=1e-6)  # same code, same machine: equal up to 1e-6
-        for a_map, b_map in zip(cold.atlas.per_sample, got.atlas.per_sample, strict=True):
-            assert a_map.keys() == b_map.keys()
-            for k in a_map:
-                torch.testing.assert_close(b_map[k], a_map[k], rtol=0, atol=1e-6)
+        assert_same_evidence(cold, got, samples=2)
         assert cold.deployment is not None and got.deployment is not None
         assert got.deployment.layers_to_capture == cold.deployment.layers_to_capture
         assert got.deployment.stand_ins == cold.deployment.stand_ins  # the same stand-ins, the same calls

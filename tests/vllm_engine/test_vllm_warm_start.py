@@ -10,7 +10,7 @@ really ran in a zygote (one that cannot serve falls back cold, which the equalit
 from __future__ import annotations
 
 import pytest
-import torch
+from tests.capture_equality import assert_same_evidence
 from vllm_helpers import BUNDLE, CONTRACT
 
 from specparity.contract import load_contract, probe_pack_path, read_probe_pack
@@ -46,14 +46,7 @@ def test_a_warm_capture_equals_a_cold_one(vllm_python: str, monkeypatch: pytest.
     cold = runs[0]
     for got in runs[1:]:
         assert cold.ok and got.ok, (cold.failures, got.failures)
-        assert cold.fc is not None and got.fc is not None and cold.atlas is not None and got.atlas is not None
-        assert len(got.fc.per_sample) == len(cold.fc.per_sample) == 2
-        for a, b in zip(cold.fc.per_sample, got.fc.per_sample, strict=True):
-            torch.testing.assert_close(b, a, rtol=0, atol=1e-6)  # same code, same machine: equal up to 1e-6
-        for a_map, b_map in zip(cold.atlas.per_sample, got.atlas.per_sample, strict=True):
-            assert a_map.keys() == b_map.keys()
-            for k in a_map:
-                torch.testing.assert_close(b_map[k], a_map[k], rtol=0, atol=1e-6)
+        assert_same_evidence(cold, got, samples=2)
         assert cold.deployment is not None and got.deployment is not None
         assert got.deployment.served_sources == cold.deployment.served_sources
         assert got.deployment.environment == cold.deployment.environment
