@@ -14,12 +14,11 @@ import matplotlib.lines
 import matplotlib.patches  # noqa: F401
 import pytest
 
-# Real-engine children start warm: forked from a zygote that imported SGLang once per interpreter
-# (src/specparity/serving/child/warm.py), instead of a new interpreter paying ~20 CPU-s of imports per deployment.
-# tests/serving/test_warm_start_sglang.py shows a warm capture equals a cold one; SPECPARITY_WARM_START=0 runs
-# the whole suite cold.
+# Real-engine children start warm: forked from a zygote that imported the engine once per interpreter
+# (src/specparity/serving/child/warm.py), instead of a new interpreter paying ~20 CPU-s (SGLang) or ~16 (vLLM) of
+# imports per child. tests/serving/test_warm_start_sglang.py and tests/vllm_engine/test_vllm_warm_start.py show a
+# warm capture equals a cold one; SPECPARITY_WARM_START=0 runs the whole suite cold.
 os.environ.setdefault("SPECPARITY_WARM_START", "1")
-# vLLM's worker children alike (serving/vllm/worker.py warm; tests/vllm_engine/test_vllm_warm_start.py).
 
 # The property tests check rules that hold for all inputs; how long one example takes is not one of them. Hypothesis's
 # 200 ms deadline per example fails a slow one on a loaded 2-core machine (CI runs two lanes of engines beside them).

@@ -85,6 +85,9 @@ _CPU_CAPTURE_REFUSED = {
     (DrafterFamily.DSPARK, "sglang"): (
         "SGLang refuses DSPARK on any device but CUDA, NPU or XPU (sglang 0.5.23 arg_groups/speculative_hook.py:"
         "668-672, _handle_dspark: 'DSpark speculative decoding only supports CUDA, NPU or XPU device.')"),
+}
+# What a capture cannot do for a family on any device, live or in-process: specparity's own limit (exit 3)
+_CAPTURE_REFUSED_ANYWHERE = {
     (DrafterFamily.DSPARK, "vllm"): (
         "vLLM serves DSpark through its V2 model runner's DSparkSpeculator (vllm 0.32 v1/worker/gpu/spec_decode/"
         "__init__.py:45-50), whose fc specparity's tap does not hook: the tap hooks the V1 runner's proposers "
@@ -106,16 +109,19 @@ def check_family_level(draft: Path, level: str, *, engine: str = "sglang", devic
 
     - the outcome level (and ``all``) of an MLA EAGLE-3 head, a DFlash or a DSpark drafter: specparity's own limit;
     - an in-process CPU capture the engine itself cannot run (:data:`_CPU_CAPTURE_REFUSED`, with the engine's lines):
-      SGLang's MLA head, DFlash and DSpark; and vLLM's DSpark capture, which specparity's tap cannot see.
-      ``live`` (a launched or attached server) and ``device`` other than cpu go on, except vLLM's DSpark capture.
+      SGLang's MLA head, DFlash and DSpark; ``live`` (a launched or attached server) and ``device`` other than cpu go
+      on;
+    - a capture specparity cannot take on any device (:data:`_CAPTURE_REFUSED_ANYWHERE`): vLLM's DSpark, whose fc
+      specparity's tap cannot see.
     """
     family = drafter_family(draft)
     why = _OUTCOME_LIMITS.get(family) if level in ("outcome", "all") else None
     instead = "--level capture or --level static"
-    if why is None and level != "static" and device == "cpu" and not live:
-        why, instead = _CPU_CAPTURE_REFUSED.get((family, engine)), "--level static"
-    if why is None and level != "static" and (family, engine) == (DrafterFamily.DSPARK, "vllm"):
-        why, instead = _CPU_CAPTURE_REFUSED[(family, engine)], "--level static"  # on any device: our tap's limit
+    if why is None and level != "static":
+        why = _CAPTURE_REFUSED_ANYWHERE.get((family, engine))
+        if why is None and device == "cpu" and not live:
+            why = _CPU_CAPTURE_REFUSED.get((family, engine))
+        instead = "--level static"
     if why is not None:
         raise EnvironmentProblem(
             f"{draft} is a {family.label}; the {level} level cannot run for it here: {why}. Run {instead} "

@@ -143,8 +143,8 @@ def run_child(
     """Run ``request`` in ``python -m <module>`` (default the SGLang worker); always returns, never hangs.
 
     With ``SPECPARITY_WARM_START=1`` an engine job (SGLang's or vLLM's worker) is forked from a zygote of the same
-    interpreter that has already imported the engine (:mod:`specparity.serving.child.warm`); otherwise, or when no zygote can serve, it
-    starts a new interpreter. Both run the worker's same code in a fresh process of its own session.
+    interpreter that has already imported the engine (:mod:`specparity.serving.child.warm`); otherwise, or when no
+    zygote can serve, it starts a new interpreter. Both run the worker's same code in a fresh process of its own session.
     ``annotate(outcome, stderr_lines)`` may rewrite a result with what the child's stderr says (vLLM's workers log
     their own exception there: :mod:`specparity.serving.vllm.root_cause`)."""
     interpreter = python or sys.executable

@@ -161,7 +161,6 @@ def secret_args(args: Sequence[str], values: Sequence[object]) -> list[int]:
                                                                 and "=" in a)]
 
 
-
 def transported(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Engine arguments as they cross to the resolve/capture child (encoded: that child rebuilds the values the
     engine's parser made, serving/engine_values.py), and their plain view for the reports."""

@@ -249,7 +249,7 @@ def dynamo_rewrites(words: list[str], options: Iterable[str]) -> tuple[list[str]
                 value = words[i + 1] if i + 1 < len(words) else ""
             if value == "encode":
                 raise dynamo.DynamoRefused("--disaggregation-mode encode makes a Dynamo multimodal encode worker "
-                                    "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
+                                           "(dynamo/sglang/args.py:465-480), not an LLM server", flag=name)
             if value in ("agg", "pd"):
                 notes.append(f"--disaggregation-mode {value} read as null, as Dynamo rewrites it for SGLang "
                              "(ai-dynamo 1.6.1 dynamo/sglang/args.py:458-463)")
