@@ -13,7 +13,7 @@ process group (as a terminal's Ctrl-C or a CI cancel does) and then checks, each
 - nothing left in the run's ``TMPDIR`` but torch's inductor cache: no directory of ours (``specparity-serving-*``,
   ``-evidence-*``, ``-server-*``, ``-zygote-*``, ``-replay-*``, ``-launch-*``) and no file the engine made there
   either (SGLang's ``PortArgs`` makes an empty IPC placeholder per server process and never removes it:
-  serving/sglang/common.py nccl_port);
+  serving/sglang/child_setup.py nccl_port);
 - the inputs byte-identical (:func:`digest` of the contract, its probe pack, the target and the draft);
 - the reports: none for an interrupted run, and no temporary file beside a report path
   (docs/report-format.md, "Cut short"); otherwise each one parses and its verdict agrees with the exit code.

@@ -33,7 +33,7 @@ NEW_ARCHS = SGLANG_VERSION is not None and Version(SGLANG_VERSION) >= Version("0
 HAS_KIMI_K25 = SGLANG_VERSION is not None and Version(SGLANG_VERSION) >= Version("0.5.10")
 
 
-# What an SGLang without the architecture says (serving/sglang/common.unknown_architecture_failure, on every
+# What an SGLang without the architecture says (serving/sglang/engine_messages.unknown_architecture_failure, on every
 # version, before transformers' own words: for Kimi-K2.5's hub config with its auto_map those are "contains
 # custom code which must be executed"); a draft config with no model_type at all is "Unrecognized model".
 UNKNOWN_ARCH = ("does not recognize this architecture", "Unrecognized model")

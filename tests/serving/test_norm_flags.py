@@ -11,7 +11,7 @@ import torch
 
 from specparity import gate_verdict
 from specparity.compare.findings import Finding, FindingKind, Severity
-from specparity.serving.sglang.common import NORM_FLAGS, applied_norm_flags, with_applied_norms
+from specparity.serving.sglang.drafter_facts import NORM_FLAGS, applied_norm_flags, with_applied_norms
 
 
 def test_flags_come_from_the_modules_sglang_built() -> None:

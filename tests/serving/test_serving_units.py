@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
+from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.cache import cache_key
 from specparity.serving.child.process import run_child
 from specparity.serving.child.transport import read_result, running_engine_version, write_result
@@ -29,15 +30,10 @@ from specparity.serving.results import (
     SpecSettings,
 )
 from specparity.serving.sglang.adapter import WorkerRequest, parse_version, select_adapter
+from specparity.serving.sglang.child_output import judge_fc_capture, split_rows
 from specparity.serving.sglang.client import capture_deployment, resolve_deployment
-from specparity.serving.sglang.common import (
-    exception_failure,
-    fc_shape_from_checkpoint,
-    judge_fc_capture,
-    served_sources,
-    split_rows,
-    unknown_architecture_failure,
-)
+from specparity.serving.sglang.drafter_facts import served_sources
+from specparity.serving.sglang.engine_messages import exception_failure, unknown_architecture_failure
 from specparity.sources import boundary_to_source, order_key
 
 STUB = (
@@ -559,8 +555,8 @@ def test_no_replay_status_is_the_capture_failure_that_stopped_it(tmp_path: Path)
 def test_an_exception_in_specparitys_own_adapter_is_a_gap_not_an_sglang_refusal(tmp_path: Path) -> None:
     """A frame of specparity's serving/sglang/ code is not SGLang's: the failure names specparity's file and is
     ``unsupported_version`` (exit 3), even when a library frame below it raised (transformers' config)."""
-    from specparity.serving.sglang import common
-    from specparity.serving.sglang.common import exception_failure, harness_gap_failure
+    from specparity.serving.sglang import engine_messages
+    from specparity.serving.sglang.engine_messages import exception_failure, harness_gap_failure
 
     def ours() -> None:
         getattr(object(), "num_hidden_layers")  # noqa: B009 (raises inside a builtin, as transformers' config does)
@@ -570,7 +566,7 @@ def test_an_exception_in_specparitys_own_adapter_is_a_gap_not_an_sglang_refusal(
     except AttributeError as exc:
         gap = harness_gap_failure(exc, module_file=__file__, sglang_version="0.5.10", prefix="while resolving: ")
         plain = exception_failure(exc)
-        elsewhere = harness_gap_failure(exc, module_file=common.__file__, sglang_version="0.5.10")
+        elsewhere = harness_gap_failure(exc, module_file=engine_messages.__file__, sglang_version="0.5.10")
     assert gap is not None and gap.kind == "unsupported_version"
     assert "a gap in specparity" in gap.message and "test_serving_units.py:" in gap.message
     assert elsewhere is None

@@ -76,7 +76,7 @@ def test_a_cuda_query_without_a_gpu_is_needs_hardware_and_other_errors_are_not()
     """gpu_query_failure keys on torch's own CUDA module raising, on a machine where CUDA is not available."""
     import torch
 
-    from specparity.serving.sglang.common import gpu_query_failure
+    from specparity.serving.sglang.engine_messages import gpu_query_failure
 
     try:
         torch.cuda.get_device_capability()

@@ -244,7 +244,7 @@ def _fc_capture(run: _Gathered, dep: ResolvedDeployment | None, probes: Sequence
     """The fc input of every probe as :class:`FcCapture`, what judging it finds (its shape against the
     deployment's, the aux states) and its NaN/Inf."""
     from specparity.serving.child.worker_common import nonfinite_failures
-    from specparity.serving.sglang.common import judge_fc_capture
+    from specparity.serving.sglang.child_output import judge_fc_capture
 
     first = run.fc_rows[0]
     width = int(first.shape[-1])

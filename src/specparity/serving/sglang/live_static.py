@@ -227,7 +227,7 @@ def deployment_from_server_info(info: Mapping[str, Any], *, draft_config: Mappin
     elif _version_key(version) >= _version_key(FIRST_RELEASE_WITH_LAUNCH_COMMAND):
         notes.append("the server reported no launch_command")
     flags = _draft_flags(draft_config)
-    from specparity.serving.sglang.common import json_safe
+    from specparity.serving.sglang.child_output import json_safe
 
     return ResolvedDeployment(
         engine_version=version, adapter=ADAPTER, target_path=str(info.get("model_path", "")),

@@ -33,10 +33,10 @@ from typing import Any
 import torch
 
 from specparity.serving.results import UNSUPPORTED_VERSION, ServingFailure
-from specparity.serving.sglang.common import (
+from specparity.serving.sglang.child_setup import nccl_port
+from specparity.serving.sglang.engine_messages import (
     exception_failure,
     gpu_query_failure,
-    nccl_port,
     unknown_architecture_failure,
 )
 
@@ -158,7 +158,7 @@ def meta_gap_failure(exc: BaseException, *, sglang_version: str, prefix: str = "
     SGLang's line; None for any other exception."""
     if not (isinstance(exc, NotImplementedError) and "meta tensor" in str(exc)):
         return None
-    from specparity.serving.sglang.common import exception_failure
+    from specparity.serving.sglang.engine_messages import exception_failure
 
     quoted = exception_failure(exc).message
     return ServingFailure(UNSUPPORTED_VERSION, (

@@ -12,7 +12,7 @@ from source. The registry's lookup code runs unchanged on the smaller registry. 
 what the full registry would give (an architecture the smaller registry lacks, SGLang rewriting the
 architecture, a class from a module outside the set) is caught by :func:`ensure_full_registry` /
 :func:`class_from_subset`, and the model is built again from the full registry. A child forked from a
-warm-start zygote (serving/child/warm.py) already has the whole registry (common.PRELOAD): nothing is limited there.
+warm-start zygote (serving/child/warm.py) already has the whole registry (child_setup.PRELOAD): nothing is limited there.
 """
 
 from __future__ import annotations

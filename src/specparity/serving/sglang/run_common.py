@@ -28,11 +28,8 @@ from specparity.serving.results import (
     ServingFailure,
 )
 from specparity.serving.sglang.adapter import Progress
-from specparity.serving.sglang.common import (
-    exception_failure,
-    judge_fc_capture,
-    split_rows,
-)
+from specparity.serving.sglang.child_output import judge_fc_capture, split_rows
+from specparity.serving.sglang.engine_messages import exception_failure
 from specparity.testpoints import pause
 
 

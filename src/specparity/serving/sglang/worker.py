@@ -123,7 +123,7 @@ def prepare(device: str) -> Prepared:
     """Everything before a job: the installed SGLang's adapter, the CPU engine switch and the stand-in."""
     from specparity.serving.results import ENGINE_IMPORT, SGLANG_MISSING, ServingFailure
     from specparity.serving.sglang.adapter import load_adapter, select_adapter
-    from specparity.serving.sglang.common import exception_failure
+    from specparity.serving.sglang.engine_messages import exception_failure
     from specparity.testpoints import pause
 
     try:

@@ -110,7 +110,7 @@ class FamilyBAdapter(LegacyAdapter):
     def warm(self, device: str) -> None:
         """A warm zygote's imports (serving/child/zygote.py), after what resolve/capture do first: the CPU shims and
         the glue detection (old SGLang takes its vllm fallback, and builds its model registry, at import)."""
-        from specparity.serving.sglang.common import preload_engine_modules
+        from specparity.serving.sglang.child_setup import preload_engine_modules
 
         self._detect(device)
         preload_engine_modules()

@@ -7,7 +7,7 @@ from typing import Any
 
 from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.engine_values import decode_args
-from specparity.serving.sglang.common import cpu_mem_fraction
+from specparity.serving.sglang.child_setup import cpu_mem_fraction
 
 FC_WIDTH_K = 3  # fc = Linear(hidden_size_in * 3, ...) before 0.5.12 (0.5.3 models/llama_eagle3.py:134-138)
 

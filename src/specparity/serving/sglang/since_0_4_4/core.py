@@ -36,15 +36,9 @@ from specparity.serving.results import (
 from specparity.serving.sglang import run_common
 from specparity.serving.sglang.adapter import Progress
 from specparity.serving.sglang.capture_marks import aux_capture
-from specparity.serving.sglang.common import (
-    NORM_FLAGS,
-    collect_sglang_warnings,
-    exception_failure,
-    json_safe,
-    served_sources,
-    split_rows,
-    with_applied_norms,
-)
+from specparity.serving.sglang.child_output import json_safe, split_rows
+from specparity.serving.sglang.drafter_facts import NORM_FLAGS, served_sources, with_applied_norms
+from specparity.serving.sglang.engine_messages import collect_sglang_warnings, exception_failure
 from specparity.serving.sglang.since_0_4_4 import run, shims
 from specparity.serving.sglang.since_0_4_4.common import FC_WIDTH_K as FC_WIDTH_K
 from specparity.serving.sglang.since_0_4_4.common import read_draft_ids as read_draft_ids
@@ -127,7 +121,7 @@ class LegacyAdapter:
             fc_applied=len(sources) * int(hf.hidden_size) != h_d,
             # Keys these versions ignore (D5): the drafter builds no norm module (0.5.3
             # models/llama_eagle3.py:120-142), so none is applied whatever the config says; the capture
-            # path re-reads them from the drafter SGLang built (common.applied_norm_flags).
+            # path re-reads them from the drafter SGLang built (drafter_facts.applied_norm_flags).
             norm_before_fc=False, fc_norm=False, norm_output=False,
             unsupported_norms=NORM_FLAGS,
             ignored_norm_config=tuple(flag for flag, on in (

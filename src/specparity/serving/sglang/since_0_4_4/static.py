@@ -20,7 +20,7 @@ from typing import Any
 from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import meta_build
-from specparity.serving.sglang.common import (
+from specparity.serving.sglang.engine_messages import (
     exception_failure,
     gpu_query_failure,
     harness_gap_failure,

@@ -33,7 +33,7 @@ from typing import Any
 
 from specparity.serving.child.worker_common import WorkerRequest
 from specparity.serving.results import CaptureResult, ResolvedDeployment, ServingFailure
-from specparity.serving.sglang.common import collect_sglang_warnings
+from specparity.serving.sglang.engine_messages import collect_sglang_warnings
 from specparity.serving.sglang.since_0_5_11 import run, run_compat
 from specparity.serving.sglang.since_0_5_11.core import Adapter, server_args_kwargs
 

@@ -24,14 +24,10 @@ from specparity.serving.results import (
     SpecSettings,
 )
 from specparity.serving.sglang.adapter import Progress
-from specparity.serving.sglang.common import (
-    collect_sglang_warnings,
-    cpu_mem_fraction,
-    exception_failure,
-    json_safe,
-    served_sources,
-    with_applied_norms,
-)
+from specparity.serving.sglang.child_output import json_safe
+from specparity.serving.sglang.child_setup import cpu_mem_fraction
+from specparity.serving.sglang.drafter_facts import served_sources, with_applied_norms
+from specparity.serving.sglang.engine_messages import collect_sglang_warnings, exception_failure
 from specparity.serving.sglang.load_check import watch_target_load
 from specparity.serving.sglang.run_common import capture_forward, fc_sizes
 from specparity.serving.sglang.since_0_5_11 import run
@@ -133,7 +129,7 @@ class Adapter:
 
     def warm(self, device: str) -> None:
         """A warm zygote's imports (serving/child/zygote.py); this adapter needs no set-up before them."""
-        from specparity.serving.sglang.common import preload_engine_modules
+        from specparity.serving.sglang.child_setup import preload_engine_modules
 
         preload_engine_modules()
 

@@ -16,7 +16,8 @@ import torch
 from specparity.serving import stand_ins
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
-from specparity.serving.sglang.common import nccl_port, split_rows
+from specparity.serving.sglang.child_output import split_rows
+from specparity.serving.sglang.child_setup import nccl_port
 from specparity.serving.sglang.run_common import FcTapBase
 from specparity.sources import EMBEDDING, FINAL_NORM, layer
 from specparity.testpoints import pause

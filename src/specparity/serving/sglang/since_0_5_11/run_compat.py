@@ -42,7 +42,8 @@ import torch
 
 from specparity.serving.results import LayerAtlas
 from specparity.serving.sglang.capture_marks import aux_capture
-from specparity.serving.sglang.common import nccl_port, split_rows
+from specparity.serving.sglang.child_output import split_rows
+from specparity.serving.sglang.child_setup import nccl_port
 from specparity.serving.sglang.run_common import (
     _cuda_sync_noop_on_cpu,
     install_kv_copy_stand_in,

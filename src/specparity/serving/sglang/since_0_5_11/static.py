@@ -31,13 +31,13 @@ from specparity.drafters import SGLANG_ALGORITHM, DrafterFamily, family_of
 from specparity.serving.engine_values import decode_args
 from specparity.serving.results import UNSUPPORTED_VERSION, ResolvedDeployment, ServingFailure
 from specparity.serving.sglang import model_modules
-from specparity.serving.sglang.common import (
+from specparity.serving.sglang.child_setup import nccl_port
+from specparity.serving.sglang.drafter_facts import with_applied_norms
+from specparity.serving.sglang.engine_messages import (
     collect_sglang_warnings,
     exception_failure,
     gpu_query_failure,
-    nccl_port,
     unknown_architecture_failure,
-    with_applied_norms,
 )
 from specparity.serving.sglang.meta_build import (
     HARDWARE_FALLBACKS,

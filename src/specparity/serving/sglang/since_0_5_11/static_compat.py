@@ -23,7 +23,7 @@ from typing import Any
 
 from specparity.checkpoint_files import fc_shape_from_checkpoint
 from specparity.serving.results import SGLANG_EXCEPTION, ResolvedDeployment, ServingFailure
-from specparity.serving.sglang.common import (
+from specparity.serving.sglang.engine_messages import (
     collect_sglang_warnings,
     exception_failure,
     gpu_query_failure,
@@ -96,8 +96,8 @@ def _boundary0_crash(version: str, ids: Any, layers: tuple[int, ...], *, num_lay
 
 def resolve_static_c(adapter: Any, request: Any) -> ResolvedDeployment | ServingFailure:
     """The static level on 0.5.11-0.5.15 (see the module docstring for what differs from 0.5.23)."""
-    from specparity.serving.sglang.common import draft_k
     from specparity.serving.sglang.draft_format import unreadable_draft
+    from specparity.serving.sglang.drafter_facts import draft_k
     from specparity.serving.sglang.meta_build import draft_shape, read_capture, static_server_args
     from specparity.serving.sglang.since_0_5_11.static import (
         fc_as_built,

@@ -14,7 +14,7 @@ from typing import Any
 
 from specparity.drafters import DrafterFamily
 from specparity.serving.results import ResolvedDeployment
-from specparity.serving.sglang.common import exception_failure
+from specparity.serving.sglang.engine_messages import exception_failure
 
 # sglang 0.5.23: where the DFlash path takes its ids, its default and its block size
 DFLASH_IDS = "model_runner_components/spec_aux_hidden_state.py:199-283 (_resolve_dflash_aux_hidden_state)"
