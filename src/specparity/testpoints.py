@@ -8,11 +8,12 @@ the run starts (the engine child, the warm-start zygote, a launched server), as 
 
 The points (each ``pause("name")`` call is the only trace in the code):
 
-- ``engine_import``: the engine child (or the zygote) is about to import SGLang (serving/sglang/worker.py ``prepare``);
+- ``engine_import``: the engine child (or the zygote) is about to import SGLang (serving/sglang/worker.py ``prepare``)
+  or vLLM (serving/vllm/worker.py ``main``, and ``warm`` in a zygote);
 - ``model_load``: SGLang is imported and its target worker is about to load the model
   (serving/sglang/since_0_5_11/run.py ``start_workers``);
 - ``capture``: the engine is up and the tapped prefill is about to run (serving/sglang/run_common.py
-  ``capture_forward``);
+  ``capture_forward``; vLLM: serving/vllm/worker.py ``capture``, its engine's own processes up);
 - ``report_write``: every report face is on disk and the first is renamed into place, the others not yet
   (report/writing.py ``write_files``);
 - ``server_up``: the server launched from the user's command answers its health check and the capture through it

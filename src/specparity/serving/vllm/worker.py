@@ -224,6 +224,7 @@ def capture(request: WorkerRequest) -> Any:
     from specparity.serving.vllm.deployment import deployment_from_config
     from specparity.serving.vllm.evidence import assemble_capture, counter_delta
     from specparity.serving.vllm.ranks import RankEvidence, TapMissing, layout
+    from specparity.testpoints import pause
 
     kw, n_spec, gen = llm_kwargs(request)
     total = len(request.probes) + 2
@@ -235,6 +236,7 @@ def capture(request: WorkerRequest) -> Any:
     config = llm.llm_engine.vllm_config
     pc = config.parallel_config
     evidence = RankEvidence(llm)
+    pause("capture")  # the engine is up (its own processes too) and the tapped probes are about to run
     params = SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True)
     outputs: list[list[int]] = []
     t1 = time.perf_counter()
@@ -284,8 +286,10 @@ def warm(device: str) -> str:
     variables when the engine starts, not when it is imported) and registers the tap itself. An import that fails
     here fails again in the job, which names it as a cold child does (``vllm_missing``)."""
     from specparity.serving.vllm.versions import select_cpu_platform
+    from specparity.testpoints import pause
 
     select_cpu_platform(device)
+    pause("engine_import")
     import vllm  # noqa: F401
     from vllm import LLM  # noqa: F401
     from vllm.engine.arg_utils import EngineArgs  # noqa: F401
@@ -326,6 +330,9 @@ def main(argv: list[str]) -> int:
     _setup_env(workers, request.atlas, request_path.parent if local else None, reduced=request.reduce is not None)
     _reread_import_time_temp_dir()
     select_cpu_platform(request.device)  # before vLLM is imported (serving/vllm/versions.py)
+    from specparity.testpoints import pause
+
+    pause("engine_import")  # a warm job has vLLM imported already: its zygote met this point in warm
     try:
         import vllm
     except Exception as exc:  # ImportError, or a broken install (e.g. a CUDA torchvision)
