@@ -14,6 +14,9 @@ def assert_same_evidence(cold: CaptureResult, got: CaptureResult, *, samples: in
     assert not cold.failures and not got.failures, (cold.failures, got.failures)
     assert cold.fc is not None and got.fc is not None and cold.atlas is not None and got.atlas is not None
     assert len(got.fc.per_sample) == len(cold.fc.per_sample) == samples
+    # equal and empty would pass the comparisons below: every probe's fc rows and boundaries were really captured
+    assert all(t.numel() > 0 for t in cold.fc.per_sample), [tuple(t.shape) for t in cold.fc.per_sample]
+    assert len(cold.atlas.per_sample) == samples and all(cold.atlas.per_sample), "an empty atlas"
     for a, b in zip(cold.fc.per_sample, got.fc.per_sample, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
     for a_map, b_map in zip(cold.atlas.per_sample, got.atlas.per_sample, strict=True):
